@@ -1,0 +1,174 @@
+#include "daemon/cluster/cluster_agent.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/common/logging.h"
+
+namespace ard::cluster {
+
+ClusterAgent::ClusterAgent(EventLoop& loop, PeerClient& coordinator, std::string self_name,
+                           AgentOptions options)
+    : loop_(loop),
+      coordinator_(coordinator),
+      self_name_(std::move(self_name)),
+      options_(std::move(options)),
+      heartbeat_(options_.heartbeat),
+      backoff_(options_.backoff_initial) {}
+
+void ClusterAgent::Start(const HostInfo& self) {
+  loop_.Post([this, self] {
+    self_ = self;
+    JoinOnLoop();
+  });
+}
+
+void ClusterAgent::JoinOnLoop() {
+  if (state_ != State::kJoining) return;
+  ++join_attempts_;
+  JoinRequest request;
+  *request.mutable_host() = self_;
+  coordinator_.JoinAsync(request, [this](absl::StatusOr<JoinResponse> response) {
+    loop_.Post([this, response = std::move(response)]() mutable { OnJoined(std::move(response)); });
+  });
+}
+
+void ClusterAgent::OnJoined(absl::StatusOr<JoinResponse> response) {
+  if (state_ != State::kJoining) return;
+  if (!response.ok()) {
+    // First failure and then every 10th at warn, so a long wait for the coordinator is visible
+    // without flooding the journal.
+    auto log = Logger("cluster");
+    const auto level = (join_attempts_ == 1 || join_attempts_ % 10 == 0) ? spdlog::level::warn
+                                                                         : spdlog::level::debug;
+    log->log(level, "join failed, retrying coordinator={} attempt={} retry_in_ms={} error=\"{}\"",
+             options_.coordinator_address, join_attempts_, absl::ToInt64Milliseconds(backoff_),
+             response.status().message());
+    loop_.PostAfter(backoff_, [this] { JoinOnLoop(); });
+    backoff_ = std::min(backoff_ * 2, options_.backoff_max);
+    return;
+  }
+  state_ = State::kJoined;
+  incarnation_ = response->incarnation();
+  backoff_ = options_.backoff_initial;
+  join_attempts_ = 0;
+  coordinator_reachable_ = true;
+  if (response->heartbeat_ms() > 0) heartbeat_ = absl::Milliseconds(response->heartbeat_ms());
+  Logger("cluster")->info("joined cluster coordinator={} address={} incarnation={} epoch={}",
+                          response->coordinator(), options_.coordinator_address, incarnation_,
+                          response->membership_epoch());
+  const uint64_t generation = ++generation_;
+  loop_.PostAfter(heartbeat_, [this, generation] { HeartbeatOnLoop(generation); });
+}
+
+void ClusterAgent::HeartbeatOnLoop(uint64_t generation) {
+  if (state_ != State::kJoined || generation != generation_) return;
+  HeartbeatRequest request;
+  request.set_host_name(self_.name());
+  request.set_incarnation(incarnation_);
+  request.set_instance_id(self_.instance_id());
+  // The next beat is scheduled when this one completes, so at most one is in flight; a call that
+  // hangs until its deadline delays the next beat by at most the RPC timeout.
+  coordinator_.HeartbeatAsync(request, [this, generation](absl::StatusOr<HeartbeatResponse> r) {
+    loop_.Post([this, generation, r = std::move(r)]() mutable {
+      OnHeartbeat(generation, std::move(r));
+    });
+  });
+}
+
+void ClusterAgent::OnHeartbeat(uint64_t generation, absl::StatusOr<HeartbeatResponse> response) {
+  if (state_ != State::kJoined || generation != generation_) return;
+  if (!response.ok()) {
+    NoteCoordinatorUnreachable(response.status(), "heartbeat");
+    loop_.PostAfter(heartbeat_, [this, generation] { HeartbeatOnLoop(generation); });
+    return;
+  }
+  if (!coordinator_reachable_) {
+    coordinator_reachable_ = true;
+    Logger("cluster")->info("coordinator reachable again coordinator={}",
+                            options_.coordinator_address);
+  }
+  switch (response->verdict()) {
+    case HeartbeatResponse::OK:
+      loop_.PostAfter(heartbeat_, [this, generation] { HeartbeatOnLoop(generation); });
+      return;
+    case HeartbeatResponse::SUPERSEDED:
+      state_ = State::kSuperseded;
+      Logger("cluster")->error(
+          "stopped heartbeating: {}; two daemons share host_name={}, give each a unique one",
+          response->detail(), self_.name());
+      return;
+    default:
+      Logger("cluster")->warn("coordinator asked to rejoin reason=\"{}\"", response->detail());
+      state_ = State::kJoining;
+      JoinOnLoop();
+      return;
+  }
+}
+
+void ClusterAgent::NoteCoordinatorUnreachable(const absl::Status& status, const char* call) {
+  if (!coordinator_reachable_) return;
+  coordinator_reachable_ = false;
+  Logger("cluster")->warn("coordinator unreachable coordinator={} call={} error=\"{}\"",
+                          options_.coordinator_address, call, status.message());
+}
+
+void ClusterAgent::LeaveAsync(std::function<void()> done) {
+  loop_.Post([this, done = std::move(done)]() mutable {
+    const bool joined = state_ == State::kJoined;
+    state_ = State::kLeft;
+    if (!joined) {
+      done();
+      return;
+    }
+    LeaveRequest request;
+    request.set_host_name(self_.name());
+    request.set_incarnation(incarnation_);
+    request.set_instance_id(self_.instance_id());
+    coordinator_.LeaveAsync(request, [done = std::move(done)](absl::StatusOr<LeaveResponse> r) {
+      if (!r.ok()) {
+        Logger("cluster")->warn("leave not acknowledged error=\"{}\"", r.status().message());
+      }
+      done();
+    });
+  });
+}
+
+absl::Status ClusterAgent::NotCoordinator() const {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "host ", self_name_, " is not the coordinator; the coordinator is at ",
+      options_.coordinator_address));
+}
+
+void ClusterAgent::HandleJoin(const JoinRequest&, Done<JoinResponse> done) {
+  done(NotCoordinator());
+}
+
+void ClusterAgent::HandleHeartbeat(const HeartbeatRequest&, Done<HeartbeatResponse> done) {
+  done(NotCoordinator());
+}
+
+void ClusterAgent::HandleLeave(const LeaveRequest&, Done<LeaveResponse> done) {
+  done(NotCoordinator());
+}
+
+void ClusterAgent::HandleGetClusterStatus(const GetClusterStatusRequest& request,
+                                          Done<GetClusterStatusResponse> done) {
+  const std::string self = self_name_;
+  const std::string coordinator = options_.coordinator_address;
+  coordinator_.GetClusterStatusAsync(
+      request, [self, coordinator, done = std::move(done)](
+                   absl::StatusOr<GetClusterStatusResponse> response) {
+        if (!response.ok()) {
+          done(absl::UnavailableError(absl::StrCat("host ", self,
+                                                   " cannot reach the coordinator at ",
+                                                   coordinator, ": ", response.status().message())));
+          return;
+        }
+        response->set_answered_by(self);
+        response->set_forwarded(true);
+        done(std::move(response));
+      });
+}
+
+}  // namespace ard::cluster

@@ -1,0 +1,70 @@
+// The follower role: joins the coordinator (retrying with exponential backoff while it is not
+// up), heartbeats, rejoins when the coordinator says so, and forwards cluster-status requests to
+// the coordinator. Rejects Join/Heartbeat/Leave sent to it, naming the real coordinator.
+// State lives on the control loop; PeerClient callbacks post back to it.
+//
+// Lifecycle: 1. construct with the loop and a PeerClient to the coordinator; 2. Start(self), once
+// this daemon's bound address is known, begins joining; 3. LeaveAsync() on shutdown stops heartbeats and tells the coordinator;
+// 4. destroy after the PeerClient (which drains calls in flight) and after the loop has stopped.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+#include "daemon/cluster/handlers.h"
+#include "daemon/cluster/peer_client.h"
+#include "daemon/common/event_loop.h"
+
+namespace ard::cluster {
+
+struct AgentOptions {
+  std::string coordinator_address;
+  absl::Duration heartbeat = absl::Seconds(1);
+  absl::Duration backoff_initial = absl::Milliseconds(100);
+  absl::Duration backoff_max = absl::Seconds(5);
+};
+
+class ClusterAgent : public ClusterHandler, public AdminHandler {
+ public:
+  ClusterAgent(EventLoop& loop, PeerClient& coordinator, std::string self_name,
+               AgentOptions options);
+
+  void Start(const HostInfo& self);
+  // Stops heartbeating and sends Leave if joined; `done` runs once the coordinator answered or
+  // the call failed (any thread).
+  void LeaveAsync(std::function<void()> done);
+
+  void HandleJoin(const JoinRequest& request, Done<JoinResponse> done) override;
+  void HandleHeartbeat(const HeartbeatRequest& request, Done<HeartbeatResponse> done) override;
+  void HandleLeave(const LeaveRequest& request, Done<LeaveResponse> done) override;
+  void HandleGetClusterStatus(const GetClusterStatusRequest& request,
+                              Done<GetClusterStatusResponse> done) override;
+
+ private:
+  enum class State { kJoining, kJoined, kSuperseded, kLeft };
+
+  void JoinOnLoop();
+  void OnJoined(absl::StatusOr<JoinResponse> response);
+  void HeartbeatOnLoop(uint64_t generation);
+  void OnHeartbeat(uint64_t generation, absl::StatusOr<HeartbeatResponse> response);
+  void NoteCoordinatorUnreachable(const absl::Status& status, const char* call);
+  absl::Status NotCoordinator() const;
+
+  EventLoop& loop_;
+  PeerClient& coordinator_;  // Not owned.
+  const std::string self_name_;
+  const AgentOptions options_;
+
+  // Loop thread only.
+  HostInfo self_;
+  State state_ = State::kJoining;
+  uint32_t incarnation_ = 0;
+  uint64_t generation_ = 0;  // bumped on every (re)join; stale heartbeat timers see a mismatch
+  absl::Duration heartbeat_;
+  absl::Duration backoff_;
+  int join_attempts_ = 0;
+  bool coordinator_reachable_ = true;
+};
+
+}  // namespace ard::cluster

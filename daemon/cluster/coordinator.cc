@@ -1,0 +1,99 @@
+#include "daemon/cluster/coordinator.h"
+
+#include "daemon/common/logging.h"
+
+namespace ard::cluster {
+
+namespace {
+const absl::Status kStarting = absl::UnavailableError("coordinator is starting");
+}  // namespace
+
+Coordinator::Coordinator(EventLoop& loop, std::string self_name, CoordinatorOptions options)
+    : loop_(loop), self_name_(std::move(self_name)), options_(options) {}
+
+void Coordinator::Start(const HostInfo& self) {
+  loop_.Post([this, self] {
+    table_.emplace(self, options_.host_timeout, absl::Now());
+    Logger("cluster")->info("coordinating cluster host={} address={}", self_name_,
+                            self.address());
+    SweepOnLoop();
+  });
+}
+
+void Coordinator::SweepOnLoop() {
+  for (const std::string& name : table_->Sweep(absl::Now())) {
+    Logger("cluster")->warn("host DOWN host={} reason=missed_heartbeats timeout_ms={} epoch={}",
+                            name, absl::ToInt64Milliseconds(options_.host_timeout),
+                            table_->epoch());
+  }
+  // Sweep several times per timeout so DOWN is declared close to host_timeout, not 2x it.
+  loop_.PostAfter(std::min(options_.heartbeat, options_.host_timeout / 4),
+                  [this] { SweepOnLoop(); });
+}
+
+void Coordinator::HandleJoin(const JoinRequest& request, Done<JoinResponse> done) {
+  loop_.Post([this, request, done = std::move(done)] {
+    if (!Ready()) return done(kStarting);
+    const uint64_t epoch_before = table_->epoch();
+    absl::StatusOr<uint32_t> incarnation = table_->Join(request.host(), absl::Now());
+    if (!incarnation.ok()) {
+      Logger("cluster")->warn("join rejected host={} address={} error=\"{}\"",
+                              request.host().name(), request.host().address(),
+                              incarnation.status().message());
+      done(incarnation.status());
+      return;
+    }
+    if (table_->epoch() != epoch_before) {
+      Logger("cluster")->info("host UP host={} address={} incarnation={} epoch={}",
+                              request.host().name(), request.host().address(), *incarnation,
+                              table_->epoch());
+    }
+    JoinResponse response;
+    response.set_incarnation(*incarnation);
+    response.set_membership_epoch(table_->epoch());
+    response.set_coordinator(self_name_);
+    response.set_heartbeat_ms(absl::ToInt64Milliseconds(options_.heartbeat));
+    response.set_host_timeout_ms(absl::ToInt64Milliseconds(options_.host_timeout));
+    done(std::move(response));
+  });
+}
+
+void Coordinator::HandleHeartbeat(const HeartbeatRequest& request,
+                                  Done<HeartbeatResponse> done) {
+  loop_.Post([this, request, done = std::move(done)] {
+    if (!Ready()) return done(kStarting);
+    HeartbeatResponse response;
+    std::string detail;
+    response.set_verdict(table_->Heartbeat(request, absl::Now(), &detail));
+    response.set_detail(detail);
+    response.set_membership_epoch(table_->epoch());
+    done(std::move(response));
+  });
+}
+
+void Coordinator::HandleLeave(const LeaveRequest& request, Done<LeaveResponse> done) {
+  loop_.Post([this, request, done = std::move(done)] {
+    if (!Ready()) return done(kStarting);
+    const uint64_t epoch_before = table_->epoch();
+    table_->Leave(request, absl::Now());
+    if (table_->epoch() != epoch_before) {
+      Logger("cluster")->info("host DOWN host={} reason=left epoch={}", request.host_name(),
+                              table_->epoch());
+    }
+    done(LeaveResponse());
+  });
+}
+
+void Coordinator::HandleGetClusterStatus(const GetClusterStatusRequest& request,
+                                         Done<GetClusterStatusResponse> done) {
+  loop_.Post([this, done = std::move(done)] {
+    if (!Ready()) return done(kStarting);
+    GetClusterStatusResponse response;
+    *response.mutable_view() = table_->View(absl::Now());
+    response.set_answered_by(self_name_);
+    response.set_forwarded(false);
+    done(std::move(response));
+  });
+}
+
+}  // namespace ard::cluster

@@ -1,0 +1,49 @@
+// The coordinator role: owns the cluster view (MembershipTable) and answers Join/Heartbeat/Leave
+// and cluster status. All state lives on the control loop; handlers post there and call `done`
+// from the loop thread.
+//
+// Lifecycle: 1. construct with the loop (before the gRPC server exists: it needs the handler);
+// 2. Start(self) once the bound address is known creates the table (calls before then get
+// UNAVAILABLE) and schedules the periodic sweep that marks silent hosts DOWN; 3. handlers serve
+// until the loop stops; the destructor must run after the loop has stopped (tasks capture `this`).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/time/time.h"
+#include "daemon/cluster/handlers.h"
+#include "daemon/cluster/membership_table.h"
+#include "daemon/common/event_loop.h"
+
+namespace ard::cluster {
+
+struct CoordinatorOptions {
+  absl::Duration heartbeat = absl::Seconds(1);
+  absl::Duration host_timeout = absl::Seconds(5);
+};
+
+class Coordinator : public ClusterHandler, public AdminHandler {
+ public:
+  Coordinator(EventLoop& loop, std::string self_name, CoordinatorOptions options);
+
+  void Start(const HostInfo& self);
+
+  void HandleJoin(const JoinRequest& request, Done<JoinResponse> done) override;
+  void HandleHeartbeat(const HeartbeatRequest& request, Done<HeartbeatResponse> done) override;
+  void HandleLeave(const LeaveRequest& request, Done<LeaveResponse> done) override;
+  void HandleGetClusterStatus(const GetClusterStatusRequest& request,
+                              Done<GetClusterStatusResponse> done) override;
+
+ private:
+  void SweepOnLoop();
+  bool Ready() const { return table_.has_value(); }
+
+  EventLoop& loop_;
+  const std::string self_name_;
+  const CoordinatorOptions options_;
+  std::optional<MembershipTable> table_;  // loop thread only; set by Start()
+};
+
+}  // namespace ard::cluster

@@ -1,0 +1,31 @@
+// What the cluster and admin gRPC services call into (Ray-style handler interfaces: no grpcpp
+// here, so daemon/rpc/ only translates). `done` may run on any thread, exactly once.
+#pragma once
+
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "proto/admin.pb.h"
+#include "proto/cluster.pb.h"
+
+namespace ard::cluster {
+
+template <typename T>
+using Done = std::function<void(absl::StatusOr<T>)>;
+
+class ClusterHandler {
+ public:
+  virtual ~ClusterHandler() = default;
+  virtual void HandleJoin(const JoinRequest& request, Done<JoinResponse> done) = 0;
+  virtual void HandleHeartbeat(const HeartbeatRequest& request, Done<HeartbeatResponse> done) = 0;
+  virtual void HandleLeave(const LeaveRequest& request, Done<LeaveResponse> done) = 0;
+};
+
+class AdminHandler {
+ public:
+  virtual ~AdminHandler() = default;
+  virtual void HandleGetClusterStatus(const GetClusterStatusRequest& request,
+                                      Done<GetClusterStatusResponse> done) = 0;
+};
+
+}  // namespace ard::cluster

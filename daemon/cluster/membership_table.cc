@@ -1,0 +1,116 @@
+#include "daemon/cluster/membership_table.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace ard::cluster {
+
+MembershipTable::MembershipTable(const HostInfo& self, absl::Duration host_timeout,
+                                 absl::Time now)
+    : self_name_(self.name()), host_timeout_(host_timeout) {
+  Entry& e = hosts_[self.name()];
+  e.info = self;
+  e.incarnation = 1;
+  e.joined = now;
+  e.last_heartbeat = now;
+}
+
+absl::StatusOr<uint32_t> MembershipTable::Join(const HostInfo& host, absl::Time now) {
+  if (host.name().empty()) return absl::InvalidArgumentError("Join without a host name");
+  auto it = hosts_.find(host.name());
+  if (host.name() == self_name_ && host.instance_id() != it->second.info.instance_id()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("host name '", host.name(), "' belongs to the coordinator itself"));
+  }
+  if (it != hosts_.end() && it->second.state == UP &&
+      it->second.info.instance_id() == host.instance_id()) {
+    // A retried Join of the same process: same incarnation, no epoch change.
+    it->second.info = host;
+    it->second.last_heartbeat = now;
+    return it->second.incarnation;
+  }
+  Entry& e = hosts_[host.name()];  // new, DOWN, or a new process taking over the name
+  e.info = host;
+  e.state = UP;
+  e.incarnation += 1;
+  e.joined = now;
+  e.last_heartbeat = now;
+  e.down_reason.clear();
+  ++epoch_;
+  return e.incarnation;
+}
+
+HeartbeatResponse::Verdict MembershipTable::Heartbeat(const HeartbeatRequest& request,
+                                                      absl::Time now, std::string* detail) {
+  auto it = hosts_.find(request.host_name());
+  if (it == hosts_.end()) {
+    *detail = "not a member (the coordinator may have restarted)";
+    return HeartbeatResponse::REJOIN;
+  }
+  Entry& e = it->second;
+  if (e.info.instance_id() != request.instance_id()) {
+    *detail = absl::StrCat("host name '", request.host_name(), "' was taken by the daemon at ",
+                           e.info.address(), " (pid ", e.info.pid(), ")");
+    return HeartbeatResponse::SUPERSEDED;
+  }
+  if (e.state != UP || e.incarnation != request.incarnation()) {
+    *detail = e.state != UP ? absl::StrCat("marked DOWN: ", e.down_reason)
+                            : absl::StrCat("stale incarnation ", request.incarnation());
+    return HeartbeatResponse::REJOIN;
+  }
+  e.last_heartbeat = now;
+  return HeartbeatResponse::OK;
+}
+
+void MembershipTable::Leave(const LeaveRequest& request, absl::Time now) {
+  auto it = hosts_.find(request.host_name());
+  if (it == hosts_.end() || request.host_name() == self_name_) return;
+  Entry& e = it->second;
+  if (e.state != UP || e.incarnation != request.incarnation() ||
+      e.info.instance_id() != request.instance_id()) {
+    return;
+  }
+  e.state = DOWN;
+  e.down_reason = "left the cluster";
+  ++epoch_;
+}
+
+std::vector<std::string> MembershipTable::Sweep(absl::Time now) {
+  std::vector<std::string> down;
+  for (auto& [name, e] : hosts_) {
+    if (name == self_name_ || e.state != UP) continue;
+    if (now - e.last_heartbeat > host_timeout_) {
+      e.state = DOWN;
+      e.down_reason = absl::StrCat("missed heartbeats for ",
+                                   absl::ToInt64Milliseconds(now - e.last_heartbeat), " ms");
+      down.push_back(name);
+    }
+  }
+  if (!down.empty()) ++epoch_;
+  return down;
+}
+
+ClusterView MembershipTable::View(absl::Time now) const {
+  ClusterView view;
+  view.set_membership_epoch(epoch_);
+  for (const auto& [name, e] : hosts_) {
+    Host* h = view.add_hosts();
+    *h->mutable_info() = e.info;
+    h->set_state(e.state);
+    h->set_incarnation(e.incarnation);
+    h->set_coordinator(name == self_name_);
+    h->set_joined_unix_ms(absl::ToUnixMillis(e.joined));
+    h->set_down_reason(e.down_reason);
+    const absl::Time seen = name == self_name_ ? now : e.last_heartbeat;
+    h->set_last_heartbeat_age_s(absl::ToDoubleSeconds(now - seen));
+    if (e.state == UP) {
+      h->set_uptime_s(absl::ToDoubleSeconds(now - absl::FromUnixMillis(e.info.start_time_unix_ms())));
+    }
+    if (name == self_name_) {
+      view.set_coordinator(name);
+      view.set_coordinator_address(e.info.address());
+    }
+  }
+  return view;
+}
+
+}  // namespace ard::cluster

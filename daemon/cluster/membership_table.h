@@ -1,0 +1,63 @@
+// The coordinator's cluster view: which hosts exist, their incarnations and UP/DOWN state.
+// Pure logic over value types with the clock passed in, so it is unit-tested without sockets or
+// sleeps. Owned by the coordinator's control loop (not thread-safe).
+//
+// Lifecycle of a host entry: 1. Join creates it UP with incarnation 1 (a retried Join from the same
+// process returns the same incarnation); 2. Heartbeats keep it UP; 3. Sweep marks it DOWN after
+// host_timeout of silence, Leave marks it DOWN at once; 4. a later Join (new process, or the same
+// one after being marked DOWN) makes it UP again with incarnation + 1. Entries are never deleted,
+// so `status` keeps showing hosts that went away.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/cluster.pb.h"
+#include "proto/common.pb.h"
+
+namespace ard::cluster {
+
+class MembershipTable {
+ public:
+  // `self` is the coordinator's own host; it is UP for as long as the table exists.
+  MembershipTable(const HostInfo& self, absl::Duration host_timeout, absl::Time now);
+
+  // Admits a host (or re-admits it). Rejects a second process claiming the coordinator's name.
+  absl::StatusOr<uint32_t> Join(const HostInfo& host, absl::Time now);
+
+  // Records a heartbeat; `*detail` explains a REJOIN or SUPERSEDED verdict.
+  HeartbeatResponse::Verdict Heartbeat(const HeartbeatRequest& request, absl::Time now,
+                                       std::string* detail);
+
+  // Graceful departure: DOWN at once with reason "left". Ignored for a stale incarnation.
+  void Leave(const LeaveRequest& request, absl::Time now);
+
+  // Marks UP hosts silent for longer than host_timeout DOWN; returns their names.
+  std::vector<std::string> Sweep(absl::Time now);
+
+  // A snapshot for status: hosts sorted by name, ages computed at `now`.
+  ClusterView View(absl::Time now) const;
+
+  uint64_t epoch() const { return epoch_; }
+
+ private:
+  struct Entry {
+    HostInfo info;
+    HostState state = UP;
+    uint32_t incarnation = 0;
+    absl::Time joined;
+    absl::Time last_heartbeat;
+    std::string down_reason;
+  };
+
+  const std::string self_name_;
+  const absl::Duration host_timeout_;
+  std::map<std::string, Entry> hosts_;  // by host name; ordered for a stable view
+  uint64_t epoch_ = 1;
+};
+
+}  // namespace ard::cluster

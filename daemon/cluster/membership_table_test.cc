@@ -1,0 +1,127 @@
+#include "daemon/cluster/membership_table.h"
+
+#include "catch2/catch.hpp"
+
+namespace ard::cluster {
+namespace {
+
+HostInfo Info(const std::string& name, const std::string& instance) {
+  HostInfo h;
+  h.set_name(name);
+  h.set_address(name + ":7070");
+  h.set_instance_id(instance);
+  return h;
+}
+
+HeartbeatRequest Beat(const std::string& name, uint32_t inc, const std::string& instance) {
+  HeartbeatRequest r;
+  r.set_host_name(name);
+  r.set_incarnation(inc);
+  r.set_instance_id(instance);
+  return r;
+}
+
+const Host& Find(const ClusterView& v, const std::string& name) {
+  for (const Host& h : v.hosts()) {
+    if (h.info().name() == name) return h;
+  }
+  FAIL("host " << name << " not in view");
+  return v.hosts(0);
+}
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'000'000);
+const absl::Duration kTimeout = absl::Seconds(5);
+
+TEST_CASE("coordinator is in its own view and always UP") {
+  MembershipTable t(Info("coord", "c1"), kTimeout, kT0);
+  ClusterView v = t.View(kT0 + absl::Hours(1));
+  REQUIRE(v.hosts_size() == 1);
+  CHECK(v.coordinator() == "coord");
+  CHECK(Find(v, "coord").state() == UP);
+  CHECK(Find(v, "coord").coordinator());
+  CHECK(t.Sweep(kT0 + absl::Hours(1)).empty());
+}
+
+TEST_CASE("join, heartbeat, timeout, rejoin with a new incarnation") {
+  MembershipTable t(Info("coord", "c1"), kTimeout, kT0);
+  auto inc = t.Join(Info("b", "b1"), kT0);
+  REQUIRE(inc.ok());
+  CHECK(*inc == 1);
+  std::string detail;
+  CHECK(t.Heartbeat(Beat("b", 1, "b1"), kT0 + absl::Seconds(4), &detail) == HeartbeatResponse::OK);
+  // Silent for 5 s after the last heartbeat is still within the timeout; 5.1 s is not.
+  CHECK(t.Sweep(kT0 + absl::Seconds(9)).empty());
+  uint64_t epoch = t.epoch();
+  CHECK(t.Sweep(kT0 + absl::Milliseconds(9100)) == std::vector<std::string>{"b"});
+  CHECK(t.epoch() == epoch + 1);
+  const Host& b = Find(t.View(kT0 + absl::Seconds(10)), "b");
+  CHECK(b.state() == DOWN);
+  CHECK(b.down_reason().find("missed heartbeats") != std::string::npos);
+  // The same process heartbeats again: it must rejoin, and gets a new incarnation.
+  CHECK(t.Heartbeat(Beat("b", 1, "b1"), kT0 + absl::Seconds(11), &detail) ==
+        HeartbeatResponse::REJOIN);
+  CHECK(detail.find("DOWN") != std::string::npos);
+  auto inc2 = t.Join(Info("b", "b1"), kT0 + absl::Seconds(11));
+  REQUIRE(inc2.ok());
+  CHECK(*inc2 == 2);
+  CHECK(Find(t.View(kT0 + absl::Seconds(11)), "b").state() == UP);
+}
+
+TEST_CASE("a retried Join from the same process keeps its incarnation") {
+  MembershipTable t(Info("coord", "c1"), kTimeout, kT0);
+  REQUIRE(*t.Join(Info("b", "b1"), kT0) == 1);
+  uint64_t epoch = t.epoch();
+  REQUIRE(*t.Join(Info("b", "b1"), kT0 + absl::Seconds(1)) == 1);
+  CHECK(t.epoch() == epoch);
+}
+
+TEST_CASE("a restarted daemon takes over its name; the old process is told SUPERSEDED") {
+  MembershipTable t(Info("coord", "c1"), kTimeout, kT0);
+  REQUIRE(*t.Join(Info("b", "b1"), kT0) == 1);
+  REQUIRE(*t.Join(Info("b", "b2"), kT0 + absl::Seconds(1)) == 2);
+  std::string detail;
+  CHECK(t.Heartbeat(Beat("b", 1, "b1"), kT0 + absl::Seconds(2), &detail) ==
+        HeartbeatResponse::SUPERSEDED);
+  CHECK(t.Heartbeat(Beat("b", 2, "b2"), kT0 + absl::Seconds(2), &detail) ==
+        HeartbeatResponse::OK);
+}
+
+TEST_CASE("unknown hosts are told to rejoin; the coordinator's name cannot be taken") {
+  MembershipTable t(Info("coord", "c1"), kTimeout, kT0);
+  std::string detail;
+  CHECK(t.Heartbeat(Beat("ghost", 3, "g"), kT0, &detail) == HeartbeatResponse::REJOIN);
+  auto r = t.Join(Info("coord", "other"), kT0);
+  CHECK(r.status().code() == absl::StatusCode::kAlreadyExists);
+  CHECK(!t.Join(Info("", "x"), kT0).ok());
+}
+
+TEST_CASE("Leave marks DOWN at once; a stale Leave is ignored") {
+  MembershipTable t(Info("coord", "c1"), kTimeout, kT0);
+  REQUIRE(*t.Join(Info("b", "b1"), kT0) == 1);
+  LeaveRequest stale;
+  stale.set_host_name("b");
+  stale.set_incarnation(7);
+  stale.set_instance_id("b1");
+  t.Leave(stale, kT0);
+  CHECK(Find(t.View(kT0), "b").state() == UP);
+  LeaveRequest leave = stale;
+  leave.set_incarnation(1);
+  t.Leave(leave, kT0);
+  const Host& b = Find(t.View(kT0), "b");
+  CHECK(b.state() == DOWN);
+  CHECK(b.down_reason() == "left the cluster");
+}
+
+TEST_CASE("view is sorted by name") {
+  MembershipTable t(Info("m", "c1"), kTimeout, kT0);
+  REQUIRE(t.Join(Info("z", "z1"), kT0).ok());
+  REQUIRE(t.Join(Info("a", "a1"), kT0).ok());
+  ClusterView v = t.View(kT0);
+  REQUIRE(v.hosts_size() == 3);
+  CHECK(v.hosts(0).info().name() == "a");
+  CHECK(v.hosts(1).info().name() == "m");
+  CHECK(v.hosts(2).info().name() == "z");
+}
+
+}  // namespace
+}  // namespace ard::cluster

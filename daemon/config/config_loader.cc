@@ -1,0 +1,247 @@
+#include "daemon/config/config_loader.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/common/logging.h"
+#include "daemon/common/status_macros.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+
+namespace ard::config {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+
+constexpr size_t kMaxUnixPath = 107;  // sizeof(sockaddr_un::sun_path) - 1
+
+// Collects the first text-format parse error as "FILE:LINE:COL: message".
+class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit FirstErrorCollector(std::string file) : file_(std::move(file)) {}
+  void AddError(int line, int column, const std::string& message) override {
+    if (error_.empty()) error_ = absl::StrFormat("%s:%d:%d: %s", file_, line + 1, column + 1, message);
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string file_;
+  std::string error_;
+};
+
+absl::Status ParseFile(const std::string& path, DaemonConfig* config) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  FirstErrorCollector errors(path);
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  // Merge (not Parse): values from the file replace the defaults already in *config.
+  if (!parser.MergeFromString(text.str(), config)) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed config ", errors.error()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetField(const std::string& name, const std::string& value, DaemonConfig* config) {
+  const FieldDescriptor* field = DaemonConfig::descriptor()->FindFieldByName(name);
+  if (field == nullptr || field->is_repeated()) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
+  }
+  const auto* reflection = config->GetReflection();
+  auto bad = [&](const char* what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --", name, ": '", value, "' is not ", what));
+  };
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_STRING:
+      reflection->SetString(config, field, value);
+      return absl::OkStatus();
+    case FieldDescriptor::CPPTYPE_UINT32: {
+      uint32_t v;
+      if (!absl::SimpleAtoi(value, &v)) return bad("an unsigned 32-bit integer");
+      reflection->SetUInt32(config, field, v);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_INT32: {
+      int32_t v;
+      if (!absl::SimpleAtoi(value, &v)) return bad("a 32-bit integer");
+      reflection->SetInt32(config, field, v);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_UINT64: {
+      uint64_t v;
+      if (!absl::SimpleAtoi(value, &v)) return bad("an unsigned 64-bit integer");
+      reflection->SetUInt64(config, field, v);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_BOOL: {
+      bool v;
+      if (!absl::SimpleAtob(value, &v)) return bad("a boolean");
+      reflection->SetBool(config, field, v);
+      return absl::OkStatus();
+    }
+    default:
+      return absl::InternalError(absl::StrCat("flag --", name, " has an unsupported type"));
+  }
+}
+
+}  // namespace
+
+DaemonConfig Defaults() {
+  DaemonConfig c;
+  c.set_cluster_address("0.0.0.0:7070");
+  c.set_local_socket("/run/allreduced/allreduced.sock");
+  c.set_heartbeat_ms(1000);
+  c.set_host_timeout_ms(5000);
+  c.set_log_level("info");
+  c.set_rpc_timeout_ms(2000);
+  c.set_join_backoff_initial_ms(100);
+  c.set_join_backoff_max_ms(5000);
+  return c;
+}
+
+absl::StatusOr<DaemonConfig> LoadConfig(const std::vector<std::string>& args, bool* help) {
+  *help = false;
+  // Pass 1: split into (name, value) pairs; --name=value, --name value, or a bare boolean --name.
+  std::vector<std::pair<std::string, std::string>> flags;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      *help = true;
+      return DaemonConfig();
+    }
+    if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "' (see --help)"));
+    }
+    std::string body = arg.substr(2);
+    size_t eq = body.find('=');
+    if (eq != std::string::npos) {
+      flags.emplace_back(body.substr(0, eq), body.substr(eq + 1));
+      continue;
+    }
+    const FieldDescriptor* field = DaemonConfig::descriptor()->FindFieldByName(body);
+    if (body != "config" && field == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", body, " (see --help)"));
+    }
+    if (field != nullptr && field->cpp_type() == FieldDescriptor::CPPTYPE_BOOL) {
+      flags.emplace_back(body, "true");
+    } else if (i + 1 < args.size()) {
+      flags.emplace_back(body, args[++i]);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("flag --", body, " needs a value"));
+    }
+  }
+  // Pass 2: defaults < file < flags.
+  DaemonConfig config = Defaults();
+  for (const auto& [name, value] : flags) {
+    if (name == "config") ARD_RETURN_IF_ERROR(ParseFile(value, &config));
+  }
+  for (const auto& [name, value] : flags) {
+    if (name != "config") ARD_RETURN_IF_ERROR(SetField(name, value, &config));
+  }
+  ARD_RETURN_IF_ERROR(ValidateAndComplete(&config));
+  return config;
+}
+
+absl::Status SplitHostPort(const std::string& address, std::string* host, int* port) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("'", address, "' is not HOST:PORT"));
+  }
+  std::string h = address.substr(0, colon);
+  if (h.front() == '[') {
+    if (h.back() != ']' || h.size() < 3) {
+      return absl::InvalidArgumentError(absl::StrCat("'", address, "' is not [V6ADDR]:PORT"));
+    }
+  } else if (h.find(':') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", address, "': write IPv6 addresses as [ADDR]:PORT"));
+  }
+  int p;
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &p) || p < 0 || p > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("'", address, "' has no valid port (0-65535)"));
+  }
+  *host = h;
+  *port = p;
+  return absl::OkStatus();
+}
+
+absl::Status ValidateAndComplete(DaemonConfig* c) {
+  std::string host;
+  int port;
+  auto field_error = [](const char* field, const absl::Status& s) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", s.message()));
+  };
+  if (auto s = SplitHostPort(c->cluster_address(), &host, &port); !s.ok()) {
+    return field_error("cluster_address", s);
+  }
+  if (!c->coordinator().empty()) {
+    if (auto s = SplitHostPort(c->coordinator(), &host, &port); !s.ok()) {
+      return field_error("coordinator", s);
+    }
+    if (port == 0) return absl::InvalidArgumentError("coordinator: port 0 cannot be dialed");
+  }
+  if (!c->advertise_address().empty()) {
+    if (auto s = SplitHostPort(c->advertise_address(), &host, &port); !s.ok()) {
+      return field_error("advertise_address", s);
+    }
+  }
+  if (c->local_socket().empty() || c->local_socket().size() > kMaxUnixPath) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "local_socket: path must be 1-", kMaxUnixPath, " bytes, got ", c->local_socket().size()));
+  }
+  if (c->heartbeat_ms() == 0) return absl::InvalidArgumentError("heartbeat_ms must be > 0");
+  if (c->host_timeout_ms() < 2 * c->heartbeat_ms()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host_timeout_ms (", c->host_timeout_ms(), ") must be at least twice ",
+                     "heartbeat_ms (", c->heartbeat_ms(), ")"));
+  }
+  if (c->rpc_timeout_ms() == 0) return absl::InvalidArgumentError("rpc_timeout_ms must be > 0");
+  if (c->join_backoff_initial_ms() == 0 ||
+      c->join_backoff_initial_ms() > c->join_backoff_max_ms()) {
+    return absl::InvalidArgumentError(
+        "join_backoff_initial_ms must be > 0 and <= join_backoff_max_ms");
+  }
+  spdlog::level::level_enum level;
+  if (auto s = ParseLogLevel(c->log_level(), &level); !s.ok()) return field_error("log_level", s);
+  if (c->host_name().empty()) {
+    char name[256] = {};
+    if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') {
+      return absl::InvalidArgumentError("host_name is empty and gethostname() failed");
+    }
+    c->set_host_name(name);
+  }
+  for (char ch : c->host_name()) {
+    if (!(isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "host_name '", c->host_name(), "' may contain only letters, digits, '-', '_' and '.'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Usage() {
+  const DaemonConfig defaults = Defaults();
+  std::string out =
+      "usage: allreduced [--config=FILE] [--<field>=<value> ...]\n\n"
+      "The config file is protobuf text format (proto/config.proto); flags override it.\n\n"
+      "flags:\n  --config=FILE\n";
+  const auto* desc = DaemonConfig::descriptor();
+  for (int i = 0; i < desc->field_count(); ++i) {
+    const FieldDescriptor* f = desc->field(i);
+    std::string def;
+    google::protobuf::TextFormat::PrintFieldValueToString(defaults, f, -1, &def);
+    absl::StrAppend(&out, "  --", f->name(), "=", f->type_name(), "  (default ", def, ")\n");
+  }
+  return out;
+}
+
+}  // namespace ard::config

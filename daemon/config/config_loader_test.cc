@@ -1,0 +1,112 @@
+#include "daemon/config/config_loader.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "catch2/catch.hpp"
+
+namespace ard::config {
+namespace {
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  std::string path = std::string(dir ? dir : "/tmp") + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+absl::StatusOr<DaemonConfig> Load(std::vector<std::string> args) {
+  bool help = false;
+  return LoadConfig(args, &help);
+}
+
+TEST_CASE("defaults are valid and fill the host name") {
+  auto c = Load({});
+  REQUIRE(c.ok());
+  CHECK(c->cluster_address() == "0.0.0.0:7070");
+  CHECK(c->local_socket() == "/run/allreduced/allreduced.sock");
+  CHECK(c->heartbeat_ms() == 1000);
+  CHECK(c->host_timeout_ms() == 5000);
+  CHECK(!c->host_name().empty());
+}
+
+TEST_CASE("file overrides defaults and flags override the file") {
+  std::string path = WriteTemp("good.conf",
+                               "cluster_address: \"127.0.0.1:0\"\n"
+                               "host_name: \"from-file\"\n"
+                               "heartbeat_ms: 200\n"
+                               "host_timeout_ms: 1000\n");
+  auto c = Load({"--config=" + path, "--host_name", "from-flag", "--log_level=debug"});
+  REQUIRE(c.ok());
+  CHECK(c->cluster_address() == "127.0.0.1:0");
+  CHECK(c->host_name() == "from-flag");
+  CHECK(c->heartbeat_ms() == 200);
+  CHECK(c->log_level() == "debug");
+}
+
+TEST_CASE("every field is a flag") {
+  const auto* desc = DaemonConfig::descriptor();
+  for (int i = 0; i < desc->field_count(); ++i) {
+    std::string usage = Usage();
+    CHECK(usage.find("--" + desc->field(i)->name() + "=") != std::string::npos);
+  }
+}
+
+TEST_CASE("--help is reported, not an error") {
+  bool help = false;
+  auto c = LoadConfig({"--help"}, &help);
+  REQUIRE(c.ok());
+  CHECK(help);
+}
+
+TEST_CASE("bad input gives one clear error") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  std::string malformed = WriteTemp("bad.conf", "heartbeat_ms: 100\nnot_a_field: 3\n");
+  std::string wrong_type = WriteTemp("bad2.conf", "heartbeat_ms: \"fast\"\n");
+  std::vector<Case> cases = {
+      {{"--bogus=1"}, "unknown flag --bogus"},
+      {{"--bogus"}, "unknown flag --bogus"},
+      {{"stray"}, "unexpected argument 'stray'"},
+      {{"--config=/nonexistent/x.conf"}, "cannot read config file /nonexistent/x.conf"},
+      {{"--config=" + malformed}, "bad.conf:2:"},
+      {{"--config=" + wrong_type}, "bad2.conf:1:"},
+      {{"--heartbeat_ms=soon"}, "--heartbeat_ms: 'soon' is not an unsigned"},
+      {{"--heartbeat_ms=-5"}, "--heartbeat_ms: '-5' is not an unsigned"},
+      {{"--heartbeat_ms=0"}, "heartbeat_ms must be > 0"},
+      {{"--heartbeat_ms=1000", "--host_timeout_ms=1500"}, "must be at least twice"},
+      {{"--cluster_address=nohostport"}, "cluster_address: 'nohostport' is not HOST:PORT"},
+      {{"--cluster_address=127.0.0.1:70000"}, "no valid port"},
+      {{"--coordinator=10.0.0.1:0"}, "port 0 cannot be dialed"},
+      {{"--coordinator=::1:7070"}, "[ADDR]:PORT"},
+      {{"--local_socket="}, "local_socket: path must be"},
+      {{"--local_socket=/" + std::string(200, 'x')}, "local_socket: path must be"},
+      {{"--log_level=loud"}, "unknown log level 'loud'"},
+      {{"--host_name=bad name"}, "may contain only"},
+      {{"--host_name"}, "needs a value"},
+  };
+  for (const Case& c : cases) {
+    INFO("args: " << c.args[0]);
+    auto r = Load(c.args);
+    REQUIRE(!r.ok());
+    CHECK(std::string(r.status().message()).find(c.expect) != std::string::npos);
+    CHECK(std::string(r.status().message()).find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("SplitHostPort accepts IPv4, names and bracketed IPv6") {
+  std::string host;
+  int port = -1;
+  REQUIRE(SplitHostPort("[::1]:7070", &host, &port).ok());
+  CHECK(host == "[::1]");
+  CHECK(port == 7070);
+  REQUIRE(SplitHostPort("node-3.example:0", &host, &port).ok());
+  CHECK(host == "node-3.example");
+  CHECK(port == 0);
+}
+
+}  // namespace
+}  // namespace ard::config

@@ -1,0 +1,175 @@
+#include "daemon/daemon.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "daemon/cluster/cluster_agent.h"
+#include "daemon/cluster/coordinator.h"
+#include "daemon/common/logging.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/common/version.h"
+#include "daemon/config/config_loader.h"
+#include "daemon/gpu/device_query.h"
+#include "daemon/local/local_socket_server.h"
+#include "daemon/rpc/cluster_service.h"
+#include "daemon/rpc/grpc_peer_client.h"
+#include "daemon/rpc/grpc_server.h"
+
+namespace ard {
+namespace {
+
+std::string NewInstanceId() {
+  absl::BitGen gen;
+  return absl::StrFormat("%016x", absl::Uniform<uint64_t>(gen));
+}
+
+// The address peers dial: the configured one, else the listen host with the bound port, with a
+// wildcard listen host replaced by this machine's hostname.
+std::string AdvertiseAddress(const DaemonConfig& config, int port) {
+  if (!config.advertise_address().empty()) return config.advertise_address();
+  std::string host;
+  int unused;
+  config::SplitHostPort(config.cluster_address(), &host, &unused).IgnoreError();
+  if (host == "0.0.0.0" || host == "[::]" || host == "[0:0:0:0:0:0:0:0]") {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    host = name;
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
+
+Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
+
+Daemon::~Daemon() { Shutdown(); }
+
+absl::Status Daemon::Start() {
+  ARD_CHECK(!started_);
+  self_.set_name(config_.host_name());
+  self_.set_version(kVersion);
+  self_.set_instance_id(NewInstanceId());
+  self_.set_start_time_unix_ms(absl::ToUnixMillis(absl::Now()));
+  self_.set_pid(getpid());
+  gpu::DescribeDevices(&self_);
+
+  loop_ = std::make_unique<EventLoop>("ard-control");
+  loop_->Start();
+
+  const absl::Duration heartbeat = absl::Milliseconds(config_.heartbeat_ms());
+  cluster::ClusterHandler* cluster_handler;
+  cluster::AdminHandler* admin_handler;
+  if (is_coordinator()) {
+    coordinator_ = std::make_unique<cluster::Coordinator>(
+        *loop_, config_.host_name(),
+        cluster::CoordinatorOptions{heartbeat, absl::Milliseconds(config_.host_timeout_ms())});
+    cluster_handler = coordinator_.get();
+    admin_handler = coordinator_.get();
+  } else {
+    peer_ = std::make_unique<rpc::GrpcPeerClient>(config_.coordinator(),
+                                                  absl::Milliseconds(config_.rpc_timeout_ms()));
+    agent_ = std::make_unique<cluster::ClusterAgent>(
+        *loop_, *peer_, config_.host_name(),
+        cluster::AgentOptions{config_.coordinator(), heartbeat,
+                              absl::Milliseconds(config_.join_backoff_initial_ms()),
+                              absl::Milliseconds(config_.join_backoff_max_ms())});
+    cluster_handler = agent_.get();
+    admin_handler = agent_.get();
+  }
+  cluster_service_ = std::make_unique<rpc::ClusterService>(*cluster_handler);
+  admin_service_ = std::make_unique<rpc::AdminService>(*admin_handler);
+
+  absl::Status status = [&]() -> absl::Status {
+    local_ = std::make_unique<local::LocalSocketServer>(config_.local_socket(),
+                                                        config_.socket_group());
+    ARD_RETURN_IF_ERROR(local_->Start());
+    server_ = std::make_unique<rpc::GrpcServer>();
+    ARD_ASSIGN_OR_RETURN(port_, server_->Start(config_.cluster_address(),
+                                               {cluster_service_.get(), admin_service_.get()}));
+    self_.set_address(AdvertiseAddress(config_, port_));
+    return WritePortFile();
+  }();
+  started_ = true;
+  if (!status.ok()) {
+    Teardown();  // quietly: the caller prints the one error line
+    return status;
+  }
+  if (coordinator_ != nullptr) coordinator_->Start(self_);
+  if (agent_ != nullptr) agent_->Start(self_);
+
+  const absl::Duration watchdog = notifier_.WatchdogInterval();
+  if (watchdog > absl::ZeroDuration()) {
+    loop_->Post([this, watchdog] { WatchdogOnLoop(watchdog); });
+  }
+  Logger("daemon")->info(
+      "allreduced serving version={} host={} address={} role={} local_socket={} gpus={} nccl={} "
+      "pid={}",
+      kVersion, self_.name(), self_.address(), is_coordinator() ? "coordinator" : "follower",
+      config_.local_socket(), self_.gpus_size(),
+      self_.nccl_version().empty() ? "none" : self_.nccl_version(), self_.pid());
+  notifier_.Ready(absl::StrCat("serving on ", self_.address()));
+  return absl::OkStatus();
+}
+
+// Pings from the control loop, so a wedged loop stops the pings and systemd restarts us.
+void Daemon::WatchdogOnLoop(absl::Duration interval) {
+  notifier_.Watchdog();
+  loop_->PostAfter(interval, [this, interval] { WatchdogOnLoop(interval); });
+}
+
+absl::Status Daemon::WritePortFile() const {
+  if (config_.port_file().empty()) return absl::OkStatus();
+  // Write then rename, so a reader never sees a partial file.
+  const std::string temp = absl::StrCat(config_.port_file(), ".tmp.", getpid());
+  FILE* f = std::fopen(temp.c_str(), "w");
+  if (f == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write port_file ", config_.port_file()));
+  }
+  std::fprintf(f, "%d\n", port_);
+  const bool ok = std::fclose(f) == 0 && std::rename(temp.c_str(), config_.port_file().c_str()) == 0;
+  if (!ok) {
+    std::remove(temp.c_str());
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write port_file ", config_.port_file()));
+  }
+  return absl::OkStatus();
+}
+
+void Daemon::Shutdown() {
+  if (!started_) return;
+  started_ = false;
+  notifier_.Stopping();
+  Logger("daemon")->info("shutting down host={}", self_.name());
+  if (agent_ != nullptr) {
+    absl::Notification left;
+    agent_->LeaveAsync([&left] { left.Notify(); });
+    // The Leave call has its own deadline; this bound only guards against a wedged loop.
+    left.WaitForNotificationWithTimeout(absl::Milliseconds(config_.rpc_timeout_ms()) +
+                                        absl::Seconds(1));
+  }
+  Teardown();
+  Logger("daemon")->info("stopped host={}", self_.name());
+}
+
+void Daemon::Teardown() {
+  started_ = false;
+  if (local_ != nullptr) local_->Stop();
+  if (server_ != nullptr) server_->Shutdown(absl::Milliseconds(500));
+  peer_.reset();  // waits for calls in flight; their callbacks post to the still-running loop
+  if (loop_ != nullptr) loop_->Stop();  // drops pending tasks; nothing touches the roles after this
+  server_.reset();
+  local_.reset();
+  admin_service_.reset();
+  cluster_service_.reset();
+  agent_.reset();
+  coordinator_.reset();
+  loop_.reset();
+}
+
+}  // namespace ard

@@ -1,0 +1,74 @@
+// The composition root (Envoy's Server, Ray's raylet minus main's lambdas): owns every long-lived
+// component of one allreduced instance, builds them in dependency order and tears them down in
+// reverse. Several Daemons can run in one process (tests do).
+//
+// Lifecycle: 1. construct with a validated config; 2. Start() opens the local socket, binds the
+// gRPC port, takes the coordinator or follower role, writes the port file and tells systemd
+// READY=1; on error nothing is left running; 3. Shutdown() (or the destructor) tells systemd
+// STOPPING=1, leaves the cluster, closes sockets and joins every thread. Start/Shutdown are
+// called from one thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "daemon/common/event_loop.h"
+#include "daemon/systemd/notifier.h"
+#include "proto/common.pb.h"
+#include "proto/config.pb.h"
+
+namespace ard {
+
+namespace cluster {
+class ClusterAgent;
+class Coordinator;
+}  // namespace cluster
+namespace local {
+class LocalSocketServer;
+}  // namespace local
+namespace rpc {
+class AdminService;
+class ClusterService;
+class GrpcPeerClient;
+class GrpcServer;
+}  // namespace rpc
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonConfig config);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  absl::Status Start();
+  void Shutdown();
+
+  // Valid after a successful Start().
+  int port() const { return port_; }
+  const std::string& address() const { return self_.address(); }
+  bool is_coordinator() const { return config_.coordinator().empty(); }
+
+ private:
+  void Teardown();  // stops and destroys every component, in reverse order
+  absl::Status WritePortFile() const;
+  void WatchdogOnLoop(absl::Duration interval);
+
+  const DaemonConfig config_;
+  HostInfo self_;
+  int port_ = 0;
+  bool started_ = false;
+  systemd::Notifier notifier_;
+
+  // Declared in construction order; destroyed in reverse.
+  std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<cluster::Coordinator> coordinator_;    // coordinator role only
+  std::unique_ptr<cluster::ClusterAgent> agent_;         // follower role only
+  std::unique_ptr<rpc::GrpcPeerClient> peer_;            // to the coordinator; follower only
+  std::unique_ptr<rpc::ClusterService> cluster_service_;
+  std::unique_ptr<rpc::AdminService> admin_service_;
+  std::unique_ptr<local::LocalSocketServer> local_;
+  std::unique_ptr<rpc::GrpcServer> server_;
+};
+
+}  // namespace ard

@@ -1,0 +1,11 @@
+// The allreduced process: parse flags and config, set up logging and signals, run a Daemon until
+// SIGTERM/SIGINT. Kept out of main.cc so main stays a line.
+#pragma once
+
+namespace ard {
+
+// Exit codes: 0 after a graceful shutdown, 1 on a startup error (one line on stderr), 2 on bad
+// flags or config.
+int DaemonMain(int argc, char** argv);
+
+}  // namespace ard

@@ -1,0 +1,43 @@
+#include "daemon/gpu/device_query.h"
+
+#include "absl/strings/str_cat.h"
+
+#ifdef ARD_WITH_CUDA
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
+
+namespace ard::gpu {
+
+void DescribeDevices(HostInfo* info) {
+#ifdef ARD_WITH_CUDA
+  int runtime = 0;
+  if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) {
+    info->set_cuda_runtime_version(absl::StrCat(runtime / 1000, ".", (runtime % 1000) / 10));
+  }
+  int nccl = 0;
+  if (ncclGetVersion(&nccl) == ncclSuccess) {
+    // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
+    info->set_nccl_version(absl::StrCat(nccl / 10000, ".", (nccl / 100) % 100, ".", nccl % 100));
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: clear the sticky error, report none
+    return;
+  }
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+    GpuInfo* gpu = info->add_gpus();
+    gpu->set_index(i);
+    gpu->set_model(prop.name);
+    gpu->set_memory_bytes(prop.totalGlobalMem);
+    char bus[32] = {};
+    if (cudaDeviceGetPCIBusId(bus, sizeof(bus), i) == cudaSuccess) gpu->set_pci_bus_id(bus);
+  }
+#else
+  (void)info;
+#endif
+}
+
+}  // namespace ard::gpu

@@ -1,0 +1,103 @@
+#include "daemon/local/local_socket_server.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "catch2/catch.hpp"
+
+namespace ard::local {
+namespace {
+
+std::string TempDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  std::string base = std::string(dir ? dir : "/tmp") + "/lss.XXXXXX";
+  std::vector<char> buf(base.begin(), base.end());
+  buf.push_back('\0');
+  REQUIRE(mkdtemp(buf.data()) != nullptr);
+  return buf.data();
+}
+
+int Connect(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST_CASE("creates parent directories and a 0660 seqpacket socket, removes it at Stop") {
+  std::string path = TempDir() + "/run/ard/d.sock";
+  LocalSocketServer server(path, "");
+  REQUIRE(server.Start().ok());
+  struct stat st;
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  CHECK(S_ISSOCK(st.st_mode));
+  CHECK((st.st_mode & 0777) == 0660);
+  int fd = Connect(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  server.Stop();
+  CHECK(stat(path.c_str(), &st) != 0);
+}
+
+TEST_CASE("a stale socket file is replaced; a live one is not stolen") {
+  std::string path = TempDir() + "/d.sock";
+  {
+    // Leave a stale socket file behind: bound, then closed without unlink.
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    close(fd);
+  }
+  LocalSocketServer first(path, "");
+  REQUIRE(first.Start().ok());
+  LocalSocketServer second(path, "");
+  absl::Status s = second.Start();
+  REQUIRE(!s.ok());
+  CHECK(std::string(s.message()).find("in use by another running daemon") != std::string::npos);
+  // The first server still serves.
+  int fd = Connect(path);
+  CHECK(fd >= 0);
+  close(fd);
+}
+
+TEST_CASE("a path that is not a socket is never deleted") {
+  std::string path = TempDir() + "/precious";
+  std::ofstream(path) << "data";
+  LocalSocketServer server(path, "");
+  absl::Status s = server.Start();
+  REQUIRE(!s.ok());
+  CHECK(std::string(s.message()).find("is not a socket") != std::string::npos);
+  std::ifstream in(path);
+  std::string content;
+  in >> content;
+  CHECK(content == "data");
+}
+
+TEST_CASE("an uncreatable parent directory and an unknown group are clear errors") {
+  std::string file = TempDir() + "/file";
+  std::ofstream(file) << "x";
+  LocalSocketServer under_file(file + "/sub/d.sock", "");
+  absl::Status s = under_file.Start();
+  REQUIRE(!s.ok());
+  CHECK(std::string(s.message()).find("not a directory") != std::string::npos);
+  LocalSocketServer bad_group(TempDir() + "/d.sock", "no-such-group-ard");
+  s = bad_group.Start();
+  REQUIRE(!s.ok());
+  CHECK(std::string(s.message()).find("no-such-group-ard") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace ard::local

@@ -1,0 +1,3 @@
+#include "daemon/daemon_main.h"
+
+int main(int argc, char** argv) { return ard::DaemonMain(argc, argv); }

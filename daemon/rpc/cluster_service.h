@@ -1,0 +1,40 @@
+// gRPC bindings of the Cluster and Admin services (proto/cluster.proto, proto/admin.proto).
+// Handlers only translate and hand off to the role object (Coordinator or ClusterAgent); they
+// never block a gRPC thread.
+#pragma once
+
+#include "daemon/cluster/handlers.h"
+#include "proto/admin.grpc.pb.h"
+#include "proto/cluster.grpc.pb.h"
+
+namespace ard::rpc {
+
+class ClusterService final : public ard::Cluster::CallbackService {
+ public:
+  explicit ClusterService(cluster::ClusterHandler& handler) : handler_(handler) {}
+
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context, const JoinRequest* request,
+                                 JoinResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const HeartbeatRequest* request,
+                                      HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
+                                  const LeaveRequest* request, LeaveResponse* response) override;
+
+ private:
+  cluster::ClusterHandler& handler_;  // Not owned.
+};
+
+class AdminService final : public ard::Admin::CallbackService {
+ public:
+  explicit AdminService(cluster::AdminHandler& handler) : handler_(handler) {}
+
+  grpc::ServerUnaryReactor* GetClusterStatus(grpc::CallbackServerContext* context,
+                                             const GetClusterStatusRequest* request,
+                                             GetClusterStatusResponse* response) override;
+
+ private:
+  cluster::AdminHandler& handler_;  // Not owned.
+};
+
+}  // namespace ard::rpc

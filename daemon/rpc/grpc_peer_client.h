@@ -1,0 +1,40 @@
+// PeerClient over gRPC's callback client API: one channel to one daemon, a deadline on every
+// call. Callbacks run on gRPC's threads. The destructor waits for calls in flight (bounded by
+// their deadline), so callbacks never outlive what they capture.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/cluster/peer_client.h"
+#include "proto/admin.grpc.pb.h"
+#include "proto/cluster.grpc.pb.h"
+
+namespace ard::rpc {
+
+class GrpcPeerClient : public cluster::PeerClient {
+ public:
+  GrpcPeerClient(const std::string& address, absl::Duration timeout);
+  ~GrpcPeerClient() override;
+
+  void JoinAsync(const JoinRequest& request, Done<JoinResponse> done) override;
+  void HeartbeatAsync(const HeartbeatRequest& request, Done<HeartbeatResponse> done) override;
+  void LeaveAsync(const LeaveRequest& request, Done<LeaveResponse> done) override;
+  void GetClusterStatusAsync(const GetClusterStatusRequest& request,
+                             Done<GetClusterStatusResponse> done) override;
+
+ private:
+  template <typename Request, typename Response, typename Method>
+  void Call(Method method, const Request& request, Done<Response> done);
+
+  const absl::Duration timeout_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<ard::Cluster::Stub> cluster_;
+  std::unique_ptr<ard::Admin::Stub> admin_;
+  absl::Mutex mu_;
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace ard::rpc

@@ -1,0 +1,74 @@
+#include "daemon/rpc/grpc_server.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/config/config_loader.h"
+#include "grpcpp/server_builder.h"
+
+namespace ard::rpc {
+namespace {
+
+// gRPC reports only "failed to bind"; find out why with a plain bind() for a useful message.
+std::string WhyBindFails(const std::string& address) {
+  std::string host;
+  int port;
+  if (!config::SplitHostPort(address, &host, &port).ok()) return "bad address";
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0) return absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc));
+  std::string why = "unknown reason";
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      why = errno == EADDRINUSE ? "port already in use" : std::strerror(errno);
+      close(fd);
+      break;
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return why;
+}
+
+}  // namespace
+
+GrpcServer::~GrpcServer() { Shutdown(absl::ZeroDuration()); }
+
+absl::StatusOr<int> GrpcServer::Start(const std::string& listen_address,
+                                      const std::vector<grpc::Service*>& services) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port == 0) {
+    server_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen_address, ": ", WhyBindFails(listen_address)));
+  }
+  return port;
+}
+
+void GrpcServer::Shutdown(absl::Duration grace) {
+  if (server_ == nullptr) return;
+  server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+  server_->Wait();
+  server_.reset();
+}
+
+}  // namespace ard::rpc

@@ -1,0 +1,31 @@
+// Owns the daemon's gRPC server: binds the cluster address (port 0 picks one), registers the
+// services, and shuts down with a deadline. SO_REUSEPORT is off, so a port in use is an error,
+// not a silently shared port. Start/Shutdown from one thread (the Daemon's).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/server.h"
+
+namespace ard::rpc {
+
+class GrpcServer {
+ public:
+  GrpcServer() = default;
+  ~GrpcServer();
+
+  // Returns the bound port. `services` are not owned and must outlive Shutdown().
+  absl::StatusOr<int> Start(const std::string& listen_address,
+                            const std::vector<grpc::Service*>& services);
+  // Stops accepting, cancels calls still running after `grace`, waits for handlers to finish.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  std::unique_ptr<grpc::Server> server_;
+};
+
+}  // namespace ard::rpc
