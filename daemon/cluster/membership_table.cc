@@ -94,7 +94,13 @@ ClusterView MembershipTable::View(absl::Time now) const {
   view.set_membership_epoch(epoch_);
   for (const auto& [name, e] : hosts_) {
     Host* h = view.add_hosts();
-    *h->mutable_info() = e.info;
+    h->set_name(e.info.name());
+    h->set_address(e.info.address());
+    h->set_version(e.info.version());
+    *h->mutable_gpus() = e.info.gpus();
+    h->set_nccl_version(e.info.nccl_version());
+    h->set_cuda_runtime_version(e.info.cuda_runtime_version());
+    h->set_pid(e.info.pid());
     h->set_state(e.state);
     h->set_incarnation(e.incarnation);
     h->set_coordinator(name == self_name_);

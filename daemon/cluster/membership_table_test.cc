@@ -21,12 +21,12 @@ HeartbeatRequest Beat(const std::string& name, uint32_t inc, const std::string& 
   return r;
 }
 
-const Host& Find(const ClusterView& v, const std::string& name) {
+Host Find(const ClusterView& v, const std::string& name) {
   for (const Host& h : v.hosts()) {
-    if (h.info().name() == name) return h;
+    if (h.name() == name) return h;
   }
   FAIL("host " << name << " not in view");
-  return v.hosts(0);
+  return Host();
 }
 
 const absl::Time kT0 = absl::FromUnixSeconds(1'000'000);
@@ -118,9 +118,9 @@ TEST_CASE("view is sorted by name") {
   REQUIRE(t.Join(Info("a", "a1"), kT0).ok());
   ClusterView v = t.View(kT0);
   REQUIRE(v.hosts_size() == 3);
-  CHECK(v.hosts(0).info().name() == "a");
-  CHECK(v.hosts(1).info().name() == "m");
-  CHECK(v.hosts(2).info().name() == "z");
+  CHECK(v.hosts(0).name() == "a");
+  CHECK(v.hosts(1).name() == "m");
+  CHECK(v.hosts(2).name() == "z");
 }
 
 }  // namespace

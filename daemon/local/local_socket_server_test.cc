@@ -14,9 +14,9 @@
 namespace ard::local {
 namespace {
 
+// Under /tmp, not $TEST_TMPDIR: Bazel's test tmpdir is longer than a Unix socket path may be.
 std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  std::string base = std::string(dir ? dir : "/tmp") + "/lss.XXXXXX";
+  std::string base = "/tmp/ard-lss.XXXXXX";
   std::vector<char> buf(base.begin(), base.end());
   buf.push_back('\0');
   REQUIRE(mkdtemp(buf.data()) != nullptr);

@@ -8,14 +8,20 @@
 #include <cerrno>
 #include <cstring>
 
+#include <mutex>
+
 #include "absl/strings/str_cat.h"
+#include "daemon/common/logging.h"
 #include "daemon/config/config_loader.h"
+#include "grpc/support/log.h"
 #include "grpcpp/server_builder.h"
 
 namespace ard::rpc {
 namespace {
 
-// gRPC reports only "failed to bind"; find out why with a plain bind() for a useful message.
+// Binds the address with a plain socket (and SO_REUSEADDR, as gRPC does) and returns why that
+// fails, or "" when it works. Probing first gives a precise one-line error instead of gRPC's
+// multi-line log dump.
 std::string WhyBindFails(const std::string& address) {
   std::string host;
   int port;
@@ -27,13 +33,17 @@ std::string WhyBindFails(const std::string& address) {
   addrinfo* res = nullptr;
   int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
   if (rc != 0) return absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc));
-  std::string why = "unknown reason";
+  std::string why;
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
     int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
     if (fd < 0) continue;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      if (errno == EAFNOSUPPORT) {
+        close(fd);
+        continue;
+      }  // e.g. IPv6 disabled; gRPC skips it too
       why = errno == EADDRINUSE ? "port already in use" : std::strerror(errno);
       close(fd);
       break;
@@ -44,12 +54,28 @@ std::string WhyBindFails(const std::string& address) {
   return why;
 }
 
+// gRPC's own log lines (gpr_log) go through the "rpc" logger: errors at warn, the rest at debug.
+void RouteGrpcLogs() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    gpr_set_log_function([](gpr_log_func_args* args) {
+      const auto level =
+          args->severity == GPR_LOG_SEVERITY_ERROR ? spdlog::level::warn : spdlog::level::debug;
+      Logger("rpc")->log(level, "grpc {}:{} {}", args->file, args->line, args->message);
+    });
+  });
+}
+
 }  // namespace
 
 GrpcServer::~GrpcServer() { Shutdown(absl::ZeroDuration()); }
 
 absl::StatusOr<int> GrpcServer::Start(const std::string& listen_address,
                                       const std::vector<grpc::Service*>& services) {
+  if (std::string why = WhyBindFails(listen_address); !why.empty()) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen_address, ": ", why));
+  }
+  RouteGrpcLogs();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &port);
@@ -58,8 +84,9 @@ absl::StatusOr<int> GrpcServer::Start(const std::string& listen_address,
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
     server_.reset();
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", listen_address, ": ", WhyBindFails(listen_address)));
+    std::string why = WhyBindFails(listen_address);
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen_address, ": ",
+                                               why.empty() ? "gRPC could not bind" : why));
   }
   return port;
 }

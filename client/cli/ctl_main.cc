@@ -1,0 +1,116 @@
+#include "client/cli/ctl_main.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "client/cli/status_format.h"
+#include "grpcpp/create_channel.h"
+#include "proto/admin.grpc.pb.h"
+
+namespace ard::cli {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: allreducectl [--daemon HOST:PORT] [--timeout_ms N] <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  status [--json]   hosts of the cluster (state, incarnation, GPUs, versions) and jobs\n"
+    "\n"
+    "--daemon defaults to $ALLREDUCED_DAEMON, else 127.0.0.1:7070. Any daemon of the cluster\n"
+    "answers; a non-coordinator forwards to the coordinator.\n";
+
+struct Options {
+  std::string daemon;
+  int timeout_ms = 5000;
+  std::string command;
+  bool json = false;
+};
+
+int Usage(const std::string& error) {
+  if (!error.empty()) std::fprintf(stderr, "allreducectl: %s\n", error.c_str());
+  std::fputs(kUsage, stderr);
+  return 2;
+}
+
+// Returns -1 when parsing succeeded, else the exit code.
+int Parse(const std::vector<std::string>& args, Options* o) {
+  const char* env = std::getenv("ALLREDUCED_DAEMON");
+  o->daemon = env != nullptr && *env != '\0' ? env : "127.0.0.1:7070";
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](const std::string& flag, std::string* out) {
+      if (a.rfind(flag + "=", 0) == 0) {
+        *out = a.substr(flag.size() + 1);
+        return true;
+      }
+      if (a == flag && i + 1 < args.size()) {
+        *out = args[++i];
+        return true;
+      }
+      return false;
+    };
+    std::string v;
+    if (a == "-h" || a == "--help" || a == "help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (value("--daemon", &o->daemon)) {
+    } else if (value("--timeout_ms", &v)) {
+      if (!absl::SimpleAtoi(v, &o->timeout_ms) || o->timeout_ms <= 0) {
+        return Usage("--timeout_ms needs a positive integer");
+      }
+    } else if (a == "--json" && o->command == "status") {
+      o->json = true;
+    } else if (a.rfind("-", 0) == 0) {
+      return Usage("unknown option " + a);
+    } else if (o->command.empty()) {
+      o->command = a;
+    } else {
+      return Usage("unexpected argument " + a);
+    }
+  }
+  if (o->command.empty()) return Usage("no command given");
+  if (o->command != "status") return Usage("unknown command '" + o->command + "'");
+  return -1;
+}
+
+int RunStatus(const Options& o) {
+  auto channel = grpc::CreateChannel(o.daemon, grpc::InsecureChannelCredentials());
+  auto stub = ard::Admin::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o.timeout_ms));
+  GetClusterStatusResponse response;
+  grpc::Status status = stub->GetClusterStatus(&context, GetClusterStatusRequest(), &response);
+  if (!status.ok()) {
+    std::string why = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                              status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+                          ? "cannot reach daemon at " + o.daemon
+                          : "daemon at " + o.daemon + " failed the request";
+    std::fprintf(stderr, "allreducectl: %s: %s\n", why.c_str(), status.error_message().c_str());
+    return 1;
+  }
+  if (o.json) {
+    absl::StatusOr<std::string> json = FormatStatusJson(response);
+    if (!json.ok()) {
+      std::fprintf(stderr, "allreducectl: %s\n", std::string(json.status().message()).c_str());
+      return 1;
+    }
+    std::printf("%s\n", json->c_str());
+  } else {
+    std::fputs(FormatStatusTable(response).c_str(), stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int CtlMain(int argc, char** argv) {
+  Options options;
+  int rc = Parse(std::vector<std::string>(argv + 1, argv + argc), &options);
+  if (rc >= 0) return rc;
+  return RunStatus(options);
+}
+
+}  // namespace ard::cli

@@ -1,0 +1,11 @@
+// allreducectl: the operator's CLI. `allreducectl [--daemon HOST:PORT] [--timeout_ms N]
+// status [--json]`. Talks gRPC to any daemon's admin service (a follower forwards to the
+// coordinator). Exit codes: 0 ok, 1 daemon unreachable or the call failed (one line on stderr),
+// 2 usage error.
+#pragma once
+
+namespace ard::cli {
+
+int CtlMain(int argc, char** argv);
+
+}  // namespace ard::cli

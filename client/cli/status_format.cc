@@ -1,0 +1,110 @@
+#include "client/cli/status_format.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace ard::cli {
+namespace {
+
+using Row = std::vector<std::string>;
+
+// Left-aligned columns separated by two spaces.
+std::string RenderTable(const std::vector<Row>& rows) {
+  std::vector<size_t> width;
+  for (const Row& row : rows) {
+    width.resize(std::max(width.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  std::string out;
+  for (const Row& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      absl::StrAppend(&line, row[i]);
+      if (i + 1 < row.size()) line.append(width[i] - row[i].size() + 2, ' ');
+    }
+    absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
+std::string GpuSummary(const Host& host) {
+  if (host.gpus_size() == 0) return "0";
+  // "2x NVIDIA H100 80GB HBM3" when all alike, else the count and the first model.
+  bool same = std::all_of(host.gpus().begin(), host.gpus().end(),
+                          [&](const GpuInfo& g) { return g.model() == host.gpus(0).model(); });
+  return absl::StrCat(host.gpus_size(), "x ", host.gpus(0).model(), same ? "" : ", ...");
+}
+
+}  // namespace
+
+std::string FormatDuration(double seconds) {
+  if (seconds < 60) return absl::StrFormat("%.1fs", seconds);
+  int64_t s = static_cast<int64_t>(seconds);
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  if (s < 86400) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+  return absl::StrFormat("%dd%02dh", s / 86400, (s % 86400) / 3600);
+}
+
+std::string FormatStatusTable(const GetClusterStatusResponse& status) {
+  const ClusterView& view = status.view();
+  int up = 0;
+  for (const Host& h : view.hosts()) up += h.state() == UP;
+  std::string out = absl::StrFormat(
+      "Cluster: coordinator %s (%s), membership epoch %d, %d of %d hosts UP%s\n\n",
+      view.coordinator(), view.coordinator_address(), view.membership_epoch(), up,
+      view.hosts_size(),
+      status.forwarded() ? absl::StrCat(" (via ", status.answered_by(), ")") : "");
+  std::vector<Row> rows = {{"HOST", "ADDRESS", "STATE", "INC", "UPTIME", "LAST-HB", "GPUS",
+                            "NCCL", "VERSION", "NOTE"}};
+  for (const Host& h : view.hosts()) {
+    std::string note = h.coordinator() ? "coordinator" : "";
+    if (h.state() == DOWN) note = h.down_reason();
+    rows.push_back({h.name(), h.address(), HostState_Name(h.state()),
+                    absl::StrCat(h.incarnation()),
+                    h.state() == UP ? FormatDuration(h.uptime_s()) : "-",
+                    FormatDuration(h.last_heartbeat_age_s()) + " ago", GpuSummary(h),
+                    h.nccl_version().empty() ? "-" : h.nccl_version(), h.version(), note});
+  }
+  absl::StrAppend(&out, RenderTable(rows), "\nJobs:\n");
+  if (view.jobs_size() == 0) {
+    absl::StrAppend(&out, "  (none)\n");
+    return out;
+  }
+  std::vector<Row> jobs = {{"JOB", "STATE", "RANKS", "HOSTS"}};
+  for (const JobSummary& j : view.jobs()) {
+    jobs.push_back({j.name(), j.state(), absl::StrCat(j.size()), absl::StrJoin(j.hosts(), ",")});
+  }
+  absl::StrAppend(&out, RenderTable(jobs));
+  return out;
+}
+
+absl::StatusOr<std::string> FormatStatusJson(const GetClusterStatusResponse& status) {
+  namespace pb = google::protobuf;
+  pb::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  print.always_print_primitive_fields = true;  // empty `jobs` prints as []
+  std::string view_json;
+  if (auto s = pb::util::MessageToJsonString(status.view(), &view_json, print); !s.ok()) {
+    return absl::InternalError(std::string(s.message()));
+  }
+  // Flatten: the view's fields at the top level, plus who answered.
+  pb::Struct top;
+  if (auto s = pb::util::JsonStringToMessage(view_json, &top); !s.ok()) {
+    return absl::InternalError(std::string(s.message()));
+  }
+  (*top.mutable_fields())["answered_by"].set_string_value(status.answered_by());
+  (*top.mutable_fields())["forwarded"].set_bool_value(status.forwarded());
+  std::string out;
+  if (auto s = pb::util::MessageToJsonString(top, &out); !s.ok()) {
+    return absl::InternalError(std::string(s.message()));
+  }
+  return out;
+}
+
+}  // namespace ard::cli

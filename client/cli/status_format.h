@@ -1,0 +1,18 @@
+// Renders a cluster status for humans (a table) and for scripts (one JSON object whose top level
+// has `hosts` and `jobs` arrays). Pure functions; unit-tested.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/admin.pb.h"
+
+namespace ard::cli {
+
+std::string FormatStatusTable(const GetClusterStatusResponse& status);
+absl::StatusOr<std::string> FormatStatusJson(const GetClusterStatusResponse& status);
+
+// "3d4h", "2h5m", "4m10s", "12.3s": compact durations for table cells.
+std::string FormatDuration(double seconds);
+
+}  // namespace ard::cli

@@ -1,0 +1,146 @@
+"""Three daemons on loopback form a cluster; SIGKILL, restart and SIGTERM change it as promised
+(issue: cluster foundation). Every check goes through the real CLI."""
+import signal
+import time
+
+import pytest
+
+from harness import Cluster, ctl, host_states, status_json, wait_until
+
+HEARTBEAT_MS = 100
+HOST_TIMEOUT_MS = 1000
+# Margin for DOWN detection beyond host_timeout_ms: the coordinator sweeps every
+# min(heartbeat, timeout/4), and the CLI poll and process scheduling on 2 shared vCPUs add more.
+MARGIN_S = 1.5
+
+
+@pytest.fixture
+def cluster():
+    c = Cluster(heartbeat_ms=HEARTBEAT_MS, host_timeout_ms=HOST_TIMEOUT_MS)
+    yield c
+    c.close()
+
+
+def all_up(address, names):
+    hosts = host_states(address)
+    return hosts is not None and all(n in hosts and hosts[n]["state"] == "UP" for n in names)
+
+
+def state_of(address, name):
+    hosts = host_states(address)
+    return hosts and hosts.get(name)
+
+
+def test_three_hosts_up_seen_from_every_daemon(cluster):
+    a = cluster.add("host-a")
+    b = cluster.add("host-b")
+    c = cluster.add("host-c")
+    names = ["host-a", "host-b", "host-c"]
+    wait_until(lambda: all_up(a.address, names), 10, "all three hosts UP")
+    for d in (a, b, c):
+        status = status_json(d.address)
+        assert status is not None, cluster.logs()
+        hosts = {h["name"]: h for h in status["hosts"]}
+        assert sorted(hosts) == names
+        assert hosts["host-b"]["address"] == b.address
+        assert hosts["host-c"]["address"] == c.address
+        assert all(h["state"] == "UP" for h in hosts.values())
+        assert hosts["host-a"]["coordinator"] is True
+        assert status["coordinator"] == "host-a"
+        assert status["jobs"] == []
+        assert status["answered_by"] == d.name
+        assert status["forwarded"] == (d is not a)
+    table = ctl("--daemon", c.address, "status")
+    assert table.returncode == 0, table.stderr
+    for name in names:
+        assert name in table.stdout
+    assert "3 of 3 hosts UP" in table.stdout
+    assert "Jobs:" in table.stdout
+
+
+def test_sigkill_marks_down_within_timeout_and_restart_rejoins(cluster):
+    a = cluster.add("host-a")
+    b = cluster.add("host-b")
+    cluster.add("host-c")
+    wait_until(lambda: all_up(a.address, ["host-a", "host-b", "host-c"]), 10, "all UP")
+    assert state_of(a.address, "host-b")["incarnation"] == 1
+
+    killed_at = time.monotonic()
+    b.proc.kill()
+    b.proc.wait()
+    down = wait_until(lambda: (s := state_of(a.address, "host-b")) and s["state"] == "DOWN" and s,
+                      HOST_TIMEOUT_MS / 1000 + MARGIN_S + 5, "host-b DOWN")
+    elapsed = time.monotonic() - killed_at
+    assert elapsed <= HOST_TIMEOUT_MS / 1000 + MARGIN_S, f"DOWN after {elapsed:.2f}s"
+    assert "missed heartbeats" in down["down_reason"]
+    assert state_of(a.address, "host-c")["state"] == "UP"
+
+    # A follower's view (forwarded) says the same.
+    assert state_of(cluster.daemons["host-c"].address, "host-b")["state"] == "DOWN"
+
+    b.start()  # same host name, new process
+    up = wait_until(lambda: (s := state_of(a.address, "host-b")) and s["state"] == "UP" and s,
+                    10, "host-b UP again")
+    assert up["incarnation"] == 2
+    assert up["address"] == b.address
+
+
+def test_sigterm_exits_zero_and_peers_mark_it_down(cluster):
+    a = cluster.add("host-a")
+    cluster.add("host-b")
+    c = cluster.add("host-c")
+    wait_until(lambda: all_up(a.address, ["host-a", "host-b", "host-c"]), 10, "all UP")
+    c.signal(signal.SIGTERM)
+    assert c.wait_exit() == 0, c.read_log()
+    down = state_of(a.address, "host-c")
+    # Leave is sent before exit, so DOWN is immediate, with the reason.
+    assert down["state"] == "DOWN", down
+    assert down["down_reason"] == "left the cluster"
+    assert state_of(a.address, "host-b")["state"] == "UP"
+    assert "shutting down" in c.read_log()
+
+
+def test_coordinator_sigterm_exits_zero_and_followers_report_it(cluster):
+    a = cluster.add("host-a")
+    b = cluster.add("host-b")
+    wait_until(lambda: all_up(a.address, ["host-a", "host-b"]), 10, "all UP")
+    a.signal(signal.SIGTERM)
+    assert a.wait_exit() == 0, a.read_log()
+    r = ctl("--daemon", b.address, "--timeout_ms", "3000", "status")
+    assert r.returncode != 0
+    assert r.stderr.count("\n") == 1, r.stderr
+    assert "cannot reach the coordinator" in r.stderr
+    # The follower keeps running and rejoins when a coordinator comes back on the same port.
+    assert b.proc.poll() is None
+    wait_until(lambda: "coordinator unreachable" in b.read_log(), 5, "follower to notice")
+
+
+def test_follower_started_before_coordinator_retries_then_joins(cluster):
+    # Reserve a port for the coordinator by starting it once, then stopping it.
+    a = cluster.add("host-a")
+    port = a.port
+    a.signal(signal.SIGTERM)
+    assert a.wait_exit() == 0
+    b = cluster.add("host-b")  # its coordinator (host-a's old address) is down
+    wait_until(lambda: "join failed, retrying" in b.read_log(), 5, "a join retry log line")
+    a.flags = [f if not f.startswith("--cluster_address") else f"--cluster_address=127.0.0.1:{port}"
+               for f in a.flags]
+    a.start()
+    wait_until(lambda: all_up(a.address, ["host-a", "host-b"]), 10, "host-b joins late")
+    assert b.proc.poll() is None
+
+
+def test_ctl_reports_unreachable_daemon_in_one_line():
+    r = ctl("--daemon", "127.0.0.1:1", "--timeout_ms", "1000", "status")
+    assert r.returncode == 1
+    assert r.stderr.strip().startswith("allreducectl: cannot reach daemon at 127.0.0.1:1")
+    assert r.stderr.count("\n") == 1, r.stderr
+    r = ctl("--daemon", "127.0.0.1:1", "--timeout_ms", "1000", "status", "--json")
+    assert r.returncode == 1 and r.stdout == ""
+
+
+def test_ctl_usage_errors():
+    assert ctl().returncode == 2
+    assert ctl("frobnicate").returncode == 2
+    assert ctl("status", "--bogus").returncode == 2
+    assert ctl("--help").returncode == 0

@@ -1,0 +1,86 @@
+"""Bad input at startup: one clear line on stderr and a non-zero exit, never a crash or a hang."""
+import os
+import socket
+import subprocess
+import tempfile
+
+import pytest
+
+from harness import binary
+
+
+@pytest.fixture
+def tmp():
+    d = tempfile.mkdtemp(prefix="ard-st.", dir="/tmp")
+    yield d
+    subprocess.run(["rm", "-rf", d])
+
+
+def run_daemon(*flags, timeout_s=10):
+    return subprocess.run([binary("allreduced")] + list(flags), capture_output=True, text=True,
+                          timeout=timeout_s)
+
+
+def assert_one_line_error(r, expected_rc, needle):
+    assert r.returncode == expected_rc, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("allreduced: "), lines[0]
+    assert needle in lines[0], lines[0]
+
+
+def test_unknown_flag(tmp):
+    assert_one_line_error(run_daemon("--no_such_flag=1"), 2, "unknown flag --no_such_flag")
+
+
+def test_malformed_config(tmp):
+    path = os.path.join(tmp, "bad.conf")
+    with open(path, "w") as f:
+        f.write('host_name: "x"\nheartbeat_ms: {\n')
+    assert_one_line_error(run_daemon(f"--config={path}"), 2, "malformed config " + path + ":")
+
+
+def test_missing_config(tmp):
+    assert_one_line_error(run_daemon(f"--config={tmp}/absent.conf"), 2, "cannot read config")
+
+
+def test_port_in_use(tmp):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        r = run_daemon(f"--cluster_address=127.0.0.1:{port}", f"--local_socket={tmp}/d.sock",
+                       "--host_name=x")
+    finally:
+        holder.close()
+    assert_one_line_error(r, 1, f"cannot listen on 127.0.0.1:{port}: port already in use")
+    # Nothing left behind: the socket file it created was removed.
+    assert not os.path.exists(f"{tmp}/d.sock")
+
+
+def test_socket_path_cannot_be_created(tmp):
+    blocker = os.path.join(tmp, "file")
+    open(blocker, "w").close()
+    r = run_daemon("--cluster_address=127.0.0.1:0", f"--local_socket={blocker}/sub/d.sock")
+    assert_one_line_error(r, 1, "local socket")
+    assert "not a directory" in r.stderr
+
+
+def test_socket_path_is_a_regular_file_is_not_deleted(tmp):
+    precious = os.path.join(tmp, "precious")
+    with open(precious, "w") as f:
+        f.write("keep")
+    r = run_daemon("--cluster_address=127.0.0.1:0", f"--local_socket={precious}")
+    assert_one_line_error(r, 1, "is not a socket")
+    with open(precious) as f:
+        assert f.read() == "keep"
+
+
+def test_help_lists_every_flag():
+    r = run_daemon("--help")
+    assert r.returncode == 0
+    for flag in ("--cluster_address=", "--coordinator=", "--host_name=", "--local_socket=",
+                 "--port_file=", "--heartbeat_ms=", "--host_timeout_ms=", "--log_level=",
+                 "--config="):
+        assert flag in r.stdout
