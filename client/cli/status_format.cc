@@ -93,17 +93,19 @@ absl::StatusOr<std::string> FormatStatusJson(const GetClusterStatusResponse& sta
   if (auto s = pb::util::MessageToJsonString(status.view(), &view_json, print); !s.ok()) {
     return absl::InternalError(std::string(s.message()));
   }
-  // Flatten: the view's fields at the top level, plus who answered.
-  pb::Struct top;
-  if (auto s = pb::util::JsonStringToMessage(view_json, &top); !s.ok()) {
+  // The view's fields at the top level (in schema order), then who answered.
+  pb::Value answered_by;
+  answered_by.set_string_value(status.answered_by());
+  std::string answered_by_json;
+  if (auto s = pb::util::MessageToJsonString(answered_by, &answered_by_json); !s.ok()) {
     return absl::InternalError(std::string(s.message()));
   }
-  (*top.mutable_fields())["answered_by"].set_string_value(status.answered_by());
-  (*top.mutable_fields())["forwarded"].set_bool_value(status.forwarded());
-  std::string out;
-  if (auto s = pb::util::MessageToJsonString(top, &out); !s.ok()) {
-    return absl::InternalError(std::string(s.message()));
+  if (view_json.size() < 2 || view_json.front() != '{' || view_json.back() != '}') {
+    return absl::InternalError("unexpected JSON for the cluster view");
   }
+  view_json.pop_back();
+  std::string out = absl::StrCat(view_json, ",\"answered_by\":", answered_by_json,
+                                 ",\"forwarded\":", status.forwarded() ? "true" : "false", "}");
   return out;
 }
 

@@ -1,6 +1,8 @@
 #include "daemon/cluster/membership_table.h"
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/common/host_name.h"
 
 namespace ard::cluster {
 
@@ -15,7 +17,15 @@ MembershipTable::MembershipTable(const HostInfo& self, absl::Duration host_timeo
 }
 
 absl::StatusOr<uint32_t> MembershipTable::Join(const HostInfo& host, absl::Time now) {
-  if (host.name().empty()) return absl::InvalidArgumentError("Join without a host name");
+  if (!ValidHostName(host.name())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Join with invalid host name '", absl::CHexEscape(host.name().substr(0, 64)),
+        "' (1-64 of letters, digits, '-', '_', '.')"));
+  }
+  if (host.address().empty() || host.address().size() > 300 || host.instance_id().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Join from host '", host.name(), "' without an address or instance id"));
+  }
   auto it = hosts_.find(host.name());
   if (host.name() == self_name_ && host.instance_id() != it->second.info.instance_id()) {
     return absl::AlreadyExistsError(

@@ -93,6 +93,12 @@ TEST_CASE("unknown hosts are told to rejoin; the coordinator's name cannot be ta
   auto r = t.Join(Info("coord", "other"), kT0);
   CHECK(r.status().code() == absl::StatusCode::kAlreadyExists);
   CHECK(!t.Join(Info("", "x"), kT0).ok());
+  CHECK(t.Join(Info("bad\nname", "x"), kT0).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(!t.Join(Info(std::string(65, 'h'), "x"), kT0).ok());
+  HostInfo no_address = Info("c", "c1");
+  no_address.clear_address();
+  CHECK(!t.Join(no_address, kT0).ok());
 }
 
 TEST_CASE("Leave marks DOWN at once; a stale Leave is ignored") {

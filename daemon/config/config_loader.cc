@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/common/host_name.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
 #include "google/protobuf/descriptor.h"
@@ -219,11 +220,9 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
     }
     c->set_host_name(name);
   }
-  for (char ch : c->host_name()) {
-    if (!(isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "host_name '", c->host_name(), "' may contain only letters, digits, '-', '_' and '.'"));
-    }
+  if (!ValidHostName(c->host_name())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host_name '", c->host_name(), "' must be 1-64 of letters, digits, '-', '_' and '.'"));
   }
   return absl::OkStatus();
 }

@@ -85,7 +85,7 @@ TEST_CASE("bad input gives one clear error") {
       {{"--local_socket="}, "local_socket: path must be"},
       {{"--local_socket=/" + std::string(200, 'x')}, "local_socket: path must be"},
       {{"--log_level=loud"}, "unknown log level 'loud'"},
-      {{"--host_name=bad name"}, "may contain only"},
+      {{"--host_name=bad name"}, "must be 1-64 of letters"},
       {{"--host_name"}, "needs a value"},
   };
   for (const Case& c : cases) {

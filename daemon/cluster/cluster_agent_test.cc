@@ -1,0 +1,194 @@
+// The follower role against a scripted coordinator (FakePeerClient): join retries with backoff,
+// heartbeats, rejoin on REJOIN, stop on SUPERSEDED, Leave, and status forwarding.
+#include "daemon/cluster/cluster_agent.h"
+
+#include <deque>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "catch2/catch.hpp"
+
+namespace ard::cluster {
+namespace {
+
+// Answers each call from a script (a queue per method); an empty queue means UNAVAILABLE.
+class FakePeerClient : public PeerClient {
+ public:
+  void JoinAsync(const JoinRequest& request, Done<JoinResponse> done) override {
+    Answer(&joins_, &join_script_, request, std::move(done));
+  }
+  void HeartbeatAsync(const HeartbeatRequest& request, Done<HeartbeatResponse> done) override {
+    Answer(&heartbeats_, &heartbeat_script_, request, std::move(done));
+  }
+  void LeaveAsync(const LeaveRequest& request, Done<LeaveResponse> done) override {
+    Answer(&leaves_, &leave_script_, request, std::move(done));
+  }
+  void GetClusterStatusAsync(const GetClusterStatusRequest& request,
+                             Done<GetClusterStatusResponse> done) override {
+    std::vector<GetClusterStatusRequest> unused;
+    Answer(&unused, &status_script_, request, std::move(done));
+  }
+
+  template <typename T>
+  void Script(std::deque<absl::StatusOr<T>>* script, absl::StatusOr<T> r) {
+    absl::MutexLock lock(&mu_);
+    script->push_back(std::move(r));
+  }
+  int joins() { absl::MutexLock lock(&mu_); return joins_.size(); }
+  int heartbeats() { absl::MutexLock lock(&mu_); return heartbeats_.size(); }
+  std::vector<JoinRequest> join_requests() { absl::MutexLock lock(&mu_); return joins_; }
+  std::vector<LeaveRequest> leave_requests() { absl::MutexLock lock(&mu_); return leaves_; }
+  std::vector<HeartbeatRequest> heartbeat_requests() {
+    absl::MutexLock lock(&mu_);
+    return heartbeats_;
+  }
+
+  std::deque<absl::StatusOr<JoinResponse>> join_script_;
+  std::deque<absl::StatusOr<HeartbeatResponse>> heartbeat_script_;
+  std::deque<absl::StatusOr<LeaveResponse>> leave_script_;
+  std::deque<absl::StatusOr<GetClusterStatusResponse>> status_script_;
+
+ private:
+  template <typename Req, typename Resp>
+  void Answer(std::vector<Req>* log, std::deque<absl::StatusOr<Resp>>* script, const Req& request,
+              Done<Resp> done) {
+    absl::StatusOr<Resp> r = absl::UnavailableError("scripted: coordinator down");
+    {
+      absl::MutexLock lock(&mu_);
+      log->push_back(request);
+      if (!script->empty()) {
+        r = std::move(script->front());
+        script->pop_front();
+      }
+    }
+    done(std::move(r));
+  }
+
+  absl::Mutex mu_;
+  std::vector<JoinRequest> joins_;
+  std::vector<HeartbeatRequest> heartbeats_;
+  std::vector<LeaveRequest> leaves_;
+};
+
+JoinResponse Joined(uint32_t incarnation) {
+  JoinResponse r;
+  r.set_incarnation(incarnation);
+  r.set_coordinator("coord");
+  r.set_heartbeat_ms(5);
+  return r;
+}
+
+HeartbeatResponse Verdict(HeartbeatResponse::Verdict v) {
+  HeartbeatResponse r;
+  r.set_verdict(v);
+  return r;
+}
+
+HostInfo Self() {
+  HostInfo h;
+  h.set_name("b");
+  h.set_address("127.0.0.1:1234");
+  h.set_instance_id("b1");
+  return h;
+}
+
+template <typename Pred>
+bool Eventually(Pred pred) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    if (pred()) return true;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return false;
+}
+
+AgentOptions Options() {
+  return AgentOptions{"coord:7070", absl::Milliseconds(5), absl::Milliseconds(1),
+                      absl::Milliseconds(4)};
+}
+
+TEST_CASE("retries Join until the coordinator answers, then heartbeats with its incarnation") {
+  FakePeerClient peer;
+  // Two failures, then success.
+  peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(absl::UnavailableError("down")));
+  peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(absl::UnavailableError("down")));
+  peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(Joined(7)));
+  for (int i = 0; i < 1000; ++i) {
+    peer.Script(&peer.heartbeat_script_,
+                absl::StatusOr<HeartbeatResponse>(Verdict(HeartbeatResponse::OK)));
+  }
+  EventLoop loop("test");
+  ClusterAgent agent(loop, peer, "b", Options());
+  loop.Start();
+  agent.Start(Self());
+  REQUIRE(Eventually([&] { return peer.heartbeats() >= 3; }));
+  CHECK(peer.joins() == 3);
+  CHECK(peer.join_requests()[0].host().address() == "127.0.0.1:1234");
+  CHECK(peer.heartbeat_requests()[0].incarnation() == 7);
+  CHECK(peer.heartbeat_requests()[0].instance_id() == "b1");
+
+  peer.Script(&peer.leave_script_, absl::StatusOr<LeaveResponse>(LeaveResponse()));
+  absl::Notification left;
+  agent.LeaveAsync([&] { left.Notify(); });
+  REQUIRE(left.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  REQUIRE(peer.leave_requests().size() == 1);
+  CHECK(peer.leave_requests()[0].incarnation() == 7);
+  // No heartbeats after leaving.
+  const int beats = peer.heartbeats();
+  absl::SleepFor(absl::Milliseconds(30));
+  CHECK(peer.heartbeats() <= beats + 1);  // at most the one already in flight
+  loop.Stop();
+}
+
+TEST_CASE("REJOIN makes the agent join again; SUPERSEDED stops it") {
+  FakePeerClient peer;
+  peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(Joined(1)));
+  peer.Script(&peer.heartbeat_script_,
+              absl::StatusOr<HeartbeatResponse>(Verdict(HeartbeatResponse::REJOIN)));
+  peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(Joined(2)));
+  peer.Script(&peer.heartbeat_script_,
+              absl::StatusOr<HeartbeatResponse>(Verdict(HeartbeatResponse::SUPERSEDED)));
+  EventLoop loop("test");
+  ClusterAgent agent(loop, peer, "b", Options());
+  loop.Start();
+  agent.Start(Self());
+  REQUIRE(Eventually([&] { return peer.heartbeats() >= 2; }));
+  absl::SleepFor(absl::Milliseconds(50));
+  CHECK(peer.joins() == 2);
+  CHECK(peer.heartbeats() == 2);  // stopped after SUPERSEDED
+  CHECK(peer.heartbeat_requests()[1].incarnation() == 2);
+  // Leave after being superseded sends nothing (the name is someone else's now).
+  absl::Notification left;
+  agent.LeaveAsync([&] { left.Notify(); });
+  REQUIRE(left.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  CHECK(peer.leave_requests().empty());
+  loop.Stop();
+}
+
+TEST_CASE("status requests are forwarded and marked; an unreachable coordinator is named") {
+  FakePeerClient peer;
+  GetClusterStatusResponse canned;
+  canned.mutable_view()->set_coordinator("coord");
+  peer.Script(&peer.status_script_, absl::StatusOr<GetClusterStatusResponse>(canned));
+  EventLoop loop("test");
+  ClusterAgent agent(loop, peer, "b", Options());
+  loop.Start();
+  absl::StatusOr<GetClusterStatusResponse> got;
+  agent.HandleGetClusterStatus({}, [&](absl::StatusOr<GetClusterStatusResponse> r) { got = r; });
+  REQUIRE(got.ok());
+  CHECK(got->forwarded());
+  CHECK(got->answered_by() == "b");
+  CHECK(got->view().coordinator() == "coord");
+  agent.HandleGetClusterStatus({}, [&](absl::StatusOr<GetClusterStatusResponse> r) { got = r; });
+  REQUIRE(!got.ok());
+  CHECK(got.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(std::string(got.status().message()).find("coord:7070") != std::string::npos);
+  // Cluster RPCs sent to a follower name the real coordinator.
+  absl::Status join_status;
+  agent.HandleJoin({}, [&](absl::StatusOr<JoinResponse> r) { join_status = r.status(); });
+  CHECK(join_status.code() == absl::StatusCode::kFailedPrecondition);
+  loop.Stop();
+}
+
+}  // namespace
+}  // namespace ard::cluster

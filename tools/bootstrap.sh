@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what the build and tests need on a fresh Debian 12 machine, idempotently: only missing
+# apt packages are installed (apt-get update runs only then). Sourced or run by the README's two
+# commands; safe to run again.
+set -euo pipefail
+
+APT_PACKAGES=(
+  bazel-bootstrap
+  g++ pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev libfmt-dev catch2 libsystemd-dev
+  python3 python3-pytest
+  systemd
+  iproute2 procps
+)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+if ((${#missing[@]})); then
+  echo "bootstrap: installing ${missing[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
