@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -15,12 +16,19 @@ namespace ard::local {
 namespace {
 
 // Under /tmp, not $TEST_TMPDIR: Bazel's test tmpdir is longer than a Unix socket path may be.
+// Each directory is removed when the test binary exits.
 std::string TempDir() {
-  std::string base = "/tmp/ard-lss.XXXXXX";
-  std::vector<char> buf(base.begin(), base.end());
-  buf.push_back('\0');
-  REQUIRE(mkdtemp(buf.data()) != nullptr);
-  return buf.data();
+  struct Dirs {
+    std::vector<std::string> paths;
+    ~Dirs() {
+      for (const auto& p : paths) std::filesystem::remove_all(p);
+    }
+  };
+  static Dirs dirs;
+  char tmpl[] = "/tmp/ard-lss.XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  dirs.paths.push_back(tmpl);
+  return tmpl;
 }
 
 int Connect(const std::string& path) {
