@@ -1,14 +1,20 @@
-// A single-threaded task loop with timers: the daemon's control loop (DESIGN.md "Threads").
-// Whatever state a component keeps "on the loop" is touched only by tasks run here, so it needs
-// no locks. Post/PostAfter may be called from any thread.
+// The daemon's control loop (DESIGN.md "Threads"): one thread that runs posted tasks, timers and
+// file-descriptor callbacks (epoll). Whatever a component keeps "on the loop" is touched only from
+// this thread, so it needs no locks: membership, jobs, negotiation state and the local sockets'
+// sessions all live here, and a local frame is handled without a thread hop.
 //
+// Post/PostAfter may be called from any thread; WatchFd/UnwatchFd only on the loop thread (or
+// before Start()).
 // Lifecycle: 1. construct (no thread yet); 2. Start() spawns the named thread; 3. tasks and timers
-// run in order of their due time (FIFO among equals); 4. Stop() (or the destructor) drops every task
-// not yet run and joins the thread; later posts are dropped silently.
+// run in order of their due time (FIFO among equals), fd callbacks when epoll reports the fd;
+// 4. Stop() (or the destructor) drops every task not yet run, forgets every watched fd (closing
+// none) and joins the thread; later posts are dropped silently.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <queue>
 #include <string>
 #include <thread>
@@ -22,6 +28,7 @@ namespace ard {
 class EventLoop {
  public:
   using Task = std::function<void()>;
+  using FdCallback = std::function<void(uint32_t epoll_events)>;
 
   explicit EventLoop(std::string name);
   ~EventLoop();
@@ -35,6 +42,12 @@ class EventLoop {
   void Post(Task task);
   // Runs `task` on the loop thread once `delay` has passed.
   void PostAfter(absl::Duration delay, Task task);
+
+  // Calls `callback` on the loop thread whenever epoll reports `events` (EPOLLIN, EPOLLOUT, ...)
+  // on `fd` (level-triggered). Watching an fd again replaces its events and callback.
+  void WatchFd(int fd, uint32_t events, FdCallback callback);
+  // Stops watching `fd` (call before closing it). Safe from inside that fd's own callback.
+  void UnwatchFd(int fd);
 
   bool InLoopThread() const { return std::this_thread::get_id() == thread_id_; }
 
@@ -51,12 +64,20 @@ class EventLoop {
   };
 
   void Run();
+  void Wake();
+  // Moves due tasks out of the queue; returns how long until the next one (or -1: none).
+  int CollectDue(std::vector<Task>* due);
 
   const std::string name_;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;  // eventfd: Post() from other threads wakes epoll_wait
   std::thread thread_;
   std::thread::id thread_id_;
+  // Loop thread only: callbacks by fd; shared_ptr so a callback may unwatch itself while running.
+  std::map<int, std::shared_ptr<FdCallback>> watched_;
+
   absl::Mutex mu_;
-  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::priority_queue<Entry, std::vector<Entry>, Later> queue_ ABSL_GUARDED_BY(mu_);

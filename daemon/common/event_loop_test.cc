@@ -1,5 +1,8 @@
 #include "daemon/common/event_loop.h"
 
+#include <sys/epoll.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <vector>
 
@@ -51,6 +54,34 @@ TEST_CASE("EventLoop drops pending tasks at Stop and ignores later posts") {
   loop->Post([&] { ran++; });
   loop.reset();
   REQUIRE(ran == 0);
+}
+
+TEST_CASE("EventLoop calls fd callbacks on the loop thread and stops after UnwatchFd") {
+  EventLoop loop("test-loop");
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  std::atomic<int> calls{0};
+  absl::Notification first;
+  loop.Post([&] {
+    loop.WatchFd(fds[0], EPOLLIN, [&](uint32_t) {
+      char c;
+      REQUIRE(read(fds[0], &c, 1) == 1);
+      REQUIRE(loop.InLoopThread());
+      if (++calls == 1) first.Notify();
+      loop.UnwatchFd(fds[0]);  // from inside its own callback
+    });
+  });
+  loop.Start();
+  REQUIRE(write(fds[1], "ab", 2) == 2);
+  REQUIRE(first.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  // The second byte stays unread: the fd is no longer watched.
+  absl::Notification flushed;
+  loop.Post([&] { flushed.Notify(); });
+  REQUIRE(flushed.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  CHECK(calls == 1);
+  loop.Stop();
+  close(fds[0]);
+  close(fds[1]);
 }
 
 }  // namespace

@@ -1,0 +1,222 @@
+#include "daemon/local/frame_codec.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/common/host_name.h"
+
+namespace ard::local {
+namespace {
+
+using wire::Collective;
+using wire::MsgType;
+
+absl::Status Bad(const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("bad frame: ", what));
+}
+
+// A fixed char field must hold a NUL within its size.
+bool Terminated(const char* field, size_t size) { return memchr(field, '\0', size) != nullptr; }
+
+absl::Status CheckRankPair(int32_t rank, int32_t size, const char* rank_name,
+                           const char* size_name) {
+  if (size != -1 && size < 1) return Bad(absl::StrCat(size_name, " ", size, " (must be >= 1)"));
+  if (rank != -1 && rank < 0) return Bad(absl::StrCat(rank_name, " ", rank, " (must be >= 0)"));
+  if (rank >= 0 && size >= 1 && rank >= size) {
+    return Bad(absl::StrCat(rank_name, " ", rank, " is not below ", size_name, " ", size));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckHello(const wire::Hello& h) {
+  if (!Terminated(h.job, sizeof(h.job))) return Bad("job name not NUL-terminated");
+  if (!ValidHostName(h.job)) {
+    return Bad("job name must be 1-63 of letters, digits, '-', '_', '.'");
+  }
+  if (auto s = CheckRankPair(h.rank, h.size, "rank", "size"); !s.ok()) return s;
+  if (auto s = CheckRankPair(h.local_rank, h.local_size, "local_rank", "local_size"); !s.ok()) {
+    return s;
+  }
+  if (h.segment_bytes == 0) return Bad("first arena segment of 0 bytes");
+  return absl::OkStatus();
+}
+
+absl::Status CheckSubmit(const wire::Submit& s, const std::vector<int64_t>& splits) {
+  const auto collective = static_cast<Collective>(s.collective);
+  if (s.collective < 1 || s.collective > static_cast<uint32_t>(Collective::kJoin)) {
+    return Bad(absl::StrCat("unknown collective ", s.collective));
+  }
+  if (!Terminated(s.name, sizeof(s.name))) return Bad("tensor name not NUL-terminated");
+  if (s.name[0] == '\0') return Bad("empty tensor name");
+  const bool tensorless = collective == Collective::kBarrier || collective == Collective::kJoin;
+  if (tensorless) {
+    if (s.bytes != 0 || s.ndims != 0) return Bad("barrier/join carry no tensor");
+    return absl::OkStatus();
+  }
+  if (wire::DataTypeSize(s.dtype) == 0) return Bad(absl::StrCat("unknown dtype ", s.dtype));
+  const bool reduces = collective == Collective::kAllreduce || collective == Collective::kReducescatter;
+  if (reduces && (s.reduce_op < 1 || s.reduce_op > static_cast<uint32_t>(wire::ReduceOp::kProduct))) {
+    return Bad(absl::StrCat("unknown reduce op ", s.reduce_op));
+  }
+  if (!std::isfinite(s.prescale) || !std::isfinite(s.postscale)) {
+    return Bad("prescale/postscale must be finite");
+  }
+  if (s.ndims > static_cast<uint32_t>(wire::kMaxDims)) {
+    return Bad(absl::StrCat("ndims ", s.ndims, " > ", wire::kMaxDims));
+  }
+  const int64_t elements = NumElements(s.shape, s.ndims);
+  if (elements < 0) return Bad(absl::StrCat("shape ", ShapeString(s.shape, s.ndims)));
+  const uint64_t expect = static_cast<uint64_t>(elements) * wire::DataTypeSize(s.dtype);
+  if (elements > 0 && expect / elements != wire::DataTypeSize(s.dtype)) return Bad("size overflow");
+  if (expect > wire::kMaxTensorBytes) {
+    return Bad(absl::StrCat("tensor of ", expect, " bytes exceeds the limit of ",
+                            wire::kMaxTensorBytes));
+  }
+  if (s.bytes != expect) {
+    return Bad(absl::StrCat("bytes ", s.bytes, " != ", expect, " for shape ",
+                            ShapeString(s.shape, s.ndims)));
+  }
+  if (s.offset % wire::kSlotAlignment != 0) {
+    return Bad(absl::StrCat("offset ", s.offset, " not ", wire::kSlotAlignment, "-byte aligned"));
+  }
+  if (s.offset + s.bytes < s.offset) return Bad("offset + bytes overflows");
+  if ((collective == Collective::kAllgather || collective == Collective::kAlltoall ||
+       collective == Collective::kReducescatter) && s.ndims == 0) {
+    return Bad("allgather/alltoall/reducescatter need a tensor of rank >= 1");
+  }
+  if (s.group_id < -1 || (s.group_id >= 0 && s.group_size < 1)) return Bad("group id/size");
+  if (!splits.empty()) {
+    if (collective != Collective::kAlltoall) return Bad("splits are for alltoall only");
+    int64_t total = 0;
+    for (int64_t v : splits) {
+      if (v < 0) return Bad("negative split");
+      total += v;
+    }
+    if (total != s.shape[0]) {
+      return Bad(absl::StrCat("splits sum to ", total, " but the first dimension is ", s.shape[0]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Frame(MsgType type, uint64_t request_id, const void* payload, size_t payload_bytes,
+                  const void* tail = nullptr, size_t tail_bytes = 0) {
+  wire::FrameHeader h{};
+  h.magic = wire::kMagic;
+  h.version = wire::kVersion;
+  h.type = static_cast<uint16_t>(type);
+  h.payload_bytes = static_cast<uint32_t>(payload_bytes + tail_bytes);
+  h.request_id = request_id;
+  std::string out(sizeof(h) + payload_bytes + tail_bytes, '\0');
+  memcpy(out.data(), &h, sizeof(h));
+  if (payload_bytes > 0) memcpy(out.data() + sizeof(h), payload, payload_bytes);
+  if (tail_bytes > 0) memcpy(out.data() + sizeof(h) + payload_bytes, tail, tail_bytes);
+  return out;
+}
+
+}  // namespace
+
+int64_t NumElements(const int64_t* shape, uint32_t ndims) {
+  int64_t n = 1;
+  for (uint32_t i = 0; i < ndims; ++i) {
+    if (shape[i] < 0) return -1;
+    if (shape[i] != 0 && n > INT64_MAX / shape[i]) return -1;
+    n *= shape[i];
+  }
+  return n;
+}
+
+std::string ShapeString(const int64_t* shape, uint32_t ndims) {
+  return absl::StrCat("[", absl::StrJoin(shape, shape + ndims, ", "), "]");
+}
+
+absl::StatusOr<DecodedFrame> DecodeFrame(const uint8_t* data, size_t size, bool has_fd) {
+  wire::FrameHeader h;
+  if (size < sizeof(h)) return Bad(absl::StrCat("truncated header (", size, " bytes)"));
+  memcpy(&h, data, sizeof(h));
+  if (h.magic != wire::kMagic) return Bad("wrong magic (not an allreduced client?)");
+  if (h.version != wire::kVersion) {
+    return Bad(absl::StrCat("protocol version ", h.version, ", daemon speaks ", wire::kVersion));
+  }
+  if (h.reserved != 0) return Bad("reserved header field not 0");
+  if (h.payload_bytes != size - sizeof(h)) {
+    return Bad(absl::StrCat("payload_bytes ", h.payload_bytes, " but ", size - sizeof(h),
+                            " bytes follow the header"));
+  }
+  DecodedFrame f;
+  f.type = static_cast<MsgType>(h.type);
+  f.request_id = h.request_id;
+  const uint8_t* payload = data + sizeof(h);
+  const size_t n = h.payload_bytes;
+  const bool wants_fd = f.type == MsgType::kHello || f.type == MsgType::kAddSegment;
+  auto expect_size = [&](size_t want) -> absl::Status {
+    if (n != want) return Bad(absl::StrCat("payload of ", n, " bytes, expected ", want));
+    return absl::OkStatus();
+  };
+  switch (f.type) {
+    case MsgType::kHello:
+      if (auto s = expect_size(sizeof(wire::Hello)); !s.ok()) return s;
+      memcpy(&f.hello, payload, sizeof(f.hello));
+      if (auto s = CheckHello(f.hello); !s.ok()) return s;
+      break;
+    case MsgType::kAddSegment:
+      if (auto s = expect_size(sizeof(wire::Segment)); !s.ok()) return s;
+      memcpy(&f.segment, payload, sizeof(f.segment));
+      if (f.segment.bytes == 0 || f.segment.reserved != 0) return Bad("segment fields");
+      break;
+    case MsgType::kSubmit: {
+      if (n < sizeof(wire::Submit)) return Bad("truncated SUBMIT");
+      memcpy(&f.submit, payload, sizeof(f.submit));
+      if (f.submit.num_splits > wire::kMaxSplits) return Bad("too many splits");
+      if (n != sizeof(wire::Submit) + f.submit.num_splits * sizeof(int64_t)) {
+        return Bad("SUBMIT length does not match num_splits");
+      }
+      f.splits.resize(f.submit.num_splits);
+      if (!f.splits.empty()) {
+        memcpy(f.splits.data(), payload + sizeof(wire::Submit), f.splits.size() * sizeof(int64_t));
+      }
+      if (auto s = CheckSubmit(f.submit, f.splits); !s.ok()) return s;
+      break;
+    }
+    case MsgType::kRelease:
+    case MsgType::kBye:
+      if (auto s = expect_size(0); !s.ok()) return s;
+      break;
+    default:
+      return Bad(absl::StrCat("unexpected message type ", h.type, " from a client"));
+  }
+  if (wants_fd && !has_fd) return Bad("HELLO/ADD_SEGMENT without a file descriptor");
+  if (!wants_fd && has_fd) return Bad("unexpected file descriptor");
+  return f;
+}
+
+std::string EncodeWelcome(const wire::Welcome& welcome) {
+  return Frame(MsgType::kWelcome, 0, &welcome, sizeof(welcome));
+}
+
+std::string EncodeSegment(MsgType type, const wire::Segment& segment) {
+  return Frame(type, 0, &segment, sizeof(segment));
+}
+
+std::string EncodeComplete(uint64_t request_id, const wire::Complete& complete,
+                           const std::vector<int64_t>& splits, const std::string& message) {
+  wire::Complete c = complete;
+  const std::string text = message.substr(0, wire::kMaxMessageBytes);
+  c.message_bytes = static_cast<uint32_t>(text.size());
+  c.num_splits = static_cast<uint32_t>(splits.size());
+  std::string tail(splits.size() * sizeof(int64_t) + text.size(), '\0');
+  if (!splits.empty()) memcpy(tail.data(), splits.data(), splits.size() * sizeof(int64_t));
+  memcpy(tail.data() + splits.size() * sizeof(int64_t), text.data(), text.size());
+  return Frame(MsgType::kComplete, request_id, &c, sizeof(c), tail.data(), tail.size());
+}
+
+std::string EncodeError(MsgType type, uint64_t request_id, int32_t code,
+                        const std::string& message) {
+  const std::string text = message.substr(0, wire::kMaxMessageBytes);
+  wire::Error e{code, static_cast<uint32_t>(text.size())};
+  return Frame(type, request_id, &e, sizeof(e), text.data(), text.size());
+}
+
+}  // namespace ard::local

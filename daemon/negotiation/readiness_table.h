@@ -1,0 +1,63 @@
+// The local stage of negotiation (DESIGN.md "Negotiation"): matches tensors by name across the
+// ranks of one job. A tensor is ready once every rank submitted it (in any order) or has joined;
+// then it is validated across ranks and emitted as a Response (an error Response on mismatch).
+// Grouped tensors are held until the whole group is ready and emitted as one Response. Join: a
+// joined rank counts as present (contributing the identity) for allreduce; once every rank has
+// joined, one JOIN Response completes all join requests.
+// Pure logic over value types (time passed in); owned by the job on the control loop.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "daemon/negotiation/tensor_request.h"
+
+namespace ard::negotiation {
+
+class ReadinessTable {
+ public:
+  explicit ReadinessTable(int size);
+
+  // Records a request; appends what became ready to `*ready`. An error (a name already in flight
+  // from this rank, a rank out of range) concerns only this request, which is not recorded.
+  absl::Status Submit(TensorRequest request, absl::Time now, std::vector<Response>* ready);
+
+  // Removes and returns every request still waiting (to fail them when the job fails).
+  std::vector<TensorRequest> TakeAll();
+
+  struct Waiting {
+    std::string name;
+    absl::Duration waited;
+    std::vector<int> submitted;  // ranks that submitted it
+    std::vector<int> missing;    // ranks that did not (joined ranks count as submitted)
+  };
+  // Tensors some but not all ranks submitted at least `min_wait` ago, oldest first.
+  std::vector<Waiting> WaitingLongerThan(absl::Time now, absl::Duration min_wait) const;
+
+  int pending_tensors() const { return static_cast<int>(pending_.size()); }
+  int size() const { return size_; }
+
+ private:
+  struct Pending {
+    std::vector<std::optional<TensorRequest>> ranks;
+    int count = 0;
+    absl::Time first_seen;
+  };
+
+  bool Complete(const Pending& p) const;
+  void Emit(const std::string& name, Pending pending, std::vector<Response>* ready);
+  void EmitJoin(int last_rank, std::vector<Response>* ready);
+
+  const int size_;
+  std::map<std::string, Pending> pending_;  // by tensor name; ordered for stable reports
+  std::vector<bool> joined_;
+  std::vector<std::optional<TensorRequest>> join_requests_;
+  int joined_count_ = 0;
+  // Grouped tensors that are ready, waiting for the rest of their group (by group id).
+  std::map<int, std::vector<ReadyTensor>> groups_;
+};
+
+}  // namespace ard::negotiation

@@ -1,0 +1,48 @@
+// Value types of negotiation: what one rank asked for (TensorRequest), a tensor every rank is
+// ready for (ReadyTensor), and what the executor runs (Response). Plain data; any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/local_wire.h"
+#include "daemon/shm/input_arena.h"
+
+namespace ard::negotiation {
+
+struct TensorRequest {
+  int rank = -1;
+  uint64_t request_id = 0;
+  wire::Submit meta{};          // layout validated by the frame codec
+  std::vector<int64_t> splits;  // alltoall
+  shm::TensorBytes input;       // where the rank's input lies (bounds-checked)
+
+  std::string name() const { return meta.name; }
+  wire::Collective collective() const { return static_cast<wire::Collective>(meta.collective); }
+};
+
+struct ReadyTensor {
+  std::string name;
+  // One entry per rank of the job; nullopt for a rank that has joined (contributes the identity).
+  std::vector<std::optional<TensorRequest>> ranks;
+
+  // The first rank's request (every present rank's metadata agrees once validated).
+  const TensorRequest& first() const;
+};
+
+struct Response {
+  wire::Collective collective = wire::Collective::kAllreduce;
+  std::vector<ReadyTensor> tensors;  // more than one for a grouped allreduce
+  absl::Status error;                // not OK: fail every request of `tensors` with it
+  int join_last_rank = -1;           // kJoin: the rank that joined last
+};
+
+// Upper-case names used in Horovod-style messages ("ALLREDUCE") and dtype names ("float32").
+const char* CollectiveName(wire::Collective collective);
+const char* DataTypeName(uint32_t dtype);
+const char* ReduceOpName(uint32_t op);
+
+}  // namespace ard::negotiation
