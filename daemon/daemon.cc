@@ -15,6 +15,7 @@
 #include "daemon/common/version.h"
 #include "daemon/config/config_loader.h"
 #include "daemon/gpu/device_query.h"
+#include "daemon/jobs/job_registry.h"
 #include "daemon/local/local_socket_server.h"
 #include "daemon/rpc/cluster_service.h"
 #include "daemon/rpc/grpc_peer_client.h"
@@ -59,7 +60,13 @@ absl::Status Daemon::Start() {
   gpu::DescribeDevices(&self_);
 
   loop_ = std::make_unique<EventLoop>("ard-control");
-  loop_->Start();
+  jobs_ = std::make_unique<jobs::JobRegistry>(
+      *loop_, jobs::JobOptions{config_.host_name(),
+                               absl::Milliseconds(config_.job_form_timeout_ms()),
+                               absl::Milliseconds(config_.stall_warning_ms()),
+                               absl::Milliseconds(config_.stall_shutdown_ms()),
+                               config_.result_segment_bytes(), config_.max_result_arena_bytes()});
+  const cluster::LocalJobsSource local_jobs = [this] { return jobs_->Summaries(); };
 
   const absl::Duration heartbeat = absl::Milliseconds(config_.heartbeat_ms());
   cluster::ClusterHandler* cluster_handler;
@@ -67,7 +74,8 @@ absl::Status Daemon::Start() {
   if (is_coordinator()) {
     coordinator_ = std::make_unique<cluster::Coordinator>(
         *loop_, config_.host_name(),
-        cluster::CoordinatorOptions{heartbeat, absl::Milliseconds(config_.host_timeout_ms())});
+        cluster::CoordinatorOptions{heartbeat, absl::Milliseconds(config_.host_timeout_ms()),
+                                    local_jobs});
     cluster_handler = coordinator_.get();
     admin_handler = coordinator_.get();
   } else {
@@ -77,7 +85,7 @@ absl::Status Daemon::Start() {
         *loop_, *peer_, config_.host_name(),
         cluster::AgentOptions{config_.coordinator(), heartbeat,
                               absl::Milliseconds(config_.join_backoff_initial_ms()),
-                              absl::Milliseconds(config_.join_backoff_max_ms())});
+                              absl::Milliseconds(config_.join_backoff_max_ms()), local_jobs});
     cluster_handler = agent_.get();
     admin_handler = agent_.get();
   }
@@ -85,9 +93,13 @@ absl::Status Daemon::Start() {
   admin_service_ = std::make_unique<rpc::AdminService>(*admin_handler);
 
   absl::Status status = [&]() -> absl::Status {
-    local_ = std::make_unique<local::LocalSocketServer>(config_.local_socket(),
-                                                        config_.socket_group());
-    ARD_RETURN_IF_ERROR(local_->Start());
+    local_ = std::make_unique<local::LocalSocketServer>(
+        *loop_,
+        local::LocalSocketOptions{config_.local_socket(), config_.socket_group(),
+                                  config_.max_input_arena_bytes()},
+        *jobs_);
+    ARD_RETURN_IF_ERROR(local_->Start());  // before the loop runs: it registers fds
+    loop_->Start();
     server_ = std::make_unique<rpc::GrpcServer>();
     ARD_ASSIGN_OR_RETURN(port_, server_->Start(config_.cluster_address(),
                                                {cluster_service_.get(), admin_service_.get()}));
@@ -99,6 +111,7 @@ absl::Status Daemon::Start() {
     Teardown();  // quietly: the caller prints the one error line
     return status;
   }
+  jobs_->Start();
   if (coordinator_ != nullptr) coordinator_->Start(self_);
   if (agent_ != nullptr) agent_->Start(self_);
 
@@ -159,16 +172,19 @@ void Daemon::Shutdown() {
 
 void Daemon::Teardown() {
   started_ = false;
-  if (local_ != nullptr) local_->Stop();
   if (server_ != nullptr) server_->Shutdown(absl::Milliseconds(500));
   peer_.reset();  // waits for calls in flight; their callbacks post to the still-running loop
   if (loop_ != nullptr) loop_->Stop();  // drops pending tasks; nothing touches the roles after this
+  // The loop has stopped: what it owned is now touched only from this thread.
+  if (local_ != nullptr) local_->Stop();  // closes every client (their jobs fail)
+  if (jobs_ != nullptr) jobs_->Shutdown();  // joins the executors
   server_.reset();
   local_.reset();
   admin_service_.reset();
   cluster_service_.reset();
   agent_.reset();
   coordinator_.reset();
+  jobs_.reset();
   loop_.reset();
 }
 

@@ -24,6 +24,9 @@ namespace cluster {
 class ClusterAgent;
 class Coordinator;
 }  // namespace cluster
+namespace jobs {
+class JobRegistry;
+}  // namespace jobs
 namespace local {
 class LocalSocketServer;
 }  // namespace local
@@ -62,6 +65,7 @@ class Daemon {
 
   // Declared in construction order; destroyed in reverse.
   std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<jobs::JobRegistry> jobs_;
   std::unique_ptr<cluster::Coordinator> coordinator_;    // coordinator role only
   std::unique_ptr<cluster::ClusterAgent> agent_;         // follower role only
   std::unique_ptr<rpc::GrpcPeerClient> peer_;            // to the coordinator; follower only

@@ -43,6 +43,17 @@ std::string GpuSummary(const Host& host) {
 
 }  // namespace
 
+std::string FormatBytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrCat(bytes, " B") : absl::StrFormat("%.1f %s", v, units[u]);
+}
+
 std::string FormatDuration(double seconds) {
   if (seconds < 60) return absl::StrFormat("%.1fs", seconds);
   int64_t s = static_cast<int64_t>(seconds);
@@ -76,11 +87,37 @@ std::string FormatStatusTable(const GetClusterStatusResponse& status) {
     absl::StrAppend(&out, "  (none)\n");
     return out;
   }
-  std::vector<Row> jobs = {{"JOB", "STATE", "RANKS", "HOSTS"}};
+  std::vector<Row> jobs = {{"JOB", "STATE", "RANKS", "RANKS PER HOST", "COLLECTIVES", "REDUCED",
+                            "PENDING", "AGE", "NOTE"}};
+  std::string details;
   for (const JobSummary& j : view.jobs()) {
-    jobs.push_back({j.name(), j.state(), absl::StrCat(j.size()), absl::StrJoin(j.hosts(), ",")});
+    std::vector<std::string> placement;
+    for (const auto& hr : j.ranks()) {
+      placement.push_back(absl::StrCat(hr.host(), ":[", absl::StrJoin(hr.ranks(), ","), "]"));
+    }
+    std::string note = j.failure();
+    if (j.state() == "forming") {
+      note = absl::StrCat(j.registered_ranks(), " of ", j.size(), " ranks registered");
+    } else if (note.empty() && j.stalled_size() > 0) {
+      note = absl::StrCat(j.stalled_size(), " stalled tensor(s)");
+    }
+    jobs.push_back({j.name(), j.state(), absl::StrCat(j.size()), absl::StrJoin(placement, " "),
+                    absl::StrCat(j.collectives_completed()), FormatBytes(j.bytes_reduced()),
+                    absl::StrCat(j.pending_tensors()), FormatDuration(j.age_s()), note});
+    for (const auto& t : j.stalled()) {
+      std::vector<std::string> missing;
+      for (int i = 0; i < t.missing_ranks_size(); ++i) {
+        missing.push_back(absl::StrFormat(
+            "%d (last active %s ago)", t.missing_ranks(i),
+            FormatDuration(i < t.missing_last_activity_s_size() ? t.missing_last_activity_s(i)
+                                                                : 0)));
+      }
+      absl::StrAppend(&details, "  stalled: job ", j.name(), " tensor ", t.name(), " waiting ",
+                      FormatDuration(t.waiting_s()), "; missing ranks ",
+                      absl::StrJoin(missing, ", "), "\n");
+    }
   }
-  absl::StrAppend(&out, RenderTable(jobs));
+  absl::StrAppend(&out, RenderTable(jobs), details);
   return out;
 }
 

@@ -15,4 +15,7 @@ absl::StatusOr<std::string> FormatStatusJson(const GetClusterStatusResponse& sta
 // "3d4h", "2h5m", "4m10s", "12.3s": compact durations for table cells.
 std::string FormatDuration(double seconds);
 
+// "512 B", "1.5 MiB", "3.0 GiB".
+std::string FormatBytes(uint64_t bytes);
+
 }  // namespace ard::cli

@@ -61,6 +61,31 @@ TEST_CASE("json has top-level hosts with name, address, state, and an empty jobs
   CHECK(fields.at("answered_by").string_value() == "b");
 }
 
+TEST_CASE("jobs show placement, progress and stalls") {
+  GetClusterStatusResponse r = Sample();
+  JobSummary* j = r.mutable_view()->add_jobs();
+  j->set_name("train");
+  j->set_size(2);
+  j->set_state("running");
+  j->set_collectives_completed(12);
+  j->set_bytes_reduced(3 << 20);
+  auto* hr = j->add_ranks();
+  hr->set_host("a");
+  hr->add_ranks(0);
+  hr->add_ranks(1);
+  auto* st = j->add_stalled();
+  st->set_name("grad/w");
+  st->set_waiting_s(65);
+  st->add_missing_ranks(1);
+  st->add_missing_last_activity_s(64);
+  std::string t = FormatStatusTable(r);
+  CHECK(t.find("a:[0,1]") != std::string::npos);
+  CHECK(t.find("3.0 MiB") != std::string::npos);
+  CHECK(t.find("1 stalled tensor(s)") != std::string::npos);
+  CHECK(t.find("stalled: job train tensor grad/w waiting 1m05s; missing ranks 1 (last active "
+               "1m04s ago)") != std::string::npos);
+}
+
 TEST_CASE("durations are compact") {
   CHECK(FormatDuration(1.25) == "1.2s");
   CHECK(FormatDuration(250) == "4m10s");

@@ -67,6 +67,9 @@ void ClusterAgent::HeartbeatOnLoop(uint64_t generation) {
   request.set_host_name(self_.name());
   request.set_incarnation(incarnation_);
   request.set_instance_id(self_.instance_id());
+  if (options_.local_jobs) {
+    for (auto& job : options_.local_jobs()) *request.add_jobs() = std::move(job);
+  }
   // The next beat is scheduled when this one completes, so at most one is in flight; a call that
   // hangs until its deadline delays the next beat by at most the RPC timeout.
   coordinator_.HeartbeatAsync(request, [this, generation](absl::StatusOr<HeartbeatResponse> r) {

@@ -23,6 +23,7 @@ struct AgentOptions {
   absl::Duration heartbeat = absl::Seconds(1);
   absl::Duration backoff_initial = absl::Milliseconds(100);
   absl::Duration backoff_max = absl::Seconds(5);
+  LocalJobsSource local_jobs;  // reported with every heartbeat; may be empty
 };
 
 class ClusterAgent : public ClusterHandler, public AdminHandler {

@@ -89,7 +89,8 @@ void Coordinator::HandleGetClusterStatus(const GetClusterStatusRequest& request,
   loop_.Post([this, done = std::move(done)] {
     if (!Ready()) return done(kStarting);
     GetClusterStatusResponse response;
-    *response.mutable_view() = table_->View(absl::Now());
+    *response.mutable_view() = table_->View(
+        absl::Now(), options_.local_jobs ? options_.local_jobs() : std::vector<JobSummary>{});
     response.set_answered_by(self_name_);
     response.set_forwarded(false);
     done(std::move(response));

@@ -22,6 +22,7 @@ namespace ard::cluster {
 struct CoordinatorOptions {
   absl::Duration heartbeat = absl::Seconds(1);
   absl::Duration host_timeout = absl::Seconds(5);
+  LocalJobsSource local_jobs;  // may be empty
 };
 
 class Coordinator : public ClusterHandler, public AdminHandler {

@@ -3,15 +3,20 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/admin.pb.h"
 #include "proto/cluster.pb.h"
+#include "proto/common.pb.h"
 
 namespace ard::cluster {
 
 template <typename T>
 using Done = std::function<void(absl::StatusOr<T>)>;
+
+// This daemon's local jobs, for the cluster view. Called on the control loop.
+using LocalJobsSource = std::function<std::vector<JobSummary>()>;
 
 class ClusterHandler {
  public:

@@ -1,5 +1,7 @@
 #include "daemon/cluster/membership_table.h"
 
+#include <algorithm>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/host_name.h"
@@ -68,6 +70,7 @@ HeartbeatResponse::Verdict MembershipTable::Heartbeat(const HeartbeatRequest& re
     return HeartbeatResponse::REJOIN;
   }
   e.last_heartbeat = now;
+  e.jobs.assign(request.jobs().begin(), request.jobs().end());
   return HeartbeatResponse::OK;
 }
 
@@ -81,6 +84,7 @@ void MembershipTable::Leave(const LeaveRequest& request, absl::Time now) {
   }
   e.state = DOWN;
   e.down_reason = "left the cluster";
+  e.jobs.clear();
   ++epoch_;
 }
 
@@ -90,6 +94,7 @@ std::vector<std::string> MembershipTable::Sweep(absl::Time now) {
     if (name == self_name_ || e.state != UP) continue;
     if (now - e.last_heartbeat > host_timeout_) {
       e.state = DOWN;
+      e.jobs.clear();
       e.down_reason = absl::StrCat("missed heartbeats for ",
                                    absl::ToInt64Milliseconds(now - e.last_heartbeat), " ms");
       down.push_back(name);
@@ -99,8 +104,16 @@ std::vector<std::string> MembershipTable::Sweep(absl::Time now) {
   return down;
 }
 
-ClusterView MembershipTable::View(absl::Time now) const {
+ClusterView MembershipTable::View(absl::Time now, const std::vector<JobSummary>& own_jobs) const {
   ClusterView view;
+  std::vector<JobSummary> jobs = own_jobs;
+  for (const auto& [name, e] : hosts_) {
+    if (name != self_name_ && e.state == UP) jobs.insert(jobs.end(), e.jobs.begin(), e.jobs.end());
+  }
+  std::sort(jobs.begin(), jobs.end(), [](const JobSummary& a, const JobSummary& b) {
+    return std::make_pair(a.name(), a.hosts(0)) < std::make_pair(b.name(), b.hosts(0));
+  });
+  for (auto& j : jobs) *view.add_jobs() = std::move(j);
   view.set_membership_epoch(epoch_);
   for (const auto& [name, e] : hosts_) {
     Host* h = view.add_hosts();

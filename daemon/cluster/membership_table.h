@@ -39,8 +39,10 @@ class MembershipTable {
   // Marks UP hosts silent for longer than host_timeout DOWN; returns their names.
   std::vector<std::string> Sweep(absl::Time now);
 
-  // A snapshot for status: hosts sorted by name, ages computed at `now`.
-  ClusterView View(absl::Time now) const;
+  // A snapshot for status: hosts sorted by name, ages computed at `now`; jobs are the
+  // coordinator's own (`own_jobs`) and those UP hosts reported with their last heartbeat,
+  // sorted by job name, then host.
+  ClusterView View(absl::Time now, const std::vector<JobSummary>& own_jobs = {}) const;
 
   uint64_t epoch() const { return epoch_; }
 
@@ -52,6 +54,7 @@ class MembershipTable {
     absl::Time joined;
     absl::Time last_heartbeat;
     std::string down_reason;
+    std::vector<JobSummary> jobs;  // from the last heartbeat
   };
 
   const std::string self_name_;

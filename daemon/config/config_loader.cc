@@ -106,6 +106,12 @@ DaemonConfig Defaults() {
   c.set_rpc_timeout_ms(2000);
   c.set_join_backoff_initial_ms(100);
   c.set_join_backoff_max_ms(5000);
+  c.set_job_form_timeout_ms(60000);
+  c.set_stall_warning_ms(60000);
+  c.set_stall_shutdown_ms(0);
+  c.set_max_input_arena_bytes(16ull << 30);
+  c.set_result_segment_bytes(64ull << 20);
+  c.set_max_result_arena_bytes(8ull << 30);
   return c;
 }
 
@@ -210,6 +216,21 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
       c->join_backoff_initial_ms() > c->join_backoff_max_ms()) {
     return absl::InvalidArgumentError(
         "join_backoff_initial_ms must be > 0 and <= join_backoff_max_ms");
+  }
+  if (c->job_form_timeout_ms() == 0 || c->stall_warning_ms() == 0) {
+    return absl::InvalidArgumentError("job_form_timeout_ms and stall_warning_ms must be > 0");
+  }
+  if (c->stall_shutdown_ms() != 0 && c->stall_shutdown_ms() < c->stall_warning_ms()) {
+    return absl::InvalidArgumentError(
+        "stall_shutdown_ms must be 0 (off) or at least stall_warning_ms");
+  }
+  if (c->result_segment_bytes() < (1 << 20) ||
+      c->result_segment_bytes() > c->max_result_arena_bytes()) {
+    return absl::InvalidArgumentError(
+        "result_segment_bytes must be >= 1 MiB and <= max_result_arena_bytes");
+  }
+  if (c->max_input_arena_bytes() < (1 << 20)) {
+    return absl::InvalidArgumentError("max_input_arena_bytes must be >= 1 MiB");
   }
   spdlog::level::level_enum level;
   if (auto s = ParseLogLevel(c->log_level(), &level); !s.ok()) return field_error("log_level", s);

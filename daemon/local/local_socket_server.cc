@@ -2,9 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
-#include <pthread.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -15,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/logging.h"
+#include "daemon/local/seqpacket.h"
 
 namespace ard::local {
 namespace {
@@ -59,62 +58,59 @@ absl::Status MakeDirs(const std::string& dir) {
 
 }  // namespace
 
-LocalSocketServer::LocalSocketServer(std::string path, std::string group)
-    : path_(std::move(path)), group_(std::move(group)) {}
+LocalSocketServer::LocalSocketServer(EventLoop& loop, LocalSocketOptions options,
+                                     SessionHandler& handler)
+    : loop_(loop), options_(std::move(options)), handler_(handler) {}
 
 LocalSocketServer::~LocalSocketServer() { Stop(); }
 
-absl::Status LocalSocketServer::PrepareParentDirectory() const {
-  absl::Status s = MakeDirs(Dirname(path_));
-  if (!s.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("local socket ", path_, ": ", s.message()));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status LocalSocketServer::CheckExistingPath() const {
+  const std::string& path = options_.path;
   struct stat st;
-  if (lstat(path_.c_str(), &st) != 0) return absl::OkStatus();  // nothing there
+  if (lstat(path.c_str(), &st) != 0) return absl::OkStatus();  // nothing there
   if (!S_ISSOCK(st.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "local socket ", path_, " exists and is not a socket; refusing to replace it"));
+        "local socket ", path, " exists and is not a socket; refusing to replace it"));
   }
   // A socket file: is a daemon still serving on it?
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0) return Errno("socket");
   sockaddr_un addr;
-  FillAddress(path_, &addr);
+  FillAddress(path, &addr);
   const bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
   if (live) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "local socket ", path_, " is in use by another running daemon"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("local socket ", path, " is in use by another running daemon"));
   }
   return absl::OkStatus();  // stale: Start() renames over it
 }
 
 absl::Status LocalSocketServer::Start() {
-  if (auto s = PrepareParentDirectory(); !s.ok()) return s;
+  const std::string& path = options_.path;
+  if (auto s = MakeDirs(Dirname(path)); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("local socket ", path, ": ", s.message()));
+  }
   if (auto s = CheckExistingPath(); !s.ok()) return s;
   gid_t gid = static_cast<gid_t>(-1);
-  if (!group_.empty()) {
-    group* g = getgrnam(group_.c_str());
+  if (!options_.group.empty()) {
+    group* g = getgrnam(options_.group.c_str());
     if (g == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat("socket_group '", group_, "' not found"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("socket_group '", options_.group, "' not found"));
     }
     gid = g->gr_gid;
   }
-  const std::string temp = absl::StrCat(path_, ".tmp.", getpid());
+  const std::string temp = absl::StrCat(path, ".tmp.", getpid());
   sockaddr_un addr;
   if (!FillAddress(temp, &addr)) {
-    return absl::InvalidArgumentError(absl::StrCat("local socket path too long: ", path_));
+    return absl::InvalidArgumentError(absl::StrCat("local socket path too long: ", path));
   }
   listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) return Errno("socket(AF_UNIX)");
   unlink(temp.c_str());
   auto fail = [&](const std::string& what) {
-    absl::Status s = Errno(absl::StrCat("local socket ", path_, ": ", what));
+    absl::Status s = Errno(absl::StrCat("local socket ", path, ": ", what));
     unlink(temp.c_str());
     close(listen_fd_);
     listen_fd_ = -1;
@@ -124,49 +120,11 @@ absl::Status LocalSocketServer::Start() {
   if (chmod(temp.c_str(), 0660) != 0) return fail("chmod 0660");
   if (gid != static_cast<gid_t>(-1) && chown(temp.c_str(), -1, gid) != 0) return fail("chown");
   if (listen(listen_fd_, SOMAXCONN) != 0) return fail("listen");
-  if (rename(temp.c_str(), path_.c_str()) != 0) return fail("rename into place");
+  if (rename(temp.c_str(), path.c_str()) != 0) return fail("rename into place");
   struct stat st;
-  if (stat(path_.c_str(), &st) == 0) socket_inode_ = st.st_ino;
-
-  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (wake_fd_ < 0 || epoll_fd_ < 0) return Errno("eventfd/epoll_create1");
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = listen_fd_;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
-  ev.data.fd = wake_fd_;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
-  thread_ = std::thread([this] { Run(); });
+  if (stat(path.c_str(), &st) == 0) socket_inode_ = st.st_ino;
+  loop_.WatchFd(listen_fd_, EPOLLIN, [this](uint32_t) { Accept(); });
   return absl::OkStatus();
-}
-
-void LocalSocketServer::Run() {
-  pthread_setname_np(pthread_self(), "ard-local");
-  epoll_event events[64];
-  for (;;) {
-    int n = epoll_wait(epoll_fd_, events, 64, -1);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      Logger("local")->error("epoll_wait failed error=\"{}\"", std::strerror(errno));
-      return;
-    }
-    for (int i = 0; i < n; ++i) {
-      const int fd = events[i].data.fd;
-      if (fd == wake_fd_) return;
-      if (fd == listen_fd_) {
-        Accept();
-        continue;
-      }
-      // Until the wire protocol exists, any frame is read and discarded; hang-up closes.
-      char buf[4096];
-      ssize_t r = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) ||
-          (events[i].events & (EPOLLHUP | EPOLLERR))) {
-        CloseConnection(fd);
-      }
-    }
-  }
 }
 
 void LocalSocketServer::Accept() {
@@ -181,55 +139,105 @@ void LocalSocketServer::Accept() {
     ucred cred{};
     socklen_t len = sizeof(cred);
     getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.fd = fd;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
-    absl::MutexLock lock(&mu_);
-    connections_[fd] = PeerCredentials{cred.pid, cred.uid, cred.gid};
+    // The session asks for EPOLLOUT (from any thread) when its outbox fills.
+    auto want_writable = [this, fd]() {
+      loop_.Post([this, fd] {
+        auto it = sessions_.find(fd);
+        if (it != sessions_.end()) Watch(it->second, /*writable=*/true);
+      });
+    };
+    auto session = std::make_shared<Session>(
+        fd, PeerCredentials{cred.pid, cred.uid, cred.gid},
+        options_.max_input_bytes_per_process, std::move(want_writable));
+    sessions_[fd] = session;
+    Watch(session, /*writable=*/false);
     Logger("local")->debug("client connected pid={} uid={} gid={}", cred.pid, cred.uid, cred.gid);
   }
 }
 
-void LocalSocketServer::CloseConnection(int fd) {
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-  close(fd);
-  absl::MutexLock lock(&mu_);
-  auto it = connections_.find(fd);
-  if (it != connections_.end()) {
-    Logger("local")->debug("client disconnected pid={}", it->second.pid);
-    connections_.erase(it);
-  }
+void LocalSocketServer::Watch(const std::shared_ptr<Session>& session, bool writable) {
+  std::weak_ptr<Session> weak = session;
+  loop_.WatchFd(session->fd(), EPOLLIN | EPOLLRDHUP | (writable ? EPOLLOUT : 0),
+                [this, weak](uint32_t events) {
+                  if (auto s = weak.lock()) OnReadable(s, events);
+                });
 }
 
-int LocalSocketServer::connection_count() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int>(connections_.size());
+void LocalSocketServer::OnReadable(const std::shared_ptr<Session>& session, uint32_t events) {
+  if (events & EPOLLOUT) {
+    if (session->FlushOutbox()) Watch(session, /*writable=*/false);
+  }
+  if (session->cut_off()) {
+    CloseSession(session, "stopped reading its completions (outbox full)");
+    return;
+  }
+  // Bounded batch per wake-up, so one busy client cannot starve the loop.
+  for (int i = 0; i < 64; ++i) {
+    auto message = RecvMessage(session->fd(), wire::kMaxFrameBytes);
+    if (!message.ok()) {
+      if (message.status().code() == absl::StatusCode::kResourceExhausted) break;  // drained
+      CloseSession(session, "exited or closed its connection");
+      return;
+    }
+    session->last_activity = absl::Now();
+    if (message->truncated || message->extra_fds) {
+      if (message->fd >= 0) close(message->fd);
+      const std::string why = message->truncated
+                                  ? absl::StrCat("bad frame: larger than ", wire::kMaxFrameBytes,
+                                                 " bytes")
+                                  : "bad frame: more than one file descriptor";
+      Logger("local")->warn("rejected frame pid={} error=\"{}\"", session->creds().pid, why);
+      session->Send(EncodeError(wire::MsgType::kError, 0,
+                                static_cast<int32_t>(absl::StatusCode::kInvalidArgument), why));
+      continue;
+    }
+    auto frame = DecodeFrame(reinterpret_cast<const uint8_t*>(message->bytes.data()),
+                             message->bytes.size(), message->fd >= 0);
+    if (!frame.ok()) {
+      if (message->fd >= 0) close(message->fd);
+      uint64_t request_id = 0;
+      if (message->bytes.size() >= sizeof(wire::FrameHeader)) {
+        memcpy(&request_id, message->bytes.data() + offsetof(wire::FrameHeader, request_id),
+               sizeof(request_id));
+      }
+      Logger("local")->warn("rejected frame pid={} error=\"{}\"", session->creds().pid,
+                            frame.status().message());
+      session->Send(EncodeError(wire::MsgType::kError, request_id,
+                                static_cast<int32_t>(frame.status().code()),
+                                std::string(frame.status().message())));
+      continue;
+    }
+    if (frame->type == wire::MsgType::kBye) {
+      CloseSession(session, "shut down (BYE)", /*graceful=*/true);
+      return;
+    }
+    handler_.OnFrame(session, *std::move(frame), message->fd);
+    if (session->closed()) return;
+  }
+  if (events & (EPOLLHUP | EPOLLERR)) CloseSession(session, "exited or closed its connection");
+}
+
+void LocalSocketServer::CloseSession(const std::shared_ptr<Session>& session,
+                                     const std::string& why, bool graceful) {
+  if (sessions_.erase(session->fd()) == 0) return;
+  loop_.UnwatchFd(session->fd());
+  session->Close();
+  Logger("local")->debug("client disconnected pid={} reason=\"{}\"", session->creds().pid, why);
+  handler_.OnClosed(session, graceful, why);
 }
 
 void LocalSocketServer::Stop() {
-  if (thread_.joinable()) {
-    uint64_t one = 1;
-    (void)!write(wake_fd_, &one, sizeof(one));
-    thread_.join();
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& [fd, cred] : connections_) close(fd);
-    connections_.clear();
-  }
+  while (!sessions_.empty()) CloseSession(sessions_.begin()->second, "daemon shutting down");
   if (listen_fd_ >= 0) {
+    loop_.UnwatchFd(listen_fd_);
     // Unlink only if the path is still our socket (another daemon may have replaced it).
     struct stat on_disk;
-    if (stat(path_.c_str(), &on_disk) == 0 && on_disk.st_ino == socket_inode_) {
-      unlink(path_.c_str());
+    if (stat(options_.path.c_str(), &on_disk) == 0 && on_disk.st_ino == socket_inode_) {
+      unlink(options_.path.c_str());
     }
     close(listen_fd_);
     listen_fd_ = -1;
   }
-  if (epoll_fd_ >= 0) close(epoll_fd_);
-  if (wake_fd_ >= 0) close(wake_fd_);
-  epoll_fd_ = wake_fd_ = -1;
 }
 
 }  // namespace ard::local

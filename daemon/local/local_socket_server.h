@@ -1,61 +1,73 @@
 // The local channel's listening socket (DESIGN.md "Local channel"): a SOCK_SEQPACKET Unix socket
-// that training processes on this host connect to. This issue creates, secures and serves the
-// socket (accept, peer credentials, hang-up); the wire protocol arrives with the client library.
+// that training processes on this host connect to. Accepts clients, records SO_PEERCRED, reads
+// and decodes their frames (answering undecodable ones with an ERROR frame) and hands the rest to
+// a SessionHandler (the JobRegistry).
 //
-// Threads: Start/Stop from the Daemon's thread; one epoll thread ("ard-local") owns every
-// connection.
+// Thread: runs on the control loop (no thread of its own): Start/Stop and every callback happen
+// there, so a frame reaches negotiation without a thread hop.
 // Lifecycle: 1. Start() creates the parent directory, binds under a temporary name, sets mode
 // 0660 (and the group), then rename()s over the final path: a stale socket file is replaced
 // atomically, a live daemon's socket is never stolen, and anything that is not a socket is never
-// deleted; 2. the epoll thread accepts and records SO_PEERCRED; 3. Stop() wakes it through an
-// eventfd, joins it, closes every connection and unlinks the socket file it created.
+// deleted; 2. accepted clients become Sessions; 3. Stop() closes every session (telling the
+// handler) and unlinks the socket file it created.
 #pragma once
 
 #include <sys/types.h>
 
 #include <map>
+#include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "daemon/common/event_loop.h"
+#include "daemon/local/frame_codec.h"
+#include "daemon/local/session.h"
 
 namespace ard::local {
 
-struct PeerCredentials {
-  pid_t pid = 0;
-  uid_t uid = 0;
-  gid_t gid = 0;
+class SessionHandler {
+ public:
+  virtual ~SessionHandler() = default;
+  // A decoded frame; `fd` (>= 0 for HELLO/ADD_SEGMENT) is owned by the handler.
+  virtual void OnFrame(const std::shared_ptr<Session>& session, DecodedFrame frame, int fd) = 0;
+  // The client said BYE (`graceful`), hung up, or was cut off; the session is already closed.
+  virtual void OnClosed(const std::shared_ptr<Session>& session, bool graceful,
+                        const std::string& why) = 0;
+};
+
+struct LocalSocketOptions {
+  std::string path;
+  std::string group;  // owns the socket; empty keeps the daemon's primary group
+  uint64_t max_input_bytes_per_process = 16ull << 30;
 };
 
 class LocalSocketServer {
  public:
-  // `group`: name of the group that owns the socket; empty keeps the daemon's primary group.
-  LocalSocketServer(std::string path, std::string group);
+  LocalSocketServer(EventLoop& loop, LocalSocketOptions options, SessionHandler& handler);
   ~LocalSocketServer();
 
+  // Any thread before the loop runs, else the loop thread.
   absl::Status Start();
+  // Loop thread (or after the loop stopped).
   void Stop();
 
-  const std::string& path() const { return path_; }
-  int connection_count() const;
+  const std::string& path() const { return options_.path; }
+  int session_count() const { return static_cast<int>(sessions_.size()); }
 
  private:
-  absl::Status PrepareParentDirectory() const;
   absl::Status CheckExistingPath() const;
-  void Run();
   void Accept();
-  void CloseConnection(int fd);
+  void OnReadable(const std::shared_ptr<Session>& session, uint32_t events);
+  void Watch(const std::shared_ptr<Session>& session, bool writable);
+  void CloseSession(const std::shared_ptr<Session>& session, const std::string& why,
+                    bool graceful = false);
 
-  const std::string path_;
-  const std::string group_;
+  EventLoop& loop_;
+  const LocalSocketOptions options_;
+  SessionHandler& handler_;  // Not owned.
   int listen_fd_ = -1;
-  ino_t socket_inode_ = 0;  // of the file at path_ we created
-  int wake_fd_ = -1;
-  int epoll_fd_ = -1;
-  std::thread thread_;
-  mutable absl::Mutex mu_;
-  std::map<int, PeerCredentials> connections_ ABSL_GUARDED_BY(mu_);  // by fd
+  ino_t socket_inode_ = 0;  // of the file at path we created
+  std::map<int, std::shared_ptr<Session>> sessions_;  // by fd; loop thread
 };
 
 }  // namespace ard::local

@@ -15,6 +15,29 @@
 namespace ard::local {
 namespace {
 
+class NullHandler : public SessionHandler {
+ public:
+  void OnFrame(const std::shared_ptr<Session>&, DecodedFrame, int fd) override {
+    if (fd >= 0) close(fd);
+  }
+  void OnClosed(const std::shared_ptr<Session>&, bool, const std::string&) override {}
+};
+
+// A server on its own (not yet running) loop; Start()/Stop() before the loop runs are allowed.
+struct Server {
+  explicit Server(const std::string& path, const std::string& group = "")
+      : server(loop, LocalSocketOptions{path, group}, handler) {}
+  ~Server() {
+    loop.Stop();
+    server.Stop();
+  }
+  absl::Status Start() { return server.Start(); }
+  void Stop() { server.Stop(); }
+  EventLoop loop{"test-loop"};
+  NullHandler handler;
+  LocalSocketServer server;
+};
+
 // Under /tmp, not $TEST_TMPDIR: Bazel's test tmpdir is longer than a Unix socket path may be.
 // Each directory is removed when the test binary exits.
 std::string TempDir() {
@@ -45,7 +68,7 @@ int Connect(const std::string& path) {
 
 TEST_CASE("creates parent directories and a 0660 seqpacket socket, removes it at Stop") {
   std::string path = TempDir() + "/run/ard/d.sock";
-  LocalSocketServer server(path, "");
+  Server server(path);
   REQUIRE(server.Start().ok());
   struct stat st;
   REQUIRE(stat(path.c_str(), &st) == 0);
@@ -69,9 +92,9 @@ TEST_CASE("a stale socket file is replaced; a live one is not stolen") {
     REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
     close(fd);
   }
-  LocalSocketServer first(path, "");
+  Server first(path);
   REQUIRE(first.Start().ok());
-  LocalSocketServer second(path, "");
+  Server second(path);
   absl::Status s = second.Start();
   REQUIRE(!s.ok());
   CHECK(std::string(s.message()).find("in use by another running daemon") != std::string::npos);
@@ -84,7 +107,7 @@ TEST_CASE("a stale socket file is replaced; a live one is not stolen") {
 TEST_CASE("a path that is not a socket is never deleted") {
   std::string path = TempDir() + "/precious";
   std::ofstream(path) << "data";
-  LocalSocketServer server(path, "");
+  Server server(path);
   absl::Status s = server.Start();
   REQUIRE(!s.ok());
   CHECK(std::string(s.message()).find("is not a socket") != std::string::npos);
@@ -97,11 +120,11 @@ TEST_CASE("a path that is not a socket is never deleted") {
 TEST_CASE("an uncreatable parent directory and an unknown group are clear errors") {
   std::string file = TempDir() + "/file";
   std::ofstream(file) << "x";
-  LocalSocketServer under_file(file + "/sub/d.sock", "");
+  Server under_file(file + "/sub/d.sock");
   absl::Status s = under_file.Start();
   REQUIRE(!s.ok());
   CHECK(std::string(s.message()).find("not a directory") != std::string::npos);
-  LocalSocketServer bad_group(TempDir() + "/d.sock", "no-such-group-ard");
+  Server bad_group(TempDir() + "/d.sock", "no-such-group-ard");
   s = bad_group.Start();
   REQUIRE(!s.ok());
   CHECK(std::string(s.message()).find("no-such-group-ard") != std::string::npos);

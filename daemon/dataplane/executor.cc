@@ -1,0 +1,142 @@
+#include "daemon/dataplane/executor.h"
+
+#include <pthread.h>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/common/logging.h"
+#include "daemon/local/frame_codec.h"
+
+namespace ard::dataplane {
+
+using negotiation::Response;
+using negotiation::TensorRequest;
+
+Executor::Executor(std::shared_ptr<JobContext> job) : job_(std::move(job)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+Executor::~Executor() { Stop(); }
+
+void Executor::Enqueue(Response response) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(response));
+}
+
+void Executor::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Executor::Run() {
+  pthread_setname_np(pthread_self(), absl::StrCat("ard-exec-", job_->id).substr(0, 15).c_str());
+  for (;;) {
+    Response response;
+    bool stopping;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](Executor* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
+            return e->stopping_ || !e->queue_.empty();
+          },
+          this));
+      if (queue_.empty()) return;  // stopping and drained
+      response = std::move(queue_.front());
+      queue_.pop_front();
+      stopping = stopping_;
+    }
+    absl::Status failure = job_->failure();
+    if (!failure.ok()) {
+      CompleteAll(response, failure);
+    } else if (stopping) {
+      CompleteAll(response, absl::UnavailableError("allreduced is shutting down"));
+    } else if (!response.error.ok()) {
+      CompleteAll(response, response.error);
+    } else {
+      Execute(response);
+    }
+  }
+}
+
+absl::StatusOr<std::shared_ptr<shm::ResultSlot>> Executor::AllocateSlot(uint64_t bytes) {
+  int new_segment = -1;
+  auto slot = job_->results->Allocate(bytes, &new_segment);
+  if (slot.ok() && new_segment >= 0) {
+    // Every rank maps the new segment before any COMPLETE that names it (same socket, in order).
+    auto segment = job_->results->segment(new_segment);
+    const std::string frame = local::EncodeSegment(
+        wire::MsgType::kResultSegment,
+        wire::Segment{static_cast<uint32_t>(new_segment), 0, segment->size()});
+    for (const auto& session : job_->ranks) session->Send(frame, segment->readonly_fd());
+  }
+  return slot;
+}
+
+void Executor::Execute(const Response& response) {
+  const SlotAllocator allocate = [this](uint64_t bytes) { return AllocateSlot(bytes); };
+  // Compute every tensor first (a group is atomic: one failure fails the group), then complete.
+  std::vector<std::vector<RankResult>> results(response.tensors.size());
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < response.tensors.size(); ++i) {
+    absl::Status s =
+        RunLocalCollective(response.tensors[i], job_->size, allocate, &results[i], &bytes);
+    if (!s.ok()) {
+      Logger("dataplane")->warn("collective failed job={} tensor={} error=\"{}\"", job_->name,
+                                response.tensors[i].name, s.message());
+      CompleteAll(response, s);
+      return;
+    }
+  }
+  for (size_t i = 0; i < response.tensors.size(); ++i) {
+    const auto& tensor = response.tensors[i];
+    for (int r = 0; r < job_->size; ++r) {
+      if (!tensor.ranks[r]) continue;
+      SendComplete(*job_->ranks[r], *tensor.ranks[r], absl::OkStatus(), &results[i][r],
+                   response.join_last_rank);
+    }
+  }
+  job_->collectives_completed.fetch_add(response.tensors.size(), std::memory_order_relaxed);
+  job_->bytes_reduced.fetch_add(bytes, std::memory_order_relaxed);
+  SPDLOG_LOGGER_TRACE(Logger("dataplane"), "executed job={} tensors={} bytes={}", job_->name,
+                      response.tensors.size(), bytes);
+}
+
+void Executor::CompleteAll(const Response& response, const absl::Status& status) {
+  for (const auto& tensor : response.tensors) {
+    for (int r = 0; r < job_->size; ++r) {
+      if (tensor.ranks[r]) SendComplete(*job_->ranks[r], *tensor.ranks[r], status, nullptr);
+    }
+  }
+}
+
+void Executor::SendComplete(local::Session& session, const TensorRequest& request,
+                            const absl::Status& status, const RankResult* result,
+                            int join_last_rank) {
+  wire::Complete c{};
+  c.code = static_cast<int32_t>(status.code());
+  c.join_last_rank = join_last_rank;
+  std::vector<int64_t> splits;
+  std::shared_ptr<shm::ResultSlot> slot;
+  if (status.ok() && result != nullptr) {
+    slot = result->slot;
+    if (slot) {
+      c.segment = slot->segment;
+      c.offset = slot->offset;
+      c.bytes = slot->bytes;
+    }
+    c.ndims = static_cast<uint32_t>(result->shape.size());
+    for (size_t d = 0; d < result->shape.size() && d < wire::kMaxDims; ++d) {
+      c.shape[d] = result->shape[d];
+    }
+    splits = result->splits;
+  }
+  // The name is free and the slot held before the client can see the COMPLETE.
+  session.EndRequest(request.request_id, slot);
+  session.Send(local::EncodeComplete(request.request_id, c, splits,
+                                     status.ok() ? "" : std::string(status.message())));
+}
+
+}  // namespace ard::dataplane

@@ -1,0 +1,46 @@
+// What a job's executor shares with the control loop: the job's ranks (sessions), its result
+// arena, its counters and its failure state. Immutable after formation except the counters
+// (atomics) and the failure (mutex). Any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/local/session.h"
+#include "daemon/shm/result_arena.h"
+
+namespace ard::dataplane {
+
+struct JobContext {
+  std::string name;
+  uint32_t id = 0;
+  int size = 0;
+  std::vector<std::shared_ptr<local::Session>> ranks;  // index = rank
+  std::shared_ptr<shm::ResultArena> results;
+
+  std::atomic<uint64_t> collectives_completed{0};
+  std::atomic<uint64_t> bytes_reduced{0};  // input bytes of one rank, summed over tensors
+
+  // The first failure wins; later calls are ignored. Returns true when this call failed the job.
+  bool Fail(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok()) return false;
+    failure_ = std::move(status);
+    return true;
+  }
+  absl::Status failure() const {
+    absl::MutexLock lock(&mu_);
+    return failure_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ard::dataplane

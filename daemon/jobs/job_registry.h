@@ -1,0 +1,74 @@
+// The jobs of this daemon and their local negotiation (DESIGN.md "Jobs, ranks and membership",
+// "Negotiation", "Failure semantics"). Receives every decoded frame from local clients:
+// registration (HELLO) forms jobs, SUBMITs go through the job's readiness table and ready
+// collectives to the job's executor, RELEASE frees results, a client leaving fails its job on
+// every other rank. Also the stall inspector and the job summaries `status` shows.
+//
+// Thread: the control loop only (no locks); executors get what they need through JobContext.
+// Lifecycle: 1. constructed by the Daemon with the loop; 2. Start() schedules the stall
+// inspector; 3. frames and closes arrive from the LocalSocketServer; 4. Shutdown() fails every
+// job ("daemon shutting down") and joins the executors.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "daemon/common/event_loop.h"
+#include "daemon/local/frame_codec.h"
+#include "daemon/local/local_socket_server.h"
+#include "daemon/local/session.h"
+#include "proto/common.pb.h"
+
+namespace ard::jobs {
+
+struct JobOptions {
+  std::string host_name;
+  absl::Duration form_timeout = absl::Seconds(60);
+  absl::Duration stall_warning = absl::Seconds(60);
+  absl::Duration stall_shutdown = absl::ZeroDuration();  // zero: never abort
+  uint64_t result_segment_bytes = 64ull << 20;
+  uint64_t max_result_bytes = 8ull << 30;
+};
+
+class LocalJob;
+
+class JobRegistry : public local::SessionHandler {
+ public:
+  JobRegistry(EventLoop& loop, JobOptions options);
+  ~JobRegistry() override;
+
+  void Start();
+  void Shutdown();
+
+  void OnFrame(const std::shared_ptr<local::Session>& session, local::DecodedFrame frame,
+               int fd) override;
+  void OnClosed(const std::shared_ptr<local::Session>& session, bool graceful,
+                const std::string& why) override;
+
+  // For status: one summary per job on this host.
+  std::vector<JobSummary> Summaries() const;
+
+ private:
+  void HandleHello(const std::shared_ptr<local::Session>& s, const wire::Hello& hello, int fd);
+  void HandleSubmit(const std::shared_ptr<local::Session>& s, local::DecodedFrame frame);
+  void HandleRelease(const std::shared_ptr<local::Session>& s, uint64_t request_id);
+  void Form(LocalJob& job);
+  void FailJob(LocalJob& job, absl::Status status);
+  void RemoveIfEmpty(const std::string& name);
+  void FormTimeout(const std::string& name, uint64_t job_id);
+  void ScheduleStallInspection();
+  void InspectStalls();
+  void ReplyError(local::Session& s, uint64_t request_id, const absl::Status& status);
+
+  EventLoop& loop_;
+  const JobOptions options_;
+  std::map<std::string, std::unique_ptr<LocalJob>> jobs_;  // by name
+  uint32_t next_job_id_ = 1;
+  bool shut_down_ = false;
+};
+
+}  // namespace ard::jobs

@@ -1,0 +1,48 @@
+// One job as this daemon holds it: its members (the local processes of the job), its formation
+// state, its readiness table and executor. A plain struct owned by the JobRegistry on the control
+// loop; JobContext is the part shared with the executor thread.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "daemon/dataplane/executor.h"
+#include "daemon/dataplane/job_context.h"
+#include "daemon/local/session.h"
+#include "daemon/negotiation/readiness_table.h"
+#include "proto/common.pb.h"
+
+namespace ard::jobs {
+
+struct LocalJob {
+  enum class State { kForming, kRunning, kFailed };
+
+  std::string name;
+  uint32_t id = 0;
+  int size = 0;
+  State state = State::kForming;
+  absl::Time created;
+  // kForming: in arrival order; then index = rank. Sessions stay listed after they close (so
+  // reports can name them) until the job is removed.
+  std::vector<std::shared_ptr<local::Session>> members;
+  std::shared_ptr<dataplane::JobContext> context;       // from formation on
+  std::unique_ptr<negotiation::ReadinessTable> table;   // from formation on
+  std::unique_ptr<dataplane::Executor> executor;        // from formation on
+  std::string failure;                                   // kFailed: why
+  absl::Status departed;  // a rank left cleanly: the job fails at the next submit
+  std::set<std::string> stall_warned;                    // tensors already reported as stalled
+  std::vector<JobSummary::StalledTensor> stalled;        // from the last stall inspection
+
+  int connected() const {
+    int n = 0;
+    for (const auto& m : members) n += !m->closed();
+    return n;
+  }
+};
+
+}  // namespace ard::jobs

@@ -1,0 +1,242 @@
+#include "tests/integration/worker_reference.h"
+
+#include <cstring>
+
+#include "client/local_wire.h"
+#include "daemon/collectives/reduce_reference.h"
+
+namespace ard::testing {
+namespace {
+
+using wire::DataType;
+namespace ref = collectives::reference;
+
+uint64_t SplitMix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Small values so that sums and products of a few ranks stay meaningful (integers still wrap
+// where they overflow, identically in the daemon and here).
+void Generate(DataType dtype, uint64_t u, uint8_t* out) {
+  const int64_t small = static_cast<int64_t>(u % 21) - 10;
+  const double real = (static_cast<int64_t>(u % 2001) - 1000) / 256.0;
+  switch (dtype) {
+    case DataType::kUint8: *out = static_cast<uint8_t>(u % 12); break;
+    case DataType::kInt8: { int8_t v = small; memcpy(out, &v, 1); break; }
+    case DataType::kUint16: { uint16_t v = u % 60000; memcpy(out, &v, 2); break; }
+    case DataType::kInt16: { int16_t v = small * 300; memcpy(out, &v, 2); break; }
+    case DataType::kInt32: { int32_t v = small; memcpy(out, &v, 4); break; }
+    case DataType::kInt64: { int64_t v = small * 1000003; memcpy(out, &v, 8); break; }
+    case DataType::kFloat16: { uint16_t v = ref::FloatToHalf(real); memcpy(out, &v, 2); break; }
+    case DataType::kBfloat16: {
+      uint16_t v = ref::FloatToBfloat16(real);
+      memcpy(out, &v, 2);
+      break;
+    }
+    case DataType::kFloat32: { float v = real; memcpy(out, &v, 4); break; }
+    case DataType::kFloat64: { double v = real; memcpy(out, &v, 8); break; }
+    case DataType::kBool: *out = u & 1; break;
+  }
+}
+
+std::vector<int64_t> ShapeOf(const Case& c, int rank) {
+  std::vector<int64_t> shape = c.shape;
+  if (!c.first_dims.empty()) shape[0] = c.first_dims[rank];
+  return shape;
+}
+
+int64_t Elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+uint64_t RowBytes(const Case& c) {
+  int64_t n = wire::DataTypeSize(c.dtype);
+  for (size_t d = 1; d < c.shape.size(); ++d) n *= c.shape[d];
+  return n;
+}
+
+void ScaleAll(const Case& c, double factor, std::vector<uint8_t>* buf) {
+  if (factor == 1.0) return;
+  const size_t elem = wire::DataTypeSize(c.dtype);
+  for (size_t i = 0; i < buf->size(); i += elem) {
+    ref::ScaleBytes(static_cast<DataType>(c.dtype), factor, buf->data() + i);
+  }
+}
+
+// Element-wise reduction in rank order over the present ranks, like the daemon.
+std::vector<uint8_t> Reduce(const Case& c, const Inputs& in, int size,
+                            const std::vector<bool>& present) {
+  const size_t elem = wire::DataTypeSize(c.dtype);
+  std::vector<uint8_t> acc;
+  bool have = false;
+  for (int r = 0; r < size; ++r) {
+    if (!present.empty() && !present[r]) continue;
+    std::vector<uint8_t> x = in.per_rank[r];
+    ScaleAll(c, c.prescale, &x);
+    if (!have) {
+      acc = x;
+      have = true;
+      continue;
+    }
+    for (size_t i = 0; i < acc.size(); i += elem) {
+      ref::ReduceBytes(static_cast<DataType>(c.dtype), static_cast<wire::ReduceOp>(c.op),
+                       acc.data() + i, x.data() + i);
+    }
+  }
+  double post = c.postscale;
+  if (c.op == static_cast<int>(wire::ReduceOp::kAverage)) post /= size;
+  ScaleAll(c, post, &acc);
+  return acc;
+}
+
+int64_t SplitOf(const Case& c, int sender, int receiver, int size) {
+  if (!c.splits.empty()) return c.splits[sender][receiver];
+  return c.shape[0] / size;
+}
+
+}  // namespace
+
+Inputs MakeInputs(const Case& c, int size, uint64_t seed) {
+  Inputs in;
+  const size_t elem = wire::DataTypeSize(c.dtype);
+  uint64_t name_hash = Fnv1a(c.name.data(), c.name.size());
+  for (int r = 0; r < size; ++r) {
+    std::vector<int64_t> shape = ShapeOf(c, r);
+    std::vector<uint8_t> data(Elements(shape) * elem);
+    for (size_t i = 0; i < data.size() / std::max<size_t>(elem, 1); ++i) {
+      Generate(static_cast<DataType>(c.dtype), SplitMix(seed ^ name_hash ^ (r * 0x1000193ull) ^
+                                                        (i << 20)),
+               data.data() + i * elem);
+    }
+    in.per_rank.push_back(std::move(data));
+    in.shapes.push_back(std::move(shape));
+  }
+  return in;
+}
+
+Expected ComputeExpected(const Case& c, const Inputs& in, int rank, int size,
+                         const std::vector<bool>& present) {
+  Expected e;
+  const uint64_t row = RowBytes(c);
+  std::vector<int64_t> rest(c.shape.begin() + (c.shape.empty() ? 0 : 1), c.shape.end());
+  switch (static_cast<wire::Collective>(c.collective)) {
+    case wire::Collective::kAllreduce:
+      e.bytes = Reduce(c, in, size, present);
+      e.shape = c.shape;
+      break;
+    case wire::Collective::kAllgather: {
+      int64_t rows = 0;
+      for (int r = 0; r < size; ++r) {
+        e.bytes.insert(e.bytes.end(), in.per_rank[r].begin(), in.per_rank[r].end());
+        rows += in.shapes[r][0];
+        e.splits.push_back(in.shapes[r][0]);
+      }
+      e.shape = {rows};
+      e.shape.insert(e.shape.end(), rest.begin(), rest.end());
+      break;
+    }
+    case wire::Collective::kBroadcast:
+      e.bytes = in.per_rank[c.root];
+      e.shape = c.shape;
+      break;
+    case wire::Collective::kAlltoall: {
+      int64_t rows = 0;
+      for (int s = 0; s < size; ++s) {
+        int64_t skip = 0;
+        for (int q = 0; q < rank; ++q) skip += SplitOf(c, s, q, size);
+        const int64_t n = SplitOf(c, s, rank, size);
+        const uint8_t* from = in.per_rank[s].data() + skip * row;
+        e.bytes.insert(e.bytes.end(), from, from + n * row);
+        e.splits.push_back(n);
+        rows += n;
+      }
+      e.shape = {rows};
+      e.shape.insert(e.shape.end(), rest.begin(), rest.end());
+      break;
+    }
+    case wire::Collective::kReducescatter: {
+      std::vector<uint8_t> full = Reduce(c, in, size, present);
+      const int64_t d0 = c.shape[0];
+      int64_t first = 0;
+      for (int r = 0; r < rank; ++r) first += d0 / size + (r < d0 % size ? 1 : 0);
+      const int64_t rows = d0 / size + (rank < d0 % size ? 1 : 0);
+      e.bytes.assign(full.begin() + first * row, full.begin() + (first + rows) * row);
+      e.shape = {rows};
+      e.shape.insert(e.shape.end(), rest.begin(), rest.end());
+      break;
+    }
+    default:
+      break;  // barrier, join: no data
+  }
+  return e;
+}
+
+bool CheckResult(const Expected& e, const ard_result& r, std::string* why) {
+  std::vector<int64_t> shape(r.shape, r.shape + r.ndims);
+  if (shape != e.shape) {
+    *why = "shape differs";
+    return false;
+  }
+  if (r.bytes != e.bytes.size()) {
+    *why = "result has " + std::to_string(r.bytes) + " bytes, expected " +
+           std::to_string(e.bytes.size());
+    return false;
+  }
+  if (r.bytes > 0 && memcmp(r.data, e.bytes.data(), r.bytes) != 0) {
+    for (uint64_t i = 0; i < r.bytes; ++i) {
+      if (static_cast<const uint8_t*>(r.data)[i] != e.bytes[i]) {
+        *why = "first differing byte at offset " + std::to_string(i);
+        break;
+      }
+    }
+    return false;
+  }
+  if (!e.splits.empty() &&
+      std::vector<int64_t>(r.splits, r.splits + r.num_splits) != e.splits) {
+    *why = "splits differ";
+    return false;
+  }
+  return true;
+}
+
+void FillRequest(const Case& c, const std::vector<uint8_t>& data, const std::string& name,
+                 int rank, ard_request* req) {
+  req->collective = c.collective;
+  req->dtype = c.dtype;
+  req->reduce_op = c.op;
+  req->root_rank = c.root;
+  req->prescale = c.prescale;
+  req->postscale = c.postscale;
+  req->name = name.c_str();
+  req->group_id = c.group_id;
+  req->group_size = c.group_size;
+  const bool tensorless = c.collective == static_cast<int>(wire::Collective::kBarrier) ||
+                          c.collective == static_cast<int>(wire::Collective::kJoin);
+  if (tensorless) return;
+  static thread_local std::vector<int64_t> shape;
+  shape = ShapeOf(c, rank);
+  req->ndims = static_cast<int>(shape.size());
+  req->shape = shape.data();
+  req->data = data.data();
+  req->bytes = data.size();
+  if (!c.splits.empty()) {
+    req->num_splits = static_cast<int>(c.splits[rank].size());
+    req->splits = c.splits[rank].data();
+  }
+}
+
+uint64_t Fnv1a(const void* data, uint64_t bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint64_t i = 0; i < bytes; ++i) {
+    h ^= static_cast<const uint8_t*>(data)[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+}  // namespace ard::testing

@@ -1,0 +1,57 @@
+// Test cases and their expected results for collective_worker: deterministic inputs for every
+// rank from a seed, and a reference computed element by element with the independent scalar
+// reference of daemon/collectives/reduce_reference.h (same documented semantics as the daemon:
+// rank order, per-step rounding for 16-bit floats, prescale per input, postscale and 1/size for
+// Average at the end). Test-only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "client/allreduced_client.h"
+
+namespace ard::testing {
+
+struct Case {
+  std::string name;
+  int collective = 1;  // wire::Collective
+  int dtype = 9;       // wire::DataType
+  int op = 1;          // wire::ReduceOp
+  std::vector<int64_t> shape;       // shape of rank 0's input (and every rank's, unless below)
+  std::vector<int64_t> first_dims;  // per rank first dimension (allgather/alltoall), or empty
+  std::vector<std::vector<int64_t>> splits;  // alltoall: per sending rank, or empty (even)
+  int root = 0;
+  double prescale = 1.0, postscale = 1.0;
+  int group_id = -1, group_size = 0;
+};
+
+struct Inputs {
+  std::vector<std::vector<uint8_t>> per_rank;
+  std::vector<std::vector<int64_t>> shapes;
+};
+
+struct Expected {
+  std::vector<uint8_t> bytes;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> splits;  // checked when not empty
+};
+
+Inputs MakeInputs(const Case& c, int size, uint64_t seed);
+// `present[r]` false: rank r has joined (contributes nothing). Empty: everyone takes part.
+Expected ComputeExpected(const Case& c, const Inputs& in, int rank, int size,
+                         const std::vector<bool>& present = {});
+bool CheckResult(const Expected& e, const ard_result& r, std::string* why);
+// Points `req` at `data` (rank `rank`'s input, which must outlive the submit call) and the case's
+// fields.
+void FillRequest(const Case& c, const std::vector<uint8_t>& data, const std::string& name,
+                 int rank, ard_request* req);
+uint64_t Fnv1a(const void* data, uint64_t bytes);
+
+// Every collective x reduce op x dtype the daemon supports, plus scale factors, uneven shapes,
+// empty tensors, a large tensor and a barrier.
+std::vector<Case> MatrixCases(int size);
+std::vector<Case> GroupCases();
+Case SmallAllreduce(int index);
+
+}  // namespace ard::testing
