@@ -213,6 +213,7 @@ void JobRegistry::FormTimeout(const std::string& name, uint64_t job_id) {
   for (const auto& m : job.members) {
     if (m->rank >= 0) have.push_back(m->rank);
   }
+  std::sort(have.begin(), have.end());
   const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
       "job ", name, " did not form within ", absl::FormatDuration(options_.form_timeout), ": ",
       job.members.size(), " of ", job.size, " ranks registered",

@@ -154,3 +154,45 @@ def host_states(daemon_address):
     if status is None:
         return None
     return {h["name"]: h for h in status["hosts"]}
+
+
+class Workers:
+    """N collective_worker processes of one job on one daemon (ranks from ALLREDUCED_* unless
+    `env_for_rank` provides another launcher's variables)."""
+
+    def __init__(self, socket_path, job, size, mode, seed=12345, env_for_rank=None, extra_env=None):
+        self.procs = []
+        for rank in range(size):
+            env = dict(os.environ, ALLREDUCED_SOCKET=socket_path, ALLREDUCED_JOB=job)
+            if env_for_rank is None:
+                env.update(ALLREDUCED_RANK=str(rank), ALLREDUCED_SIZE=str(size))
+            else:
+                env.update(env_for_rank(rank))
+            env.update(extra_env or {})
+            self.procs.append(subprocess.Popen(
+                [binary("collective_worker"), mode, str(seed)], stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True, env=env))
+
+    def wait(self, timeout_s=120):
+        """Returns (returncode, output lines) per process; kills stragglers after timeout_s."""
+        results = []
+        deadline = time.monotonic() + timeout_s
+        for p in self.procs:
+            try:
+                out, _ = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, _ = p.communicate()
+                out += "\nKILLED: timed out\n"
+            results.append((p.returncode, out.splitlines()))
+        return results
+
+    def kill(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
+def lines_with(output_lines, prefix):
+    return [line for line in output_lines if line.startswith(prefix)]
