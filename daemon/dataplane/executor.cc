@@ -22,6 +22,23 @@ void Executor::Enqueue(Response response) {
   queue_.push_back(std::move(response));
 }
 
+bool Executor::TryRunInline(Response& response) {
+  constexpr uint64_t kInlineBytes = 64 << 10;
+  uint64_t bytes = 0;
+  for (const auto& t : response.tensors) bytes += t.first().meta.bytes;
+  if (bytes > kInlineBytes) return false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (busy_ || stopping_ || !queue_.empty()) return false;
+    busy_ = true;  // the executor thread cannot start anything meanwhile: the queue is empty and
+                   // only this (the loop) thread enqueues
+  }
+  Dispatch(response, /*stopping=*/false);
+  absl::MutexLock lock(&mu_);
+  busy_ = false;
+  return true;
+}
+
 void Executor::Stop() {
   {
     absl::MutexLock lock(&mu_);
@@ -47,17 +64,24 @@ void Executor::Run() {
       response = std::move(queue_.front());
       queue_.pop_front();
       stopping = stopping_;
+      busy_ = true;
     }
-    absl::Status failure = job_->failure();
-    if (!failure.ok()) {
-      CompleteAll(response, failure);
-    } else if (stopping) {
-      CompleteAll(response, absl::UnavailableError("allreduced is shutting down"));
-    } else if (!response.error.ok()) {
-      CompleteAll(response, response.error);
-    } else {
-      Execute(response);
-    }
+    Dispatch(response, stopping);
+    absl::MutexLock lock(&mu_);
+    busy_ = false;
+  }
+}
+
+void Executor::Dispatch(const Response& response, bool stopping) {
+  absl::Status failure = job_->failure();
+  if (!failure.ok()) {
+    CompleteAll(response, failure);
+  } else if (stopping) {
+    CompleteAll(response, absl::UnavailableError("allreduced is shutting down"));
+  } else if (!response.error.ok()) {
+    CompleteAll(response, response.error);
+  } else {
+    Execute(response);
   }
 }
 

@@ -26,6 +26,10 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   void Enqueue(negotiation::Response response);
+  // Runs a small response on the calling thread (the control loop) when the executor thread has
+  // nothing queued or running, saving a thread wake-up (~100 us here) on the latency path while
+  // keeping the committed order. Returns false (and leaves `response` alone) otherwise.
+  bool TryRunInline(negotiation::Response& response);
   void Stop();
 
   // Sends one rank its COMPLETE (error or result). Also used by the loop for requests that never
@@ -37,6 +41,7 @@ class Executor {
  private:
   void Run();
   void Execute(const negotiation::Response& response);
+  void Dispatch(const negotiation::Response& response, bool stopping);
   void CompleteAll(const negotiation::Response& response, const absl::Status& status);
   absl::StatusOr<std::shared_ptr<shm::ResultSlot>> AllocateSlot(uint64_t bytes);
 
@@ -44,6 +49,7 @@ class Executor {
   absl::Mutex mu_;
   std::deque<negotiation::Response> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // the thread is executing a response
   std::thread thread_;
 };
 

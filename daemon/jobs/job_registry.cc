@@ -258,7 +258,9 @@ void JobRegistry::HandleSubmit(const std::shared_ptr<Session>& s, local::Decoded
   if (auto st = job.table->Submit(std::move(request), absl::Now(), &ready); !st.ok()) {
     return reject(st);
   }
-  for (auto& response : ready) job.executor->Enqueue(std::move(response));
+  for (auto& response : ready) {
+    if (!job.executor->TryRunInline(response)) job.executor->Enqueue(std::move(response));
+  }
 }
 
 void JobRegistry::HandleRelease(const std::shared_ptr<Session>& s, uint64_t request_id) {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -243,6 +244,42 @@ int Join(ard_client* client, const ard_topology& topo, uint64_t seed) {
   return 0;
 }
 
+// Round trips of a 4-byte allreduce through the whole stack; prints percentiles (informational:
+// no assertion on time).
+int Latency(ard_client* client, const ard_topology& topo, int iterations) {
+  std::vector<double> us;
+  float value = 1.0f;
+  const int64_t shape[] = {1};
+  for (int i = 0; i < iterations; ++i) {
+    ard_request req;
+    ard_request_init(&req);
+    req.collective = 1;
+    req.dtype = 9;
+    req.reduce_op = 1;
+    req.name = "latency";
+    req.ndims = 1;
+    req.shape = shape;
+    req.data = &value;
+    req.bytes = 4;
+    char err[256];
+    uint64_t handle;
+    const auto start = std::chrono::steady_clock::now();
+    if (ard_submit(client, &req, nullptr, nullptr, &handle, err, sizeof(err)) != 0) {
+      return Fail(err);
+    }
+    ard_result r;
+    if (ard_wait(client, handle, -1, &r) != 0) return Fail(r.message);
+    ard_release(client, handle);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                     .count());
+  }
+  std::sort(us.begin(), us.end());
+  std::printf("LATENCY_US p50=%.1f p90=%.1f p99=%.1f\n", us[us.size() / 2], us[us.size() * 9 / 10],
+              us[us.size() * 99 / 100]);
+  std::printf("DONE %d\n", iterations);
+  return 0;
+}
+
 // Every rank but the last submits one tensor and reports how it ends; the last rank never submits
 // (it sleeps until the test kills it), so the others' tensor stalls until the job fails.
 int Stuck(Worker& w) {
@@ -294,6 +331,7 @@ int main(int argc, char** argv) {
   if (mode == "mismatch") rc = Mismatch(worker);
   if (mode == "join") rc = Join(client, t, seed);
   if (mode == "stuck") rc = Stuck(worker);
+  if (mode == "latency") rc = Latency(client, t, 2000);
   std::fflush(stdout);
   ard_client_destroy(client);
   return rc;
