@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "client/cli/bench_main.h"
 #include "client/cli/status_format.h"
 #include "grpcpp/create_channel.h"
 #include "proto/admin.grpc.pb.h"
@@ -18,6 +19,9 @@ constexpr char kUsage[] =
     "\n"
     "commands:\n"
     "  status [--json]   hosts of the cluster (state, incarnation, GPUs, versions) and jobs\n"
+    "  bench --sockets PATH[,PATH...] [options]\n"
+    "                    nccl-tests-style collective benchmark through the client library and\n"
+    "                    the daemons' local sockets; takes its own options (bench --help)\n"
     "\n"
     "--daemon defaults to $ALLREDUCED_DAEMON, else 127.0.0.1:7070. Any daemon of the cluster\n"
     "answers; a non-coordinator forwards to the coordinator.\n";
@@ -27,6 +31,7 @@ struct Options {
   int timeout_ms = 5000;
   std::string command;
   bool json = false;
+  std::vector<std::string> rest;  // bench, bench-worker: the arguments after the command
 };
 
 int Usage(const std::string& error) {
@@ -67,6 +72,10 @@ int Parse(const std::vector<std::string>& args, Options* o) {
       return Usage("unknown option " + a);
     } else if (o->command.empty()) {
       o->command = a;
+      if (a == "bench" || a == "bench-worker") {
+        o->rest.assign(args.begin() + i + 1, args.end());
+        return -1;
+      }
     } else {
       return Usage("unexpected argument " + a);
     }
@@ -110,6 +119,8 @@ int CtlMain(int argc, char** argv) {
   Options options;
   int rc = Parse(std::vector<std::string>(argv + 1, argv + argc), &options);
   if (rc >= 0) return rc;
+  if (options.command == "bench") return BenchMain(options.rest);
+  if (options.command == "bench-worker") return BenchWorkerMain(options.rest);
   return RunStatus(options);
 }
 

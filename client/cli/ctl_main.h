@@ -1,7 +1,8 @@
 // allreducectl: the operator's CLI. `allreducectl [--daemon HOST:PORT] [--timeout_ms N]
 // status [--json]`. Talks gRPC to any daemon's admin service (a follower forwards to the
 // coordinator). Exit codes: 0 ok, 1 daemon unreachable or the call failed (one line on stderr),
-// 2 usage error.
+// 2 usage error. `allreducectl bench ...` (and the hidden `bench-worker` it re-executes) run the
+// client-library benchmark instead (bench_main.h); they speak to the daemons' local sockets.
 #pragma once
 
 namespace ard::cli {

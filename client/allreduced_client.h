@@ -1,0 +1,185 @@
+/* allreduced client library: the C API a training process (TensorFlow op, CLI bench, tests) uses
+ * to hand tensors to its host's allreduced daemon (DESIGN.md "Processes and channels", "Shared
+ * memory"). Protocol: client/local_wire.h; enum values below (collective, dtype, reduce_op, codes)
+ * are those of that header.
+ *
+ * Dependencies: libc, libstdc++, pthread only. libard_client.so exports exactly the ard_* symbols
+ * below (everything else is hidden), so it can be loaded next to TensorFlow's protobuf/Abseil.
+ *
+ * Lifecycle of a client:
+ *   1. ard_options_init + ard_client_create: connects, registers (HELLO), waits for the job to form
+ *      (WELCOME), starts one receiver thread.
+ *   2. ard_submit from any number of threads; each accepted submit yields a handle that completes
+ *      exactly once: through its callback (on the receiver thread) or through ard_wait.
+ *   3. ard_release once per completed handle (the result's memory stays readable until then).
+ *   4. ard_client_destroy: cancels what is still pending and frees everything.
+ * Errors: every fallible call returns a code (0 = OK, else a wire::Code value, absl's numbering)
+ * and, where it takes an `err` buffer, a one-line message (NUL-terminated, truncated to err_len;
+ * err may be NULL). No call throws, logs, or touches global state.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define ARD_API __attribute__((visibility("default")))
+#else
+#define ARD_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An opaque connected client. Thread-safe except where a function says otherwise. */
+typedef struct ard_client ard_client;
+
+/* Codes (same numbers as wire::Code / absl::StatusCode). */
+enum {
+  ARD_OK = 0,
+  ARD_CANCELLED = 1,
+  ARD_INVALID_ARGUMENT = 3,
+  ARD_DEADLINE_EXCEEDED = 4,
+  ARD_NOT_FOUND = 5,
+  ARD_ALREADY_EXISTS = 6,
+  ARD_PERMISSION_DENIED = 7,
+  ARD_RESOURCE_EXHAUSTED = 8,
+  ARD_FAILED_PRECONDITION = 9,
+  ARD_ABORTED = 10,
+  ARD_OUT_OF_RANGE = 11,
+  ARD_UNIMPLEMENTED = 12,
+  ARD_INTERNAL = 13,
+  ARD_UNAVAILABLE = 14,
+  /* Not a status: ard_wait's "timed out, the request is still pending" (distinct from a request
+   * that completed with ARD_DEADLINE_EXCEEDED). */
+  ARD_PENDING = -1,
+};
+
+/* How to connect. Fields left at their ard_options_init value come from the environment:
+ *   socket_path  NULL -> $ALLREDUCED_SOCKET, else "/run/allreduced/allreduced.sock"
+ *   job          NULL -> $ALLREDUCED_JOB, else "default" ([A-Za-z0-9._-], at most 63 bytes)
+ *   rank, size, local_rank, local_size   -1 -> the first launcher family with a rank or size set,
+ *                taken as a whole: ALLREDUCED_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE};
+ *                OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}; PMI_RANK/PMI_SIZE with
+ *                MPI_LOCALRANKID/MPI_LOCALNRANKS; SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID with
+ *                SLURM_NTASKS_PER_NODE when it is a plain integer; HOROVOD_{RANK,SIZE,LOCAL_RANK,
+ *                LOCAL_SIZE}. Still -1 when unknown (the daemon then assigns ranks).
+ *   timeout_ms   0 -> $ALLREDUCED_INIT_TIMEOUT_MS, else 60000: how long create waits for the job
+ *                to form; negative: forever.
+ *   arena_segment_bytes  0 -> $ALLREDUCED_ARENA_SEGMENT_BYTES, else 64 MiB: first input segment.
+ *   arena_max_bytes      0 -> $ALLREDUCED_ARENA_MAX_BYTES, else 16 GiB: cap on all input segments.
+ * The strings are only read during ard_client_create. */
+typedef struct {
+  const char* socket_path;
+  const char* job;
+  int rank, size, local_rank, local_size;
+  int timeout_ms;
+  uint64_t arena_segment_bytes;
+  uint64_t arena_max_bytes;
+} ard_options;
+
+/* Fills `options` with the "take it from the environment" values above. Any thread. */
+ARD_API void ard_options_init(ard_options* options);
+
+/* Connects to the daemon, registers this process with its job and waits (up to the timeout) until
+ * every rank of the job has registered. On success returns 0 and stores a client the caller owns
+ * (free with ard_client_destroy). Otherwise returns the code (e.g. ARD_UNAVAILABLE when no daemon
+ * listens, ARD_DEADLINE_EXCEEDED when the job did not form, the daemon's code when it refused),
+ * stores NULL and writes a message to err. Reads the environment (getenv): do not call it while
+ * another thread calls setenv. */
+ARD_API int ard_client_create(const ard_options* options, ard_client** out, char* err,
+                              size_t err_len);
+
+/* This process's place in the job, as the daemon assigned it (cross_* = among hosts). */
+typedef struct {
+  int rank, size, local_rank, local_size, cross_rank, cross_size;
+} ard_topology;
+
+/* Copies the topology received at registration. Any thread; never blocks. */
+ARD_API void ard_client_topology(const ard_client* client, ard_topology* out);
+
+/* One collective on one tensor. Initialise with ard_request_init, then set what applies.
+ *   collective   wire::Collective (1 allreduce .. 7 join); dtype wire::DataType;
+ *   reduce_op    wire::ReduceOp (allreduce, reducescatter); root_rank: broadcast;
+ *   prescale/postscale  allreduce/reducescatter factors (1.0: none);
+ *   name         non-empty, < 256 bytes, unique among this rank's requests in flight; the same
+ *                name on every rank identifies the tensor;
+ *   ndims/shape  0..8 dimensions; bytes must equal product(shape) * dtype size for tensor
+ *                collectives, and be 0 for barrier and join (data may then be NULL);
+ *   data         the input, copied during ard_submit (the caller may reuse it on return);
+ *   group_id/group_size  grouped allreduce (-1: not grouped);
+ *   num_splits/splits    alltoall: 0 (even split) or one row count per rank. */
+typedef struct {
+  int collective, dtype, reduce_op, root_rank;
+  double prescale, postscale;
+  const char* name;
+  int ndims;
+  const int64_t* shape;
+  const void* data;
+  uint64_t bytes;
+  int group_id, group_size;
+  int num_splits;
+  const int64_t* splits;
+} ard_request;
+
+/* Zeroes `request`, then sets prescale = postscale = 1.0 and group_id = -1. Any thread. */
+ARD_API void ard_request_init(ard_request* request);
+
+/* The outcome of a handle. code/message: 0 and "" on success. On success data/bytes is the result
+ * (read-only, in the job's result arena; bytes may be 0), with its shape, alltoall's received
+ * splits, and join's last rank. Every pointer stays valid until ard_release(handle) or
+ * ard_client_destroy, whichever comes first. */
+typedef struct {
+  int code;
+  const char* message;
+  int ndims;
+  int64_t shape[8];
+  const void* data;
+  uint64_t bytes;
+  int num_splits;
+  const int64_t* splits;
+  int join_last_rank;
+} ard_result;
+
+/* Completion callback. Runs exactly once per accepted submit, on the client's receiver thread
+ * (or, for requests still pending then, on the thread calling ard_client_destroy). It must not
+ * block and must not call ard_wait or ard_client_destroy; it may call ard_release. The `result`
+ * struct itself is only valid during the call (copy it); the memory it points to lives until
+ * ard_release. */
+typedef void (*ard_done_fn)(void* user, uint64_t handle, const ard_result* result);
+
+/* Validates `request`, copies its data into the input arena (growing the arena if needed) and
+ * sends it to the daemon. Returns 0 and the handle (unique, increasing) when accepted: it will then
+ * complete exactly once, through `done(user, ...)` when done is not NULL, else through ard_wait.
+ * Otherwise returns a code, writes err and nothing was sent: ARD_INVALID_ARGUMENT for misuse,
+ * ARD_RESOURCE_EXHAUSTED when the arena cap is reached, or the job's failure (after a NOTIFY or a
+ * lost connection) for every later submit. Thread-safe; blocks only while the socket is full. */
+ARD_API int ard_submit(ard_client* client, const ard_request* request, ard_done_fn done,
+                       void* user, uint64_t* handle, char* err, size_t err_len);
+
+/* Waits up to timeout_ms (negative: forever; 0: poll) for a handle submitted without a callback,
+ * fills `out` and returns its code. ARD_PENDING (-1) when the timeout expired with the request
+ * still pending (wait again later); ARD_INVALID_ARGUMENT for an unknown or released handle or one
+ * that has a callback. Waiting again on a completed, unreleased handle returns the same result.
+ * Thread-safe; several threads may wait on the same handle. */
+ARD_API int ard_wait(ard_client* client, uint64_t handle, int timeout_ms, ard_result* out);
+
+/* The caller is done with a completed handle: its result pointers become invalid and the daemon
+ * may reuse the result slot (a RELEASE frame is sent when the result had bytes > 0). Required once
+ * after every completion, including those delivered through a callback. Unknown, released or
+ * still-pending handles are ignored. Thread-safe. */
+ARD_API void ard_release(ard_client* client, uint64_t handle);
+
+/* Says goodbye to the daemon, closes the socket, joins the receiver thread, completes requests
+ * still pending with ARD_CANCELLED (their callbacks run on this thread) and unmaps all shared
+ * memory. No other call on `client` may be in progress or follow. NULL is ignored. */
+ARD_API void ard_client_destroy(ard_client* client);
+
+/* "OK", "CANCELLED", ..., "UNAVAILABLE" (absl's names); "UNKNOWN" for other values. The string
+ * is static. */
+ARD_API const char* ard_code_name(int code);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif

@@ -1,0 +1,303 @@
+#include "client/cli/bench_launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/cli/bench_layout.h"
+#include "client/cli/bench_report.h"
+#include "client/cli/bench_worker_lines.h"
+#include "client/local_wire.h"
+
+extern char** environ;
+
+namespace ard::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Time the workers get past --timeout_ms to report their own, more precise, timeout.
+constexpr std::chrono::milliseconds kGrace{2000};
+
+constexpr const char* kRankVariables[] = {
+    "ALLREDUCED_SOCKET=", "ALLREDUCED_JOB=",        "ALLREDUCED_RANK=",
+    "ALLREDUCED_SIZE=",   "ALLREDUCED_LOCAL_RANK=", "ALLREDUCED_LOCAL_SIZE="};
+
+struct Child {
+  int rank = 0, local_rank = 0, socket_index = 0;
+  pid_t pid = -1;
+  int fd = -1;             // read end of the worker's stdout+stderr pipe; -1 after EOF
+  std::string buffer;      // bytes after the last '\n'
+  std::string last_other;  // the last unrecognised line (a crash message, say)
+  bool ready = false, done = false, reaped = false;
+};
+
+class Launcher {
+ public:
+  Launcher(const BenchOptions& o, std::vector<BenchLayout> layouts, BenchRunInfo info)
+      : o_(o),
+        layouts_(std::move(layouts)),
+        info_(std::move(info)),
+        rows_(layouts_.size()),
+        reports_(layouts_.size(), 0) {
+    for (size_t i = 0; i < layouts_.size(); ++i) rows_[i].layout = layouts_[i];
+  }
+
+  int Run() {
+    if (!o_.json) std::fputs(FormatTableHeader(info_).c_str(), stdout);
+    std::fflush(stdout);
+    children_.resize(o_.ranks());
+    for (int r = 0; r < o_.ranks(); ++r) {
+      Child& c = children_[r];
+      c.rank = r;
+      c.socket_index = r / o_.np;
+      c.local_rank = r % o_.np;
+      if (!Spawn(&c)) break;
+    }
+    Loop();
+    if (!failure_.empty()) KillAll();
+    ReapAll();
+    if (!failure_.empty()) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "allreducectl: bench: %s\n", failure_.c_str());
+      return 1;
+    }
+    std::fputs((o_.json ? FormatJson(rows_, info_) : FormatTableFooter(rows_, info_)).c_str(),
+               stdout);
+    std::fflush(stdout);
+    uint64_t wrong = 0;
+    for (const BenchRow& r : rows_) wrong += r.wrong;
+    if (wrong > 0) {
+      std::fprintf(stderr, "allreducectl: bench: %llu wrong result elements\n",
+                   static_cast<unsigned long long>(wrong));
+      return 1;
+    }
+    return 0;
+  }
+
+ private:
+  std::string Who(const Child& c) const {
+    return absl::StrCat("rank ", c.rank, " (socket ", o_.sockets[c.socket_index], ")");
+  }
+
+  void Fail(const std::string& message) {
+    if (failure_.empty()) failure_ = message;
+  }
+
+  bool Spawn(Child* c) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      Fail(absl::StrCat("pipe: ", std::strerror(errno)));
+      return false;
+    }
+    std::vector<std::string> args = {"allreducectl", "bench-worker"};
+    for (std::string& a : WorkerArgs(o_)) args.push_back(std::move(a));
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const bool ours =
+          std::any_of(std::begin(kRankVariables), std::end(kRankVariables),
+                      [e](const char* v) { return std::strncmp(*e, v, std::strlen(v)) == 0; });
+      if (!ours) env.push_back(*e);
+    }
+    env.push_back("ALLREDUCED_SOCKET=" + o_.sockets[c->socket_index]);
+    env.push_back("ALLREDUCED_JOB=" + o_.job);
+    env.push_back(absl::StrCat("ALLREDUCED_RANK=", c->rank));
+    env.push_back(absl::StrCat("ALLREDUCED_SIZE=", o_.ranks()));
+    env.push_back(absl::StrCat("ALLREDUCED_LOCAL_RANK=", c->local_rank));
+    env.push_back(absl::StrCat("ALLREDUCED_LOCAL_SIZE=", o_.np));
+    auto pointers = [](std::vector<std::string>& v) {
+      std::vector<char*> p;
+      for (std::string& s : v) p.push_back(s.data());
+      p.push_back(nullptr);
+      return p;
+    };
+    std::vector<char*> argv = pointers(args), envp = pointers(env);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+    const int rc =
+        posix_spawn(&c->pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    close(fds[1]);
+    if (rc != 0) {
+      close(fds[0]);
+      c->pid = -1;
+      c->reaped = true;
+      Fail(absl::StrCat("cannot start the worker for ", Who(*c), ": ", std::strerror(rc)));
+      return false;
+    }
+    c->fd = fds[0];
+    return true;
+  }
+
+  // Reads the pipes until every worker hung up, one failed, or the deadline passed.
+  void Loop() {
+    const Clock::time_point deadline =
+        Clock::now() + std::chrono::milliseconds(o_.timeout_ms) + kGrace;
+    while (failure_.empty()) {
+      std::vector<pollfd> fds;
+      std::vector<Child*> owners;
+      for (Child& c : children_) {
+        if (c.fd < 0) continue;
+        fds.push_back({c.fd, POLLIN, 0});
+        owners.push_back(&c);
+      }
+      if (fds.empty()) return;
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return Fail(TimeoutMessage());
+      const int n = poll(fds.data(), fds.size(), static_cast<int>(left));
+      if (n < 0 && errno != EINTR) return Fail(absl::StrCat("poll: ", std::strerror(errno)));
+      for (size_t i = 0; n > 0 && i < fds.size() && failure_.empty(); ++i) {
+        if (fds[i].revents != 0) Read(*owners[i]);
+      }
+    }
+  }
+
+  void Read(Child& c) {
+    char buf[65536];
+    const ssize_t n = read(c.fd, buf, sizeof(buf));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) {
+      close(c.fd);
+      c.fd = -1;
+      if (!c.buffer.empty()) HandleLine(c, c.buffer);
+      return HandleExit(c);
+    }
+    c.buffer.append(buf, n);
+    size_t newline;
+    while (failure_.empty() && (newline = c.buffer.find('\n')) != std::string::npos) {
+      std::string line = c.buffer.substr(0, newline);
+      c.buffer.erase(0, newline + 1);
+      HandleLine(c, line);
+    }
+  }
+
+  void HandleLine(Child& c, const std::string& line) {
+    const WorkerLine w = ParseWorkerLine(line);
+    switch (w.kind) {
+      case WorkerLine::Kind::kReady:
+        c.ready = true;
+        if (w.size != o_.ranks()) {
+          Fail(absl::StrCat(Who(c), ": the daemon formed a job of ", w.size, " ranks, expected ",
+                            o_.ranks()));
+        }
+        return;
+      case WorkerLine::Kind::kRow:
+        if (w.index < 0 || w.index >= static_cast<int>(rows_.size())) {
+          return Fail(absl::StrCat(Who(c), ": reported an unknown size index ", w.index));
+        }
+        rows_[w.index].time_us = std::max(rows_[w.index].time_us, w.time_us);
+        rows_[w.index].wrong += w.wrong;
+        ++reports_[w.index];
+        return PrintFinishedRows();
+      case WorkerLine::Kind::kDone:
+        c.done = true;
+        return;
+      case WorkerLine::Kind::kError:
+        return Fail(absl::StrCat(Who(c), ": ", w.message));
+      case WorkerLine::Kind::kOther:
+        if (!line.empty()) c.last_other = line;
+        return;
+    }
+  }
+
+  // The worker closed its pipe: it is exiting; reap it and judge how it ended.
+  void HandleExit(Child& c) {
+    int status = 0;
+    while (waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    c.reaped = true;
+    if (c.done && WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+    std::string how = WIFSIGNALED(status)
+                          ? absl::StrCat("was killed by signal ", WTERMSIG(status), " (",
+                                         strsignal(WTERMSIG(status)), ")")
+                          : absl::StrCat("exited with status ", WEXITSTATUS(status));
+    Fail(absl::StrCat(Who(c), " ", how, c.done ? " after finishing" : " before finishing",
+                      c.last_other.empty() ? "" : ": " + c.last_other));
+  }
+
+  std::string TimeoutMessage() const {
+    int ready = 0;
+    for (const Child& c : children_) ready += c.ready ? 1 : 0;
+    return absl::StrCat("timed out after ", o_.timeout_ms, " ms (--timeout_ms): ", ready, " of ",
+                        o_.ranks(), " ranks joined the job, ", next_print_, " of ", rows_.size(),
+                        " sizes done");
+  }
+
+  void PrintFinishedRows() {
+    while (next_print_ < rows_.size() && reports_[next_print_] == o_.ranks()) {
+      if (!o_.json) std::fputs(FormatTableRow(rows_[next_print_], info_).c_str(), stdout);
+      std::fflush(stdout);
+      ++next_print_;
+    }
+  }
+
+  void KillAll() {
+    for (Child& c : children_) {
+      if (c.pid > 0 && !c.reaped) kill(c.pid, SIGKILL);
+    }
+  }
+
+  void ReapAll() {
+    for (Child& c : children_) {
+      if (c.fd >= 0) close(c.fd);
+      c.fd = -1;
+      if (c.pid <= 0 || c.reaped) continue;
+      while (waitpid(c.pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      c.reaped = true;
+    }
+  }
+
+  const BenchOptions& o_;
+  const std::vector<BenchLayout> layouts_;
+  const BenchRunInfo info_;
+  std::vector<Child> children_;
+  std::vector<BenchRow> rows_;
+  std::vector<int> reports_;  // ROW lines received per size
+  size_t next_print_ = 0;     // sizes complete and printed so far
+  std::string failure_;       // the first failure; ends the run
+};
+
+}  // namespace
+
+int RunBenchLauncher(const BenchOptions& options) {
+  BenchOptions o = options;
+  if (o.job.empty()) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+    o.job = absl::StrCat("bench-", getpid(), "-", ms);
+  }
+  o.parent_pid = getpid();
+  std::vector<BenchLayout> layouts =
+      LayoutsFor(o.collective, o.sizes, wire::DataTypeSize(o.dtype), o.ranks());
+  if (layouts.empty()) {
+    std::fprintf(stderr,
+                 "allreducectl: bench: every size rounds to 0 elements for %s over %d ranks\n",
+                 CollectiveName(o.collective), o.ranks());
+    return 2;
+  }
+  o.sizes.clear();
+  for (const BenchLayout& l : layouts) o.sizes.push_back(l.size_bytes);
+  BenchRunInfo info{o.collective, o.dtype,  o.reduce_op, o.ranks(), o.np,
+                    o.sockets,    o.warmup, o.iters,     o.check,   o.job};
+  return Launcher(o, std::move(layouts), std::move(info)).Run();
+}
+
+}  // namespace ard::cli

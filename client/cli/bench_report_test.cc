@@ -1,0 +1,74 @@
+#include "client/cli/bench_report.h"
+
+#include "catch2/catch.hpp"
+
+namespace ard::cli {
+namespace {
+
+BenchRunInfo Info(int collective, int ranks, bool check) {
+  BenchRunInfo info;
+  info.collective = collective;
+  info.dtype = 9;
+  info.reduce_op = 1;
+  info.ranks = ranks;
+  info.np = ranks;
+  info.sockets = {"/tmp/a \"quoted\".sock"};
+  info.warmup = 5;
+  info.iters = 20;
+  info.check = check;
+  info.job = "bench-1-2";
+  return info;
+}
+
+BenchRow Row(uint64_t size, uint64_t count, double time_us, uint64_t wrong = 0) {
+  BenchRow r;
+  r.layout.size_bytes = size;
+  r.layout.count = count;
+  r.time_us = time_us;
+  r.wrong = wrong;
+  return r;
+}
+
+TEST_CASE("algbw is size over time in GB/s, busbw scales it by the op's factor") {
+  BenchRow r = Row(1000000, 250000, 1000);  // 1 MB in 1 ms
+  CHECK(AlgBandwidth(r) == Approx(1.0));
+  CHECK(BusBandwidth(r, Info(1, 4, false)) == Approx(1.5));
+  CHECK(BusBandwidth(r, Info(2, 4, false)) == Approx(0.75));
+  CHECK(AlgBandwidth(Row(8, 2, 0)) == 0);
+}
+
+TEST_CASE("table rows line up under the header like nccl-tests'") {
+  const BenchRunInfo info = Info(1, 2, false);
+  std::string header = FormatTableHeader(info);
+  CHECK(header.find("op allreduce, dtype float32, redop sum, 2 ranks (2 per socket x 1 socket)") !=
+        std::string::npos);
+  CHECK(header.find("#       size        count     type  redop       time   algbw   busbw\n") !=
+        std::string::npos);
+  CHECK(FormatTableRow(Row(1048576, 262144, 1371.6), info) ==
+        "     1048576       262144  float32    sum     1371.6    0.76    0.76\n");
+}
+
+TEST_CASE("--check adds #wrong; non-reductions show redop none") {
+  const BenchRunInfo info = Info(2, 4, true);
+  CHECK(FormatTableHeader(info).find("busbw #wrong\n") != std::string::npos);
+  CHECK(FormatTableRow(Row(4096, 256, 10.0, 3), info) ==
+        "        4096          256  float32   none       10.0    0.41    0.31      3\n");
+  std::string footer = FormatTableFooter({Row(4096, 256, 10.0, 3)}, info);
+  CHECK(footer.find("# Out of bounds values : 3 FAILED") != std::string::npos);
+  CHECK(footer.find("# Avg bus bandwidth    : 0.3072") != std::string::npos);
+}
+
+TEST_CASE("json: one object with the run and its rows") {
+  std::string json = FormatJson({Row(1000000, 250000, 1000, 0)}, Info(1, 4, true));
+  CHECK(json ==
+        "{\"op\":\"allreduce\",\"dtype\":\"float32\",\"redop\":\"sum\",\"ranks\":4,\"np\":4,"
+        "\"sockets\":[\"/tmp/a \\\"quoted\\\".sock\"],\"job\":\"bench-1-2\",\"warmup\":5,"
+        "\"iters\":20,\"check\":true,\"rows\":[{\"size\":1000000,\"count\":250000,"
+        "\"type\":\"float32\",\"redop\":\"sum\",\"time_us\":1000,\"algbw\":1,\"busbw\":1.5,"
+        "\"wrong\":0}],\"avg_busbw\":1.5}\n");
+  CHECK(FormatJson({}, Info(1, 2, false)).find("\"rows\":[],\"avg_busbw\":0}") !=
+        std::string::npos);
+}
+
+}  // namespace
+}  // namespace ard::cli

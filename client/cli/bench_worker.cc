@@ -1,0 +1,198 @@
+#include "client/cli/bench_worker.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "client/allreduced_client.h"
+#include "client/cli/bench_layout.h"
+#include "client/cli/bench_pattern.h"
+#include "client/cli/bench_worker_lines.h"
+#include "client/local_wire.h"
+
+namespace ard::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Writes all of `text` to stdout (the parent's pipe), unbuffered so lines arrive as they happen.
+void Emit(const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = write(STDOUT_FILENO, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the parent is gone; PR_SET_PDEATHSIG ends us
+    done += n;
+  }
+}
+
+absl::Status CodeStatus(int code, const std::string& message) {
+  return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
+
+std::string OneLine(const absl::Status& s) {
+  return absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message());
+}
+
+// One connected client and the buffers of the current size.
+class Worker {
+ public:
+  Worker(const BenchOptions& o, Clock::time_point deadline) : o_(o), deadline_(deadline) {}
+  ~Worker() { ard_client_destroy(client_); }
+
+  absl::Status Connect() {
+    ard_options options;
+    ard_options_init(&options);
+    options.timeout_ms = std::max(1, RemainingMs());
+    char err[1024] = {};
+    int code = ard_client_create(&options, &client_, err, sizeof(err));
+    if (code != ARD_OK) return CodeStatus(code, err);
+    ard_client_topology(client_, &topo_);
+    return absl::OkStatus();
+  }
+
+  const ard_topology& topo() const { return topo_; }
+
+  // Runs one size; fills *time_us (this rank's mean) and *wrong (with --check).
+  absl::Status RunSize(int index, const BenchLayout& layout, double* time_us, uint64_t* wrong) {
+    const size_t e = wire::DataTypeSize(o_.dtype);
+    spec_ = BenchPatternSpec{o_.collective, o_.dtype, o_.reduce_op, topo_.size, layout};
+    if (o_.check) {
+      FillPattern(spec_, topo_.rank, &input_);
+    } else {
+      input_.assign(layout.input_elements * e, 0);
+    }
+    output_.resize(layout.output_elements * e);
+    name_ = absl::StrCat("bench.", index);
+    shape_ = static_cast<int64_t>(layout.input_elements);
+    *wrong = 0;
+    for (int i = 0; i < o_.warmup; ++i) {
+      absl::Status st = Iterate();
+      if (!st.ok()) return st;
+      if (o_.check) *wrong += CountWrong(spec_, topo_.rank, output_.data());
+    }
+    absl::Status st = Barrier(index);
+    if (!st.ok()) return st;
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < o_.iters; ++i) {
+      st = Iterate();
+      if (!st.ok()) return st;
+    }
+    const std::chrono::duration<double, std::micro> elapsed = Clock::now() - start;
+    *time_us = elapsed.count() / o_.iters;
+    if (o_.check) *wrong += CountWrong(spec_, topo_.rank, output_.data());
+    return absl::OkStatus();
+  }
+
+ private:
+  int RemainingMs() const {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
+    return static_cast<int>(std::max<int64_t>(0, left.count()));
+  }
+
+  // Submits `req`, waits until the run's deadline and hands the completed result to `use`,
+  // then releases it.
+  template <typename Use>
+  absl::Status SubmitAndWait(const ard_request& req, Use use) {
+    char err[1024] = {};
+    uint64_t handle = 0;
+    int code = ard_submit(client_, &req, nullptr, nullptr, &handle, err, sizeof(err));
+    if (code != ARD_OK) return CodeStatus(code, absl::StrCat("submit ", req.name, ": ", err));
+    ard_result r;
+    code = ard_wait(client_, handle, RemainingMs(), &r);
+    if (code == ARD_PENDING) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          req.name, " did not complete within the run's --timeout_ms (", o_.timeout_ms, " ms)"));
+    }
+    if (code != ARD_OK) {
+      std::string message = r.message != nullptr ? r.message : "";
+      ard_release(client_, handle);
+      return CodeStatus(code, absl::StrCat(req.name, ": ", message));
+    }
+    absl::Status st = use(r);
+    ard_release(client_, handle);
+    return st;
+  }
+
+  absl::Status Iterate() {
+    ard_request req;
+    ard_request_init(&req);
+    req.collective = o_.collective;
+    req.dtype = o_.dtype;
+    req.reduce_op = o_.reduce_op;
+    req.root_rank = 0;
+    req.name = name_.c_str();
+    req.ndims = 1;
+    req.shape = &shape_;
+    req.data = input_.data();
+    req.bytes = input_.size();
+    return SubmitAndWait(req, [this](const ard_result& r) {
+      if (r.bytes != output_.size()) {
+        return absl::InternalError(
+            absl::StrCat(name_, ": result has ", r.bytes, " bytes, expected ", output_.size()));
+      }
+      if (r.bytes > 0) std::memcpy(output_.data(), r.data, r.bytes);
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status Barrier(int index) {
+    const std::string name = absl::StrCat("bench.barrier.", index);
+    ard_request req;
+    ard_request_init(&req);
+    req.collective = static_cast<int>(wire::Collective::kBarrier);
+    req.name = name.c_str();
+    return SubmitAndWait(req, [](const ard_result&) { return absl::OkStatus(); });
+  }
+
+  const BenchOptions& o_;
+  const Clock::time_point deadline_;
+  ard_client* client_ = nullptr;
+  ard_topology topo_{};
+  BenchPatternSpec spec_;
+  std::vector<uint8_t> input_, output_;
+  std::string name_;
+  int64_t shape_ = 0;
+};
+
+}  // namespace
+
+int RunBenchWorker(const BenchOptions& o) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(o.timeout_ms);
+  if (o.parent_pid > 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != o.parent_pid) return 1;  // the parent died before the prctl
+  }
+  const std::vector<BenchLayout> layouts =
+      LayoutsFor(o.collective, o.sizes, wire::DataTypeSize(o.dtype), o.ranks());
+  Worker worker(o, deadline);
+  absl::Status st = worker.Connect();
+  if (!st.ok()) {
+    Emit(FormatErrorLine(OneLine(st)));
+    return 1;
+  }
+  Emit(FormatReadyLine(worker.topo().rank, worker.topo().size));
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    double time_us = 0;
+    uint64_t wrong = 0;
+    st = worker.RunSize(static_cast<int>(i), layouts[i], &time_us, &wrong);
+    if (!st.ok()) {
+      Emit(FormatErrorLine(OneLine(st)));
+      return 1;
+    }
+    Emit(FormatRowLine(static_cast<int>(i), time_us, wrong));
+  }
+  Emit(FormatDoneLine());
+  return 0;
+}
+
+}  // namespace ard::cli

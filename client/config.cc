@@ -1,0 +1,114 @@
+#include "client/config.h"
+
+#include <sys/un.h>
+
+#include <climits>
+
+namespace ard::client {
+namespace {
+
+std::string StringOption(const char* option, const EnvLookup& env, const char* var,
+                         const char* fallback) {
+  if (option != nullptr) return option;
+  const char* value = env(var);
+  if (value != nullptr && value[0] != '\0') return value;
+  return fallback;
+}
+
+// An explicit option (> 0), else the variable, else the default.
+Status UintOption(uint64_t option, const EnvLookup& env, const char* var, uint64_t fallback,
+                  uint64_t* out) {
+  *out = fallback;
+  if (option > 0) {
+    *out = option;
+    return OkStatus();
+  }
+  const char* value = env(var);
+  if (value == nullptr || value[0] == '\0') return OkStatus();
+  int64_t parsed;
+  if (!ParseInt64(value, 1, INT64_MAX, &parsed)) {
+    return InvalidArgument(std::string("environment variable ") + var + "='" + value +
+                           "' is not a positive integer");
+  }
+  *out = static_cast<uint64_t>(parsed);
+  return OkStatus();
+}
+
+Status ResolveTimeout(int option, const EnvLookup& env, int* out) {
+  *out = option != 0 ? option : kDefaultInitTimeoutMs;
+  if (option != 0) return OkStatus();
+  const char* value = env("ALLREDUCED_INIT_TIMEOUT_MS");
+  if (value == nullptr || value[0] == '\0') return OkStatus();
+  int64_t parsed;
+  if (!ParseInt64(value, INT_MIN, INT_MAX, &parsed)) {
+    return InvalidArgument(std::string("environment variable ALLREDUCED_INIT_TIMEOUT_MS='") +
+                           value + "' is not an integer");
+  }
+  *out = parsed == 0 ? kDefaultInitTimeoutMs : static_cast<int>(parsed);
+  return OkStatus();
+}
+
+void Override(int option, int* field) {
+  if (option != -1) *field = option;
+}
+
+Status ResolveArena(const ard_options& options, const EnvLookup& env, ClientConfig* out) {
+  ARD_CLIENT_RETURN_IF_ERROR(UintOption(options.arena_max_bytes, env,
+                                        "ALLREDUCED_ARENA_MAX_BYTES", kDefaultArenaMaxBytes,
+                                        &out->arena_max_bytes));
+  ARD_CLIENT_RETURN_IF_ERROR(UintOption(options.arena_segment_bytes, env,
+                                        "ALLREDUCED_ARENA_SEGMENT_BYTES", kDefaultSegmentBytes,
+                                        &out->arena_segment_bytes));
+  if (out->arena_max_bytes < kMinSegmentBytes) {
+    return InvalidArgument("arena max bytes " + std::to_string(out->arena_max_bytes) +
+                           " is below the minimum of " + std::to_string(kMinSegmentBytes));
+  }
+  uint64_t segment = out->arena_segment_bytes;
+  if (segment < kMinSegmentBytes) segment = kMinSegmentBytes;
+  segment = (segment + kMinSegmentBytes - 1) / kMinSegmentBytes * kMinSegmentBytes;
+  if (segment > out->arena_max_bytes) segment = out->arena_max_bytes / kMinSegmentBytes *
+                                                kMinSegmentBytes;
+  out->arena_segment_bytes = segment;
+  return OkStatus();
+}
+
+}  // namespace
+
+bool IsValidJobName(const std::string& job) {
+  if (job.empty() || job.size() >= wire::kJobNameBytes) return false;
+  for (char c : job) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Status ResolveConfig(const ard_options& options, const EnvLookup& env, ClientConfig* out) {
+  ClientConfig config;
+  config.socket_path =
+      StringOption(options.socket_path, env, "ALLREDUCED_SOCKET", kDefaultSocketPath);
+  if (config.socket_path.empty() || config.socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return InvalidArgument("socket path '" + config.socket_path + "' is empty or longer than " +
+                           std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
+  }
+  config.job = StringOption(options.job, env, "ALLREDUCED_JOB", kDefaultJob);
+  if (!IsValidJobName(config.job)) {
+    return InvalidArgument("job name '" + config.job + "' must be 1-" +
+                           std::to_string(wire::kJobNameBytes - 1) + " of [A-Za-z0-9._-]");
+  }
+  bool all_explicit = options.rank != -1 && options.size != -1 && options.local_rank != -1 &&
+                      options.local_size != -1;
+  if (!all_explicit) ARD_CLIENT_RETURN_IF_ERROR(RanksFromEnv(env, &config.ranks));
+  Override(options.rank, &config.ranks.rank);
+  Override(options.size, &config.ranks.size);
+  Override(options.local_rank, &config.ranks.local_rank);
+  Override(options.local_size, &config.ranks.local_size);
+  ARD_CLIENT_RETURN_IF_ERROR(ValidateRanks(config.ranks));
+  ARD_CLIENT_RETURN_IF_ERROR(ResolveTimeout(options.timeout_ms, env, &config.timeout_ms));
+  ARD_CLIENT_RETURN_IF_ERROR(ResolveArena(options, env, &config));
+  *out = std::move(config);
+  return OkStatus();
+}
+
+}  // namespace ard::client

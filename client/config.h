@@ -1,0 +1,38 @@
+// Resolution of ard_options into a complete client configuration: explicit option fields first,
+// then the environment, then defaults (documented on ard_options in allreduced_client.h).
+// Pure function over an injectable environment; any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "client/allreduced_client.h"
+#include "client/env_ranks.h"
+#include "client/status.h"
+
+namespace ard::client {
+
+inline constexpr char kDefaultSocketPath[] = "/run/allreduced/allreduced.sock";
+inline constexpr char kDefaultJob[] = "default";
+inline constexpr int kDefaultInitTimeoutMs = 60000;
+inline constexpr uint64_t kDefaultSegmentBytes = 64ull << 20;
+inline constexpr uint64_t kDefaultArenaMaxBytes = 16ull << 30;
+inline constexpr uint64_t kMinSegmentBytes = 4096;
+
+struct ClientConfig {
+  std::string socket_path;
+  std::string job;
+  RankInfo ranks;
+  int timeout_ms = kDefaultInitTimeoutMs;  // < 0: wait forever
+  uint64_t arena_segment_bytes = kDefaultSegmentBytes;  // page multiple, <= arena_max_bytes
+  uint64_t arena_max_bytes = kDefaultArenaMaxBytes;
+};
+
+// InvalidArgument (naming the option or variable) for a bad job name, socket path, rank value or
+// size; otherwise a complete config.
+Status ResolveConfig(const ard_options& options, const EnvLookup& env, ClientConfig* out);
+
+// [A-Za-z0-9._-]+ and shorter than wire::kJobNameBytes.
+bool IsValidJobName(const std::string& job);
+
+}  // namespace ard::client

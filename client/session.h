@@ -1,0 +1,81 @@
+// A connected client of the local daemon: the object behind the C API's ard_client. It is the
+// composition root of the client library: it owns the connection, the input arena, the result
+// segments, the request table and the receiver thread.
+//
+// Lifecycle:
+//   1. Create(): connect, make input segment 0, send HELLO (+ its memfd), wait up to
+//      config.timeout_ms for WELCOME (+ result segment 0) or ERROR, start the receiver thread.
+//   2. Submit()/Wait()/Release() from any thread. The receiver thread handles RESULT_SEGMENT,
+//      COMPLETE, ERROR, NOTIFY and the socket closing; it runs completion callbacks.
+//   3. ~Session(): BYE, shut the socket down, join the receiver, cancel what is pending (callbacks
+//      run on the destroying thread), unmap everything.
+// Thread-safe; a terminal failure (NOTIFY, lost connection, protocol error) fails every pending
+// request and every later Submit() with the same status.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "client/allreduced_client.h"
+#include "client/arena.h"
+#include "client/config.h"
+#include "client/connection.h"
+#include "client/request_table.h"
+#include "client/result_segments.h"
+#include "client/status.h"
+
+namespace ard::client {
+
+class Session {
+ public:
+  static Status Create(const ClientConfig& config, std::unique_ptr<Session>* out);
+  ~Session();
+
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const ard_topology& topology() const { return topology_; }
+
+  // ard_submit / ard_wait / ard_release semantics (allreduced_client.h).
+  Status Submit(const ard_request& request, ard_done_fn done, void* user, uint64_t* handle);
+  int Wait(uint64_t handle, int timeout_ms, ard_result* out);
+  void Release(uint64_t handle);
+
+  // For tests.
+  const InputArena& arena() const { return *arena_; }
+  size_t record_count() const { return requests_.record_count(); }
+
+ private:
+  explicit Session(const ClientConfig& config);
+
+  Status Start();
+  Status SendHello();
+  Status AwaitWelcome();
+  Status AcceptWelcome(Frame& frame);
+  Status PublishSegment(uint32_t index, int fd, uint64_t bytes);
+
+  void ReceiveLoop();                   // receiver thread
+  Status HandleFrame(Frame& frame);     // receiver thread; an error is a protocol failure
+  Status HandleComplete(const Frame& frame);
+  Status HandleError(const Frame& frame, bool notify);
+  void SendRelease(uint64_t handle);
+  void FreeInput(uint64_t handle);      // the daemon is done reading the request's input
+  void FailAll(const Status& status);   // terminal
+  void Deliver(std::vector<Finished> finished);  // frees input slots, runs callbacks
+
+  const ClientConfig config_;
+  std::unique_ptr<Connection> connection_;
+  std::unique_ptr<InputArena> arena_;
+  ResultSegments results_;  // creating thread until Start() returns, then the receiver thread
+  RequestTable requests_;
+  ard_topology topology_{};
+  uint64_t max_tensor_bytes_ = wire::kMaxTensorBytes;
+  std::atomic<uint64_t> next_handle_{1};  // 0 means "no request" on the wire
+  std::atomic<bool> closing_{false};
+  std::thread receiver_;
+};
+
+}  // namespace ard::client
