@@ -19,6 +19,18 @@
 //   RELEASE                             ->   result read, the daemon may reuse its slot
 //                                       <-   NOTIFY: the job failed (a rank died, ...); any time
 //   BYE                                 ->   (or closing the socket: same cleanup)
+//
+// Details both sides rely on:
+//  - RELEASE and BYE have no payload (payload_bytes 0); RELEASE carries the COMPLETE's request_id.
+//  - Input segment 0 is the one passed with HELLO; ADD_SEGMENT indexes continue at 1, and an
+//    ADD_SEGMENT is always sent before any SUBMIT that names its index.
+//  - A COMPLETE with an error code has bytes 0 (nothing to read or release).
+//  - An ERROR whose request_id names a SUBMIT fails that request (the daemon never reads its
+//    input afterwards); an ERROR with request_id 0 after WELCOME is fatal for the client.
+//  - NOTIFY with a non-zero code: the job failed, every pending and later request fails with it;
+//    code 0 is informational.
+//  - A BYE (clean shutdown) with nothing outstanding ends a rank quietly: the others fail only if
+//    they later need it. A socket that closes without BYE fails the job on every other rank.
 #pragma once
 
 #include <cstddef>

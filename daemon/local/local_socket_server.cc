@@ -157,7 +157,7 @@ void LocalSocketServer::Accept() {
 
 void LocalSocketServer::Watch(const std::shared_ptr<Session>& session, bool writable) {
   std::weak_ptr<Session> weak = session;
-  loop_.WatchFd(session->fd(), EPOLLIN | EPOLLRDHUP | (writable ? EPOLLOUT : 0),
+  loop_.WatchFd(session->fd(), EPOLLIN | EPOLLRDHUP | (writable ? static_cast<uint32_t>(EPOLLOUT) : 0u),
                 [this, weak](uint32_t events) {
                   if (auto s = weak.lock()) OnReadable(s, events);
                 });
