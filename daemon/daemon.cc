@@ -15,7 +15,10 @@
 #include "daemon/common/version.h"
 #include "daemon/config/config_loader.h"
 #include "daemon/gpu/device_query.h"
+#include "daemon/cluster/job_coordinator.h"
+#include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/jobs/job_registry.h"
+#include "daemon/rpc/negotiation_service.h"
 #include "daemon/local/local_socket_server.h"
 #include "daemon/rpc/cluster_service.h"
 #include "daemon/rpc/grpc_peer_client.h"
@@ -65,17 +68,24 @@ absl::Status Daemon::Start() {
                                absl::Milliseconds(config_.job_form_timeout_ms()),
                                absl::Milliseconds(config_.stall_warning_ms()),
                                absl::Milliseconds(config_.stall_shutdown_ms()),
-                               config_.result_segment_bytes(), config_.max_result_arena_bytes()});
+                               config_.result_segment_bytes(), config_.max_result_arena_bytes(),
+                               absl::Milliseconds(config_.rpc_timeout_ms())});
   const cluster::LocalJobsSource local_jobs = [this] { return jobs_->Summaries(); };
 
   const absl::Duration heartbeat = absl::Milliseconds(config_.heartbeat_ms());
   cluster::ClusterHandler* cluster_handler;
   cluster::AdminHandler* admin_handler;
   if (is_coordinator()) {
+    job_coordinator_ = std::make_unique<cluster::JobCoordinator>(
+        *loop_, cluster::JobCoordinatorOptions{config_.fusion_threshold_bytes(),
+                                               static_cast<uint64_t>(absl::ToUnixSeconds(absl::Now()))});
     coordinator_ = std::make_unique<cluster::Coordinator>(
         *loop_, config_.host_name(),
         cluster::CoordinatorOptions{heartbeat, absl::Milliseconds(config_.host_timeout_ms()),
-                                    local_jobs});
+                                    local_jobs,
+                                    [this](const std::string& host, const std::string& reason) {
+                                      job_coordinator_->OnHostDown(host, reason);
+                                    }});
     cluster_handler = coordinator_.get();
     admin_handler = coordinator_.get();
   } else {
@@ -91,6 +101,8 @@ absl::Status Daemon::Start() {
   }
   cluster_service_ = std::make_unique<rpc::ClusterService>(*cluster_handler);
   admin_service_ = std::make_unique<rpc::AdminService>(*admin_handler);
+  negotiation_service_ = std::make_unique<rpc::NegotiationService>(
+      *loop_, job_coordinator_.get(), config_.coordinator());
 
   absl::Status status = [&]() -> absl::Status {
     local_ = std::make_unique<local::LocalSocketServer>(
@@ -102,8 +114,10 @@ absl::Status Daemon::Start() {
     loop_->Start();
     server_ = std::make_unique<rpc::GrpcServer>();
     ARD_ASSIGN_OR_RETURN(port_, server_->Start(config_.cluster_address(),
-                                               {cluster_service_.get(), admin_service_.get()}));
+                                               {cluster_service_.get(), admin_service_.get(),
+                                                negotiation_service_.get()}));
     self_.set_address(AdvertiseAddress(config_, port_));
+    ARD_RETURN_IF_ERROR(StartDataPlane());
     return WritePortFile();
   }();
   started_ = true;
@@ -126,6 +140,37 @@ absl::Status Daemon::Start() {
       config_.local_socket(), self_.gpus_size(),
       self_.nccl_version().empty() ? "none" : self_.nccl_version(), self_.pid());
   notifier_.Ready(absl::StrCat("serving on ", self_.address()));
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::StartDataPlane() {
+  std::string host;
+  int port = 0;
+  config::SplitHostPort(config_.data_address().empty() ? config_.cluster_address()
+                                                      : config_.data_address(),
+                        &host, &port)
+      .IgnoreError();
+  dataplane::tcp::DataListenerOptions options;
+  options.address = absl::StrCat(host, ":", config_.data_address().empty() ? 0 : port);
+  data_listener_ = std::make_unique<dataplane::tcp::DataListener>(options);
+  if (auto s = data_listener_->Start(); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("data plane: cannot listen on ", options.address,
+                                               ": ", s.message()));
+  }
+  // Peers dial the advertised host with the data port.
+  std::string advertised_host;
+  int unused;
+  config::SplitHostPort(self_.address(), &advertised_host, &unused).IgnoreError();
+  self_.set_data_address(absl::StrCat(advertised_host, ":", data_listener_->port()));
+  negotiation_client_ = std::make_unique<rpc::GrpcPeerClient>(
+      is_coordinator() ? self_.address() : config_.coordinator(),
+      absl::Milliseconds(config_.rpc_timeout_ms()));
+  rpc::GrpcPeerClient* client = negotiation_client_.get();
+  dataplane::tcp::DataListener* listener = data_listener_.get();
+  const std::string data_address = self_.data_address();
+  loop_->Post([this, client, listener, data_address] {
+    jobs_->EnableCrossHost(client, listener, data_address);
+  });
   return absl::OkStatus();
 }
 
@@ -159,6 +204,15 @@ void Daemon::Shutdown() {
   started_ = false;
   notifier_.Stopping();
   Logger("daemon")->info("shutting down host={}", self_.name());
+  // Fail this host's jobs while the cluster can still be told (their other hosts learn at once),
+  // after unblocking data-plane connects waiting for peers.
+  if (data_listener_ != nullptr) data_listener_->Stop();
+  absl::Notification jobs_done;
+  loop_->Post([this, &jobs_done] {
+    jobs_->Shutdown();
+    jobs_done.Notify();
+  });
+  jobs_done.WaitForNotificationWithTimeout(absl::Seconds(10));
   if (agent_ != nullptr) {
     absl::Notification left;
     agent_->LeaveAsync([&left] { left.Notify(); });
@@ -172,19 +226,25 @@ void Daemon::Shutdown() {
 
 void Daemon::Teardown() {
   started_ = false;
+  if (data_listener_ != nullptr) data_listener_->Stop();
   if (server_ != nullptr) server_->Shutdown(absl::Milliseconds(500));
-  peer_.reset();  // waits for calls in flight; their callbacks post to the still-running loop
   if (loop_ != nullptr) loop_->Stop();  // drops pending tasks; nothing touches the roles after this
   // The loop has stopped: what it owned is now touched only from this thread.
+  if (jobs_ != nullptr) jobs_->EnableCrossHost(nullptr, nullptr, "");
   if (local_ != nullptr) local_->Stop();  // closes every client (their jobs fail)
   if (jobs_ != nullptr) jobs_->Shutdown();  // joins the executors
+  negotiation_client_.reset();  // waits for calls in flight (their posts are dropped)
+  peer_.reset();
   server_.reset();
   local_.reset();
   admin_service_.reset();
   cluster_service_.reset();
   agent_.reset();
   coordinator_.reset();
+  negotiation_service_.reset();
+  job_coordinator_.reset();
   jobs_.reset();
+  data_listener_.reset();
   loop_.reset();
 }
 

@@ -23,7 +23,11 @@ namespace ard {
 namespace cluster {
 class ClusterAgent;
 class Coordinator;
+class JobCoordinator;
 }  // namespace cluster
+namespace dataplane::tcp {
+class DataListener;
+}  // namespace dataplane::tcp
 namespace jobs {
 class JobRegistry;
 }  // namespace jobs
@@ -35,6 +39,7 @@ class AdminService;
 class ClusterService;
 class GrpcPeerClient;
 class GrpcServer;
+class NegotiationService;
 }  // namespace rpc
 
 class Daemon {
@@ -54,6 +59,7 @@ class Daemon {
 
  private:
   void Teardown();  // stops and destroys every component, in reverse order
+  absl::Status StartDataPlane();
   absl::Status WritePortFile() const;
   void WatchdogOnLoop(absl::Duration interval);
 
@@ -66,11 +72,17 @@ class Daemon {
   // Declared in construction order; destroyed in reverse.
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<jobs::JobRegistry> jobs_;
+  std::unique_ptr<dataplane::tcp::DataListener> data_listener_;
+  std::unique_ptr<cluster::JobCoordinator> job_coordinator_;  // coordinator role only
   std::unique_ptr<cluster::Coordinator> coordinator_;    // coordinator role only
   std::unique_ptr<cluster::ClusterAgent> agent_;         // follower role only
   std::unique_ptr<rpc::GrpcPeerClient> peer_;            // to the coordinator; follower only
   std::unique_ptr<rpc::ClusterService> cluster_service_;
   std::unique_ptr<rpc::AdminService> admin_service_;
+  std::unique_ptr<rpc::NegotiationService> negotiation_service_;
+  // Cross-host jobs reach the Negotiation service through this (this daemon's own address on the
+  // coordinator, so both roles take the same path).
+  std::unique_ptr<rpc::GrpcPeerClient> negotiation_client_;
   std::unique_ptr<local::LocalSocketServer> local_;
   std::unique_ptr<rpc::GrpcServer> server_;
 };

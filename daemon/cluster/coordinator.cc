@@ -1,5 +1,6 @@
 #include "daemon/cluster/coordinator.h"
 
+#include "absl/strings/str_cat.h"
 #include "daemon/common/logging.h"
 
 namespace ard::cluster {
@@ -25,6 +26,11 @@ void Coordinator::SweepOnLoop() {
     Logger("cluster")->warn("host DOWN host={} reason=missed_heartbeats timeout_ms={} epoch={}",
                             name, absl::ToInt64Milliseconds(options_.host_timeout),
                             table_->epoch());
+    if (options_.on_host_down) {
+      options_.on_host_down(name, absl::StrCat("missed heartbeats for ",
+                                               absl::ToInt64Milliseconds(options_.host_timeout),
+                                               " ms"));
+    }
   }
   // Sweep several times per timeout so DOWN is declared close to host_timeout, not 2x it.
   loop_.PostAfter(std::min(options_.heartbeat, options_.host_timeout / 4),
@@ -79,6 +85,7 @@ void Coordinator::HandleLeave(const LeaveRequest& request, Done<LeaveResponse> d
     if (table_->epoch() != epoch_before) {
       Logger("cluster")->info("host DOWN host={} reason=left epoch={}", request.host_name(),
                               table_->epoch());
+      if (options_.on_host_down) options_.on_host_down(request.host_name(), "left the cluster");
     }
     done(LeaveResponse());
   });

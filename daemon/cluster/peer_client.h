@@ -5,12 +5,23 @@
 #pragma once
 
 #include <functional>
+#include <memory>
+
+#include "absl/time/time.h"
 
 #include "absl/status/statusor.h"
 #include "proto/admin.pb.h"
 #include "proto/cluster.pb.h"
+#include "proto/negotiation.pb.h"
 
 namespace ard::cluster {
+
+// A running WatchJob stream. Cancel() ends it early (on_end still runs once).
+class JobWatch {
+ public:
+  virtual ~JobWatch() = default;
+  virtual void Cancel() = 0;
+};
 
 class PeerClient {
  public:
@@ -23,6 +34,24 @@ class PeerClient {
   virtual void LeaveAsync(const LeaveRequest& request, Done<LeaveResponse> done) = 0;
   virtual void GetClusterStatusAsync(const GetClusterStatusRequest& request,
                                      Done<GetClusterStatusResponse> done) = 0;
+
+  // Cross-host jobs (proto/negotiation.proto). RegisterRanks waits for the job to form, so it
+  // takes its own deadline.
+  virtual void RegisterRanksAsync(const RegisterRanksRequest& request, absl::Duration timeout,
+                                  Done<RegisterRanksResponse> done) {
+    done(absl::UnimplementedError("RegisterRanks"));
+  }
+  virtual void NegotiateAsync(const NegotiateRequest& request, Done<NegotiateResponse> done) {
+    done(absl::UnimplementedError("Negotiate"));
+  }
+  // `on_event` runs for every event in order, then `on_end` once (both on arbitrary threads,
+  // never concurrently with each other).
+  virtual std::shared_ptr<JobWatch> WatchJob(const WatchJobRequest& request,
+                                             std::function<void(const JobEvent&)> on_event,
+                                             std::function<void(absl::Status)> on_end) {
+    on_end(absl::UnimplementedError("WatchJob"));
+    return nullptr;
+  }
 };
 
 }  // namespace ard::cluster

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -112,6 +113,7 @@ DaemonConfig Defaults() {
   c.set_max_input_arena_bytes(16ull << 30);
   c.set_result_segment_bytes(64ull << 20);
   c.set_max_result_arena_bytes(8ull << 30);
+  c.set_fusion_threshold_bytes(128ull << 20);
   return c;
 }
 
@@ -146,8 +148,16 @@ absl::StatusOr<DaemonConfig> LoadConfig(const std::vector<std::string>& args, bo
       return absl::InvalidArgumentError(absl::StrCat("flag --", body, " needs a value"));
     }
   }
-  // Pass 2: defaults < file < flags.
+  // Pass 2: defaults < Horovod's environment knobs < file < flags.
   DaemonConfig config = Defaults();
+  if (const char* fusion = std::getenv("HOROVOD_FUSION_THRESHOLD"); fusion != nullptr) {
+    uint64_t bytes;
+    if (!absl::SimpleAtoi(fusion, &bytes)) {
+      return absl::InvalidArgumentError(absl::StrCat("HOROVOD_FUSION_THRESHOLD='", fusion,
+                                                     "' is not a byte count"));
+    }
+    config.set_fusion_threshold_bytes(bytes);
+  }
   for (const auto& [name, value] : flags) {
     if (name == "config") ARD_RETURN_IF_ERROR(ParseFile(value, &config));
   }
@@ -199,6 +209,11 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
   if (!c->advertise_address().empty()) {
     if (auto s = SplitHostPort(c->advertise_address(), &host, &port); !s.ok()) {
       return field_error("advertise_address", s);
+    }
+  }
+  if (!c->data_address().empty()) {
+    if (auto s = SplitHostPort(c->data_address(), &host, &port); !s.ok()) {
+      return field_error("data_address", s);
     }
   }
   if (c->local_socket().empty() || c->local_socket().size() > kMaxUnixPath) {

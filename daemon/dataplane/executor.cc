@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/logging.h"
+#include "daemon/dataplane/cross_host_collectives.h"
 #include "daemon/local/frame_codec.h"
 
 namespace ard::dataplane {
@@ -26,7 +27,7 @@ bool Executor::TryRunInline(Response& response) {
   constexpr uint64_t kInlineBytes = 64 << 10;
   uint64_t bytes = 0;
   for (const auto& t : response.tensors) bytes += t.first().meta.bytes;
-  if (bytes > kInlineBytes) return false;
+  if (bytes > kInlineBytes || job_->cross_size > 1) return false;
   {
     absl::MutexLock lock(&mu_);
     if (busy_ || stopping_ || !queue_.empty()) return false;
@@ -50,6 +51,17 @@ void Executor::Stop() {
 
 void Executor::Run() {
   pthread_setname_np(pthread_self(), absl::StrCat("ard-exec-", job_->id).substr(0, 15).c_str());
+  if (job_->connect_mesh) {
+    auto mesh = job_->connect_mesh();
+    if (mesh.ok()) {
+      job_->SetMesh(*std::move(mesh));
+      Logger("dataplane")->info("data plane connected job={} hosts={} cross_rank={}", job_->name,
+                                job_->cross_size, job_->cross_rank);
+    } else if (job_->report_failure) {
+      job_->report_failure(absl::UnavailableError(
+          absl::StrCat("data plane of job ", job_->name, ": ", mesh.status().message())));
+    }
+  }
   for (;;) {
     Response response;
     bool stopping;
@@ -94,7 +106,9 @@ absl::StatusOr<std::shared_ptr<shm::ResultSlot>> Executor::AllocateSlot(uint64_t
     const std::string frame = local::EncodeSegment(
         wire::MsgType::kResultSegment,
         wire::Segment{static_cast<uint32_t>(new_segment), 0, segment->size()});
-    for (const auto& session : job_->ranks) session->Send(frame, segment->readonly_fd());
+    for (const auto& session : job_->ranks) {
+      if (session != nullptr) session->Send(frame, segment->readonly_fd());
+    }
   }
   return slot;
 }
@@ -104,7 +118,20 @@ void Executor::Execute(const Response& response) {
   // Compute every tensor first (a group is atomic: one failure fails the group), then complete.
   std::vector<std::vector<RankResult>> results(response.tensors.size());
   uint64_t bytes = 0;
-  for (size_t i = 0; i < response.tensors.size(); ++i) {
+  if (job_->cross_size > 1) {
+    absl::Status s = RunCrossHostCollective(response, *job_, allocate, &results, &bytes);
+    if (!s.ok()) {
+      // A data-plane error leaves the mesh unusable: the whole job fails, on every host.
+      Logger("dataplane")->warn("cross-host collective failed job={} error=\"{}\"", job_->name,
+                                s.message());
+      const absl::Status failure = absl::UnavailableError(
+          absl::StrCat("data plane of job ", job_->name, " failed: ", s.message()));
+      if (job_->report_failure) job_->report_failure(failure);
+      CompleteAll(response, job_->failure().ok() ? failure : job_->failure());
+      return;
+    }
+  }
+  for (size_t i = 0; i < response.tensors.size() && job_->cross_size == 1; ++i) {
     absl::Status s =
         RunLocalCollective(response.tensors[i], job_->size, allocate, &results[i], &bytes);
     if (!s.ok()) {
@@ -117,7 +144,7 @@ void Executor::Execute(const Response& response) {
   for (size_t i = 0; i < response.tensors.size(); ++i) {
     const auto& tensor = response.tensors[i];
     for (int r = 0; r < job_->size; ++r) {
-      if (!tensor.ranks[r]) continue;
+      if (!tensor.ranks[r] || job_->ranks[r] == nullptr) continue;
       SendComplete(*job_->ranks[r], *tensor.ranks[r], absl::OkStatus(), &results[i][r],
                    response.join_last_rank);
     }
@@ -131,7 +158,9 @@ void Executor::Execute(const Response& response) {
 void Executor::CompleteAll(const Response& response, const absl::Status& status) {
   for (const auto& tensor : response.tensors) {
     for (int r = 0; r < job_->size; ++r) {
-      if (tensor.ranks[r]) SendComplete(*job_->ranks[r], *tensor.ranks[r], status, nullptr);
+      if (tensor.ranks[r] && job_->ranks[r] != nullptr) {
+        SendComplete(*job_->ranks[r], *tensor.ranks[r], status, nullptr);
+      }
     }
   }
 }

@@ -92,11 +92,12 @@ void JobRegistry::HandleHello(const std::shared_ptr<Session>& s, const wire::Hel
   }
   const std::string name = hello.job;
   const int size = hello.size >= 1 ? hello.size : hello.local_size >= 1 ? hello.local_size : 1;
-  if (hello.local_size >= 1 && size > hello.local_size) {
+  const bool cross_host = hello.local_size >= 1 && size > hello.local_size;
+  if (cross_host && coordinator_ == nullptr) {
     close(fd);
     ReplyError(*s, 0, absl::UnimplementedError(absl::StrCat(
                           "job ", name, " spans hosts (size ", size, ", local_size ",
-                          hello.local_size, "): this daemon serves single-host jobs only")));
+                          hello.local_size, ") but cross-host jobs are not enabled here")));
     return;
   }
   if (auto st = s->input.AddSegment(0, fd, hello.segment_bytes); !st.ok()) {
@@ -120,6 +121,8 @@ void JobRegistry::HandleHello(const std::shared_ptr<Session>& s, const wire::Hel
     job->name = name;
     job->id = next_job_id_++;
     job->size = size;
+    job->cross_host = cross_host;
+    job->local_size = cross_host ? hello.local_size : size;
     job->created = absl::Now();
     const uint64_t id = job->id;
     loop_.PostAfter(options_.form_timeout, [this, name, id] { FormTimeout(name, id); });
@@ -129,11 +132,13 @@ void JobRegistry::HandleHello(const std::shared_ptr<Session>& s, const wire::Hel
   for (const auto& m : job.members) {
     const bool same_rank = hello.rank >= 0 && m->rank == hello.rank;
     const bool same_local = hello.local_rank >= 0 && m->local_rank == hello.local_rank;
-    if (job.size != size || same_rank || same_local) {
+    if (job.size != size || same_rank || same_local || job.cross_host != cross_host ||
+        (cross_host && job.local_size != hello.local_size)) {
       ReplyError(*s, 0, absl::InvalidArgumentError(
                             job.size != size
-                                ? absl::StrCat("job ", name, " has size ", job.size,
-                                               " but this process says ", size)
+                                ? absl::StrCat("job ", name, " has size ", job.size, " (",
+                                               job.local_size, " on this host) but this process says ",
+                                               size, " (", hello.local_size, ")")
                                 : absl::StrCat("job ", name, ": rank ",
                                                same_rank ? hello.rank : hello.local_rank,
                                                " registered twice")));
@@ -144,7 +149,9 @@ void JobRegistry::HandleHello(const std::shared_ptr<Session>& s, const wire::Hel
   s->rank = hello.rank;
   s->local_rank = hello.local_rank;
   job.members.push_back(s);
-  if (static_cast<int>(job.members.size()) == job.size) Form(job);
+  if (static_cast<int>(job.members.size()) == job.local_size) {
+    job.cross_host ? RegisterCrossHost(job) : Form(job);
+  }
 }
 
 void JobRegistry::Form(LocalJob& job) {
@@ -255,8 +262,15 @@ void JobRegistry::HandleSubmit(const std::shared_ptr<Session>& s, local::Decoded
   if (!input.ok()) return reject(input.status());
   request.input = *std::move(input);
   std::vector<negotiation::Response> ready;
+  const bool join = request.collective() == wire::Collective::kJoin;
+  TensorRequest join_copy = join ? request : TensorRequest();
   if (auto st = job.table->Submit(std::move(request), absl::Now(), &ready); !st.ok()) {
     return reject(st);
+  }
+  if (job.cross_host) {
+    if (join) ForwardJoin(job, join_copy);
+    ForwardHostReady(job, std::move(ready));
+    return;
   }
   for (auto& response : ready) {
     if (!job.executor->TryRunInline(response)) job.executor->Enqueue(std::move(response));
@@ -293,24 +307,41 @@ void JobRegistry::OnClosed(const std::shared_ptr<Session>& s, bool graceful,
   RemoveIfEmpty(job.name);
 }
 
-void JobRegistry::FailJob(LocalJob& job, absl::Status status) {
+void JobRegistry::FailJob(LocalJob& job, absl::Status status, bool tell_coordinator) {
   job.state = LocalJob::State::kFailed;
   job.failure = std::string(status.message());
   if (job.context == nullptr || !job.context->Fail(status)) return;
+  if (job.cross_host && tell_coordinator) TellCoordinator(job, status, false);
   Logger("local")->warn("job failed job={} id={} error=\"{}\"", job.name, job.id,
                         status.message());
   const std::string notify = local::EncodeError(
       wire::MsgType::kNotify, 0, static_cast<int32_t>(status.code()), job.failure);
-  for (const auto& m : job.members) m->Send(notify);
+  for (const auto& m : job.members) {
+    if (m != nullptr) m->Send(notify);
+  }
   for (const TensorRequest& r : job.table->TakeAll()) {
     Executor::SendComplete(*job.members[r.rank], r, status, nullptr);
   }
+  // Host-ready tensors still waiting for the coordinator.
+  for (auto& [name, tensor] : job.awaiting) {
+    for (const auto& r : tensor.ranks) {
+      if (r && job.members[r->rank] != nullptr) {
+        Executor::SendComplete(*job.members[r->rank], *r, status, nullptr);
+      }
+    }
+  }
+  job.awaiting.clear();
 }
 
 void JobRegistry::RemoveIfEmpty(const std::string& name) {
   auto it = jobs_.find(name);
   if (it == jobs_.end() || it->second->connected() > 0) return;
   LocalJob& job = *it->second;
+  if (job.cross_host && job.state == LocalJob::State::kRunning) {
+    TellCoordinator(job, absl::OkStatus(), /*left=*/true);
+  }
+  if (job.watch) job.watch->Cancel();
+  if (job.context) job.context->Fail(absl::CancelledError("job ended"));  // unblocks the mesh
   if (job.executor) job.executor->Stop();
   Logger("local")->info("job removed job={} id={} state={} collectives={}", job.name, job.id,
                         job.state == LocalJob::State::kFailed ? "failed" : "done",

@@ -17,10 +17,13 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "daemon/cluster/peer_client.h"
 #include "daemon/common/event_loop.h"
 #include "daemon/local/frame_codec.h"
 #include "daemon/local/local_socket_server.h"
+#include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/local/session.h"
+#include "daemon/negotiation/tensor_request.h"
 #include "proto/common.pb.h"
 
 namespace ard::jobs {
@@ -32,7 +35,10 @@ struct JobOptions {
   absl::Duration stall_shutdown = absl::ZeroDuration();  // zero: never abort
   uint64_t result_segment_bytes = 64ull << 20;
   uint64_t max_result_bytes = 8ull << 30;
+  absl::Duration rpc_timeout = absl::Seconds(2);
 };
+
+namespace tcp = dataplane::tcp;
 
 class LocalJob;
 
@@ -43,6 +49,10 @@ class JobRegistry : public local::SessionHandler {
 
   void Start();
   void Shutdown();
+  // Enables cross-host jobs: `coordinator` reaches the coordinator's Negotiation service (this
+  // daemon's own address on the coordinator), `listener` accepts other hosts' data connections.
+  void EnableCrossHost(cluster::PeerClient* coordinator, tcp::DataListener* listener,
+                       std::string data_address);
 
   void OnFrame(const std::shared_ptr<local::Session>& session, local::DecodedFrame frame,
                int fd) override;
@@ -57,17 +67,32 @@ class JobRegistry : public local::SessionHandler {
   void HandleSubmit(const std::shared_ptr<local::Session>& s, local::DecodedFrame frame);
   void HandleRelease(const std::shared_ptr<local::Session>& s, uint64_t request_id);
   void Form(LocalJob& job);
-  void FailJob(LocalJob& job, absl::Status status);
+  void FailJob(LocalJob& job, absl::Status status, bool tell_coordinator = true);
   void RemoveIfEmpty(const std::string& name);
   void FormTimeout(const std::string& name, uint64_t job_id);
   void ScheduleStallInspection();
   void InspectStalls();
   void ReplyError(local::Session& s, uint64_t request_id, const absl::Status& status);
 
+  // Cross-host jobs (cross_host.cc).
+  void RegisterCrossHost(LocalJob& job);
+  void OnRegistered(const std::string& name, uint32_t local_id,
+                    absl::StatusOr<RegisterRanksResponse> response);
+  void FormCrossHost(LocalJob& job, const JobLayout& layout);
+  void ForwardHostReady(LocalJob& job, std::vector<negotiation::Response> ready);
+  void ForwardJoin(LocalJob& job, const negotiation::TensorRequest& join);
+  void Flush(const std::string& name, uint32_t local_id);
+  void OnJobEvent(const std::string& name, uint32_t local_id, const JobEvent& event);
+  void TellCoordinator(LocalJob& job, const absl::Status& failure, bool left);
+  LocalJob* FindJob(const std::string& name, uint32_t local_id);
+
   EventLoop& loop_;
   const JobOptions options_;
   std::map<std::string, std::unique_ptr<LocalJob>> jobs_;  // by name
   uint32_t next_job_id_ = 1;
+  cluster::PeerClient* coordinator_ = nullptr;  // Not owned; null: single-host jobs only.
+  tcp::DataListener* listener_ = nullptr;       // Not owned.
+  std::string data_address_;
   bool shut_down_ = false;
 };
 

@@ -35,9 +35,11 @@ std::vector<JobSummary> JobRegistry::Summaries() const {
     JobSummary::HostRanks* ranks = s.add_ranks();
     ranks->set_host(options_.host_name);
     for (const auto& m : job->members) {
+      if (m == nullptr) continue;
       ranks->add_ranks(m->rank);
       ranks->add_pids(m->creds().pid);
     }
+    s.set_job_id(job->layout.job_id());
     if (job->context) {
       s.set_collectives_completed(job->context->collectives_completed.load());
       s.set_bytes_reduced(job->context->bytes_reduced.load());

@@ -11,11 +11,13 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "daemon/cluster/peer_client.h"
 #include "daemon/dataplane/executor.h"
 #include "daemon/dataplane/job_context.h"
 #include "daemon/local/session.h"
 #include "daemon/negotiation/readiness_table.h"
 #include "proto/common.pb.h"
+#include "proto/negotiation.pb.h"
 
 namespace ard::jobs {
 
@@ -27,8 +29,8 @@ struct LocalJob {
   int size = 0;
   State state = State::kForming;
   absl::Time created;
-  // kForming: in arrival order; then index = rank. Sessions stay listed after they close (so
-  // reports can name them) until the job is removed.
+  // kForming: in arrival order; then index = rank (null for ranks on other hosts). Sessions stay
+  // listed after they close (so reports can name them) until the job is removed.
   std::vector<std::shared_ptr<local::Session>> members;
   std::shared_ptr<dataplane::JobContext> context;       // from formation on
   std::unique_ptr<negotiation::ReadinessTable> table;   // from formation on
@@ -38,9 +40,19 @@ struct LocalJob {
   std::set<std::string> stall_warned;                    // tensors already reported as stalled
   std::vector<JobSummary::StalledTensor> stalled;        // from the last stall inspection
 
+  // Cross-host jobs: ranks on several daemons; negotiated through the coordinator.
+  bool cross_host = false;
+  int local_size = 0;             // ranks expected on this host
+  JobLayout layout;               // from the coordinator, once formed
+  // Host-ready tensors waiting for the coordinator's response, by name.
+  std::map<std::string, negotiation::ReadyTensor> awaiting;
+  std::vector<HostReadyTensor> outgoing;  // not yet sent to the coordinator
+  bool flush_posted = false;
+  std::shared_ptr<cluster::JobWatch> watch;
+
   int connected() const {
     int n = 0;
-    for (const auto& m : members) n += !m->closed();
+    for (const auto& m : members) n += m != nullptr && !m->closed();
     return n;
   }
 };

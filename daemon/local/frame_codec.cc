@@ -118,6 +118,10 @@ std::string Frame(MsgType type, uint64_t request_id, const void* payload, size_t
 
 }  // namespace
 
+absl::Status ValidateSubmit(const wire::Submit& submit, const std::vector<int64_t>& splits) {
+  return CheckSubmit(submit, splits);
+}
+
 int64_t NumElements(const int64_t* shape, uint32_t ndims) {
   int64_t n = 1;
   for (uint32_t i = 0; i < ndims; ++i) {

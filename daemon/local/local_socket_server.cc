@@ -171,11 +171,17 @@ void LocalSocketServer::OnReadable(const std::shared_ptr<Session>& session, uint
     CloseSession(session, "stopped reading its completions (outbox full)");
     return;
   }
-  // Bounded batch per wake-up, so one busy client cannot starve the loop.
+  // Bounded batch per wake-up, so one busy client cannot starve the loop (level-triggered epoll
+  // calls again for the rest). A hang-up counts only once every queued frame was read: a client's
+  // last frames (its RELEASEs and BYE) arrive together with its hang-up.
+  bool drained = false;
   for (int i = 0; i < 64; ++i) {
     auto message = RecvMessage(session->fd(), wire::kMaxFrameBytes);
     if (!message.ok()) {
-      if (message.status().code() == absl::StatusCode::kResourceExhausted) break;  // drained
+      if (message.status().code() == absl::StatusCode::kResourceExhausted) {
+        drained = true;
+        break;
+      }
       CloseSession(session, "exited or closed its connection");
       return;
     }
@@ -214,7 +220,9 @@ void LocalSocketServer::OnReadable(const std::shared_ptr<Session>& session, uint
     handler_.OnFrame(session, *std::move(frame), message->fd);
     if (session->closed()) return;
   }
-  if (events & (EPOLLHUP | EPOLLERR)) CloseSession(session, "exited or closed its connection");
+  if (drained && (events & (EPOLLHUP | EPOLLERR))) {
+    CloseSession(session, "exited or closed its connection");
+  }
 }
 
 void LocalSocketServer::CloseSession(const std::shared_ptr<Session>& session,

@@ -9,7 +9,31 @@
 namespace ard::negotiation {
 
 ReadinessTable::ReadinessTable(int size)
-    : size_(size), joined_(size, false), join_requests_(size) {}
+    : size_(size),
+      member_(size, true),
+      complete_joins_(true),
+      joined_(size, false),
+      join_requests_(size) {}
+
+ReadinessTable::ReadinessTable(int size, std::vector<int> members)
+    : size_(size),
+      member_(size, false),
+      complete_joins_(false),
+      joined_(size, false),
+      join_requests_(size) {
+  for (int r : members) member_[r] = true;
+}
+
+std::vector<TensorRequest> ReadinessTable::ResetJoins() {
+  std::vector<TensorRequest> joins;
+  for (auto& r : join_requests_) {
+    if (r) joins.push_back(std::move(*r));
+  }
+  join_requests_.assign(size_, std::nullopt);
+  joined_.assign(size_, false);
+  joined_count_ = 0;
+  return joins;
+}
 
 absl::Status ReadinessTable::Submit(TensorRequest request, absl::Time now,
                                     std::vector<Response>* ready) {
@@ -35,7 +59,7 @@ absl::Status ReadinessTable::Submit(TensorRequest request, absl::Time now,
         ++it;
       }
     }
-    if (joined_count_ == size_) EmitJoin(rank, ready);
+    if (complete_joins_ && joined_count_ == size_) EmitJoin(rank, ready);
     return absl::OkStatus();
   }
   const std::string name = request.name();
@@ -61,7 +85,7 @@ absl::Status ReadinessTable::Submit(TensorRequest request, absl::Time now,
 
 bool ReadinessTable::Complete(const Pending& p) const {
   for (int r = 0; r < size_; ++r) {
-    if (!p.ranks[r] && !joined_[r]) return false;
+    if (member_[r] && !p.ranks[r] && !joined_[r]) return false;
   }
   return true;
 }
@@ -72,7 +96,7 @@ void ReadinessTable::Emit(const std::string& name, Pending pending, std::vector<
   Response response;
   response.collective = first.collective();
   response.error = ValidateReadyTensor(tensor, size_);
-  if (response.error.ok() && joined_count_ > 0 &&
+  if (response.error.ok() && complete_joins_ && joined_count_ > 0 &&
       response.collective != wire::Collective::kAllreduce) {
     std::vector<int> joined;
     for (int r = 0; r < size_; ++r) {
@@ -152,6 +176,7 @@ std::vector<ReadinessTable::Waiting> ReadinessTable::WaitingLongerThan(
     if (now - p.first_seen < min_wait) continue;
     Waiting w{name, now - p.first_seen, {}, {}};
     for (int r = 0; r < size_; ++r) {
+      if (!member_[r]) continue;
       (p.ranks[r] || joined_[r] ? w.submitted : w.missing).push_back(r);
     }
     out.push_back(std::move(w));

@@ -19,7 +19,15 @@ namespace ard::negotiation {
 
 class ReadinessTable {
  public:
+  // All `size` ranks take part (one host, or the coordinator's view of a cross-host job).
   explicit ReadinessTable(int size);
+  // Only `members` (ranks of this host in a cross-host job) must submit for a tensor to be ready;
+  // joins are recorded but never completed here (the coordinator completes them: ResetJoins()).
+  ReadinessTable(int size, std::vector<int> members);
+
+  // Cross-host: the coordinator completed the job's JOIN; returns this table's join requests and
+  // makes every rank active again.
+  std::vector<TensorRequest> ResetJoins();
 
   // Records a request; appends what became ready to `*ready`. An error (a name already in flight
   // from this rank, a rank out of range) concerns only this request, which is not recorded.
@@ -52,6 +60,8 @@ class ReadinessTable {
   void EmitJoin(int last_rank, std::vector<Response>* ready);
 
   const int size_;
+  std::vector<bool> member_;  // ranks that must submit
+  const bool complete_joins_;
   std::map<std::string, Pending> pending_;  // by tensor name; ordered for stable reports
   std::vector<bool> joined_;
   std::vector<std::optional<TensorRequest>> join_requests_;

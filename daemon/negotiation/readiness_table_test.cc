@@ -197,5 +197,27 @@ TEST_CASE("waiting tensors report who is missing; TakeAll empties the table") {
   CHECK(t.pending_tensors() == 0);
 }
 
+TEST_CASE("a host's table is ready when its own ranks submitted; joins wait for the coordinator") {
+  ReadinessTable t(4, {2, 3});  // this host runs ranks 2 and 3 of 4
+  std::vector<Response> ready;
+  REQUIRE(t.Submit(Req(2, "a"), kT0, &ready).ok());
+  CHECK(ready.empty());
+  REQUIRE(t.Submit(Req(3, "a"), kT0, &ready).ok());
+  REQUIRE(ready.size() == 1);
+  CHECK(ready[0].tensors[0].ranks[2].has_value());
+  CHECK(!ready[0].tensors[0].ranks[0].has_value());
+  ready.clear();
+  REQUIRE(t.Submit(Req(2, "join", Collective::kJoin, {}), kT0, &ready).ok());
+  REQUIRE(t.Submit(Req(3, "join", Collective::kJoin, {}), kT0, &ready).ok());
+  CHECK(ready.empty());  // only the coordinator knows when every rank joined
+  // While rank 3 has joined, rank 2 alone makes a tensor host-ready.
+  REQUIRE(t.ResetJoins().size() == 2);
+  REQUIRE(t.Submit(Req(3, "join", Collective::kJoin, {}), kT0, &ready).ok());
+  REQUIRE(t.Submit(Req(2, "b"), kT0, &ready).ok());
+  REQUIRE(ready.size() == 1);
+  auto waiting = t.WaitingLongerThan(kT0, absl::ZeroDuration());
+  CHECK(waiting.empty());
+}
+
 }  // namespace
 }  // namespace ard::negotiation

@@ -14,6 +14,12 @@ GrpcPeerClient::GrpcPeerClient(const std::string& address, absl::Duration timeou
   channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   cluster_ = ard::Cluster::NewStub(channel_);
   admin_ = ard::Admin::NewStub(channel_);
+  negotiation_ = ard::Negotiation::NewStub(channel_);
+}
+
+void GrpcPeerClient::CallEnded() {
+  absl::MutexLock lock(&mu_);
+  --in_flight_;
 }
 
 GrpcPeerClient::~GrpcPeerClient() {
@@ -23,7 +29,8 @@ GrpcPeerClient::~GrpcPeerClient() {
 }
 
 template <typename Request, typename Response, typename Method>
-void GrpcPeerClient::Call(Method method, const Request& request, Done<Response> done) {
+void GrpcPeerClient::Call(Method method, const Request& request, Done<Response> done,
+                          absl::Duration timeout) {
   struct CallState {
     grpc::ClientContext context;
     Request request;
@@ -31,8 +38,9 @@ void GrpcPeerClient::Call(Method method, const Request& request, Done<Response> 
   };
   auto state = std::make_shared<CallState>();
   state->request = request;
-  state->context.set_deadline(std::chrono::system_clock::now() +
-                              absl::ToChronoMilliseconds(timeout_));
+  state->context.set_deadline(
+      std::chrono::system_clock::now() +
+      absl::ToChronoMilliseconds(timeout > absl::ZeroDuration() ? timeout : timeout_));
   {
     absl::MutexLock lock(&mu_);
     ++in_flight_;
@@ -44,8 +52,7 @@ void GrpcPeerClient::Call(Method method, const Request& request, Done<Response> 
            } else {
              done(FromGrpcStatus(status));
            }
-           absl::MutexLock lock(&mu_);
-           --in_flight_;
+           CallEnded();
          });
 }
 
@@ -81,6 +88,78 @@ void GrpcPeerClient::GetClusterStatusAsync(const GetClusterStatusRequest& reques
         admin_->async()->GetClusterStatus(c, req, resp, std::move(cb));
       },
       request, std::move(done));
+}
+
+void GrpcPeerClient::RegisterRanksAsync(const RegisterRanksRequest& request,
+                                        absl::Duration timeout, Done<RegisterRanksResponse> done) {
+  Call<RegisterRanksRequest, RegisterRanksResponse>(
+      [this](auto* c, auto* req, auto* resp, auto cb) {
+        negotiation_->async()->RegisterRanks(c, req, resp, std::move(cb));
+      },
+      request, std::move(done), timeout);
+}
+
+void GrpcPeerClient::NegotiateAsync(const NegotiateRequest& request,
+                                    Done<NegotiateResponse> done) {
+  Call<NegotiateRequest, NegotiateResponse>(
+      [this](auto* c, auto* req, auto* resp, auto cb) {
+        negotiation_->async()->Negotiate(c, req, resp, std::move(cb));
+      },
+      request, std::move(done));
+}
+
+namespace {
+
+// Reads a WatchJob stream until it ends; deletes itself in OnDone.
+class JobEventReader : public grpc::ClientReadReactor<JobEvent>, public cluster::JobWatch {
+ public:
+  JobEventReader(std::function<void(const JobEvent&)> on_event,
+                 std::function<void(absl::Status)> on_end, std::function<void()> ended)
+      : on_event_(std::move(on_event)), on_end_(std::move(on_end)), ended_(std::move(ended)) {}
+
+  void Begin(ard::Negotiation::Stub* stub, const WatchJobRequest& request) {
+    request_ = request;
+    stub->async()->WatchJob(&context_, &request_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+  void Cancel() override { context_.TryCancel(); }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    on_event_(event_);
+    StartRead(&event_);
+  }
+  void OnDone(const grpc::Status& status) override {
+    on_end_(FromGrpcStatus(status));
+    auto ended = std::move(ended_);
+    self_.reset();  // may delete this
+    ended();
+  }
+  std::shared_ptr<JobEventReader> self_;  // keeps the reactor alive until OnDone
+
+ private:
+  grpc::ClientContext context_;
+  WatchJobRequest request_;
+  JobEvent event_;
+  std::function<void(const JobEvent&)> on_event_;
+  std::function<void(absl::Status)> on_end_;
+  std::function<void()> ended_;
+};
+
+}  // namespace
+
+std::shared_ptr<cluster::JobWatch> GrpcPeerClient::WatchJob(
+    const WatchJobRequest& request, std::function<void(const JobEvent&)> on_event,
+    std::function<void(absl::Status)> on_end) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++in_flight_;
+  }
+  auto reader = std::make_shared<JobEventReader>(std::move(on_event), std::move(on_end),
+                                                 [this] { CallEnded(); });
+  reader->self_ = reader;
+  reader->Begin(negotiation_.get(), request);
+  return reader;
 }
 
 }  // namespace ard::rpc

@@ -11,6 +11,7 @@
 #include "daemon/cluster/peer_client.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/cluster.grpc.pb.h"
+#include "proto/negotiation.grpc.pb.h"
 
 namespace ard::rpc {
 
@@ -24,15 +25,24 @@ class GrpcPeerClient : public cluster::PeerClient {
   void LeaveAsync(const LeaveRequest& request, Done<LeaveResponse> done) override;
   void GetClusterStatusAsync(const GetClusterStatusRequest& request,
                              Done<GetClusterStatusResponse> done) override;
+  void RegisterRanksAsync(const RegisterRanksRequest& request, absl::Duration timeout,
+                          Done<RegisterRanksResponse> done) override;
+  void NegotiateAsync(const NegotiateRequest& request, Done<NegotiateResponse> done) override;
+  std::shared_ptr<cluster::JobWatch> WatchJob(const WatchJobRequest& request,
+                                              std::function<void(const JobEvent&)> on_event,
+                                              std::function<void(absl::Status)> on_end) override;
 
  private:
   template <typename Request, typename Response, typename Method>
-  void Call(Method method, const Request& request, Done<Response> done);
+  void Call(Method method, const Request& request, Done<Response> done,
+            absl::Duration timeout = absl::ZeroDuration());
+  void CallEnded();
 
   const absl::Duration timeout_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<ard::Cluster::Stub> cluster_;
   std::unique_ptr<ard::Admin::Stub> admin_;
+  std::unique_ptr<ard::Negotiation::Stub> negotiation_;
   absl::Mutex mu_;
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 };

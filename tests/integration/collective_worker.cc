@@ -53,7 +53,7 @@ class Worker {
                   r.message ? r.message : "");
       return false;
     }
-    Expected e = ComputeExpected(c, in, topo_.rank, topo_.size);
+    Expected e = ComputeExpected(c, in, topo_.rank, topo_.size, {}, topo_.local_size);
     std::string why;
     const bool ok = CheckResult(e, r, &why);
     std::printf("RESULT %s %016llx\n", c.name.c_str(),
@@ -108,7 +108,7 @@ class Worker {
         return false;
       }
       std::string why;
-      if (!CheckResult(ComputeExpected(group[i], inputs[i], topo_.rank, topo_.size), r, &why)) {
+      if (!CheckResult(ComputeExpected(group[i], inputs[i], topo_.rank, topo_.size, {}, topo_.local_size), r, &why)) {
         std::printf("MISMATCH %s %s\n", group[i].name.c_str(), why.c_str());
         return false;
       }
@@ -174,7 +174,7 @@ int Many(ard_client* client, const ard_topology& topo, int count, int steps, uin
       if (code != 0) return Fail(p.c.name + " " + ard_code_name(code) + " " + r.message);
       Inputs in = MakeInputs(p.c, topo.size, seed);
       std::string why;
-      if (!CheckResult(ComputeExpected(p.c, in, topo.rank, topo.size), r, &why)) {
+      if (!CheckResult(ComputeExpected(p.c, in, topo.rank, topo.size, {}, topo.local_size), r, &why)) {
         return Fail(p.c.name + " " + why);
       }
       ard_release(client, p.handle);
@@ -221,7 +221,7 @@ int Join(ard_client* client, const ard_topology& topo, uint64_t seed) {
     ard_result r;
     if (ard_wait(client, handle, -1, &r) != 0) return Fail(std::string("join allreduce ") + r.message);
     std::string why;
-    if (!CheckResult(ComputeExpected(c, in, mine, topo.size, present), r, &why)) {
+    if (!CheckResult(ComputeExpected(c, in, mine, topo.size, present, topo.local_size), r, &why)) {
       return Fail(c.name + " with joined ranks: " + why);
     }
     ard_release(client, handle);

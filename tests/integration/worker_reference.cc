@@ -68,24 +68,41 @@ void ScaleAll(const Case& c, double factor, std::vector<uint8_t>* buf) {
   }
 }
 
-// Element-wise reduction in rank order over the present ranks, like the daemon.
-std::vector<uint8_t> Reduce(const Case& c, const Inputs& in, int size,
-                            const std::vector<bool>& present) {
+void ReduceInto(const Case& c, const std::vector<uint8_t>& x, std::vector<uint8_t>* acc) {
   const size_t elem = wire::DataTypeSize(c.dtype);
+  for (size_t i = 0; i < acc->size(); i += elem) {
+    ref::ReduceBytes(static_cast<DataType>(c.dtype), static_cast<wire::ReduceOp>(c.op),
+                     acc->data() + i, x.data() + i);
+  }
+}
+
+// Element-wise reduction like the daemon's: each host reduces its ranks (host-major blocks of
+// `local_size` ranks) in rank order, each input prescaled; then hosts' partial results are
+// reduced in host order (a host whose ranks all joined contributes the identity: nothing).
+std::vector<uint8_t> Reduce(const Case& c, const Inputs& in, int size,
+                            const std::vector<bool>& present, int local_size) {
   std::vector<uint8_t> acc;
   bool have = false;
-  for (int r = 0; r < size; ++r) {
-    if (!present.empty() && !present[r]) continue;
-    std::vector<uint8_t> x = in.per_rank[r];
-    ScaleAll(c, c.prescale, &x);
-    if (!have) {
-      acc = x;
-      have = true;
-      continue;
+  for (int host = 0; host * local_size < size; ++host) {
+    std::vector<uint8_t> partial;
+    bool host_has = false;
+    for (int r = host * local_size; r < (host + 1) * local_size && r < size; ++r) {
+      if (!present.empty() && !present[r]) continue;
+      std::vector<uint8_t> x = in.per_rank[r];
+      ScaleAll(c, c.prescale, &x);
+      if (!host_has) {
+        partial = std::move(x);
+        host_has = true;
+      } else {
+        ReduceInto(c, x, &partial);
+      }
     }
-    for (size_t i = 0; i < acc.size(); i += elem) {
-      ref::ReduceBytes(static_cast<DataType>(c.dtype), static_cast<wire::ReduceOp>(c.op),
-                       acc.data() + i, x.data() + i);
+    if (!host_has) continue;
+    if (!have) {
+      acc = std::move(partial);
+      have = true;
+    } else {
+      ReduceInto(c, partial, &acc);
     }
   }
   double post = c.postscale;
@@ -120,13 +137,14 @@ Inputs MakeInputs(const Case& c, int size, uint64_t seed) {
 }
 
 Expected ComputeExpected(const Case& c, const Inputs& in, int rank, int size,
-                         const std::vector<bool>& present) {
+                         const std::vector<bool>& present, int local_size) {
+  if (local_size <= 0) local_size = size;
   Expected e;
   const uint64_t row = RowBytes(c);
   std::vector<int64_t> rest(c.shape.begin() + (c.shape.empty() ? 0 : 1), c.shape.end());
   switch (static_cast<wire::Collective>(c.collective)) {
     case wire::Collective::kAllreduce:
-      e.bytes = Reduce(c, in, size, present);
+      e.bytes = Reduce(c, in, size, present, local_size);
       e.shape = c.shape;
       break;
     case wire::Collective::kAllgather: {
@@ -160,7 +178,7 @@ Expected ComputeExpected(const Case& c, const Inputs& in, int rank, int size,
       break;
     }
     case wire::Collective::kReducescatter: {
-      std::vector<uint8_t> full = Reduce(c, in, size, present);
+      std::vector<uint8_t> full = Reduce(c, in, size, present, local_size);
       const int64_t d0 = c.shape[0];
       int64_t first = 0;
       for (int r = 0; r < rank; ++r) first += d0 / size + (r < d0 % size ? 1 : 0);

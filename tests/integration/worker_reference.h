@@ -39,8 +39,10 @@ struct Expected {
 
 Inputs MakeInputs(const Case& c, int size, uint64_t seed);
 // `present[r]` false: rank r has joined (contributes nothing). Empty: everyone takes part.
+// `local_size`: ranks per host (host-major rank blocks), which fixes the reduction order;
+// 0 means one host.
 Expected ComputeExpected(const Case& c, const Inputs& in, int rank, int size,
-                         const std::vector<bool>& present = {});
+                         const std::vector<bool>& present = {}, int local_size = 0);
 bool CheckResult(const Expected& e, const ard_result& r, std::string* why);
 // Points `req` at `data` (rank `rank`'s input, which must outlive the submit call) and the case's
 // fields.

@@ -1,0 +1,262 @@
+#include "daemon/cluster/job_coordinator.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/common/logging.h"
+#include "daemon/negotiation/fusion_planner.h"
+#include "daemon/negotiation/meta_convert.h"
+
+namespace ard::cluster {
+
+using negotiation::ReadinessTable;
+using negotiation::Response;
+
+struct JobCoordinator::Forming {
+  int size = 0;
+  uint64_t generation = 0;
+  absl::Duration timeout;
+  // By host name (sorted: host order defines cross ranks).
+  std::map<std::string, std::pair<RegisterRanksRequest, Done<RegisterRanksResponse>>> hosts;
+};
+
+struct JobCoordinator::Job {
+  JobLayout layout;
+  std::unique_ptr<ReadinessTable> table;
+  std::map<std::string, std::shared_ptr<JobEventSink>> sinks;
+  std::map<std::string, std::vector<JobEvent>> backlog;  // for hosts not watching yet
+  std::set<std::string> left;
+};
+
+JobCoordinator::JobCoordinator(EventLoop& loop, JobCoordinatorOptions options)
+    : loop_(loop), options_(options) {}
+
+JobCoordinator::~JobCoordinator() {
+  for (auto& [id, job] : jobs_) {
+    for (auto& [host, sink] : job->sinks) {
+      sink->Finish(absl::UnavailableError("coordinator shutting down"));
+    }
+  }
+}
+
+void JobCoordinator::HandleRegisterRanks(const RegisterRanksRequest& request,
+                                         Done<RegisterRanksResponse> done) {
+  if (request.size() < 1 || request.ranks_size() < 1 || request.ranks_size() > request.size()) {
+    done(absl::InvalidArgumentError(absl::StrCat("job ", request.job(), ": host ", request.host(),
+                                                 " registered ", request.ranks_size(),
+                                                 " ranks for size ", request.size())));
+    return;
+  }
+  auto& forming = forming_[request.job()];
+  if (forming == nullptr) {
+    forming = std::make_unique<Forming>();
+    forming->size = request.size();
+    forming->generation = next_id_++;
+    forming->timeout = absl::Milliseconds(std::max<uint32_t>(request.timeout_ms(), 1000));
+    const uint64_t generation = forming->generation;
+    const std::string name = request.job();
+    loop_.PostAfter(forming->timeout, [this, name, generation] { FormTimeout(name, generation); });
+  }
+  if (forming->size != request.size()) {
+    done(absl::InvalidArgumentError(absl::StrCat("job ", request.job(), " has size ",
+                                                 forming->size, " on other hosts but ",
+                                                 request.size(), " on ", request.host())));
+    return;
+  }
+  forming->hosts[request.host()] = {request, std::move(done)};
+  TryForm(request.job());
+}
+
+void JobCoordinator::TryForm(const std::string& name) {
+  Forming& f = *forming_.at(name);
+  int total = 0;
+  for (const auto& [host, reg] : f.hosts) total += reg.first.ranks_size();
+  if (total < f.size) return;
+  auto fail_all = [&](const absl::Status& status) {
+    for (auto& [host, reg] : f.hosts) reg.second(status);
+    forming_.erase(name);
+  };
+  if (total > f.size) {
+    return fail_all(absl::InvalidArgumentError(absl::StrCat(
+        "job ", name, ": hosts registered ", total, " ranks for a job of size ", f.size)));
+  }
+  // Ranks the launcher gave are kept; the rest follow host order, then local rank.
+  std::vector<bool> taken(f.size, false);
+  for (const auto& [host, reg] : f.hosts) {
+    for (const auto& lr : reg.first.ranks()) {
+      if (lr.rank() < 0) continue;
+      if (lr.rank() >= f.size || taken[lr.rank()]) {
+        return fail_all(absl::InvalidArgumentError(
+            absl::StrCat("job ", name, ": rank ", lr.rank(), " given twice or out of range")));
+      }
+      taken[lr.rank()] = true;
+    }
+  }
+  auto job = std::make_unique<Job>();
+  JobLayout& layout = job->layout;
+  layout.set_job_id((options_.id_prefix << 24) | next_id_++);
+  layout.set_job(name);
+  layout.set_size(f.size);
+  int next_free = 0;
+  for (const auto& [host, reg] : f.hosts) {
+    auto ranks = reg.first.ranks();
+    std::sort(ranks.begin(), ranks.end(),
+              [](const auto& a, const auto& b) { return a.local_rank() < b.local_rank(); });
+    JobLayout::JobHost* h = layout.add_hosts();
+    h->set_name(host);
+    h->set_data_address(reg.first.data_address());
+    for (const auto& lr : ranks) {
+      int rank = lr.rank();
+      if (rank < 0) {
+        while (taken[next_free]) ++next_free;
+        rank = next_free;
+        taken[rank] = true;
+      }
+      h->add_ranks(rank);
+      h->add_pids(lr.pid());
+    }
+  }
+  job->table = std::make_unique<ReadinessTable>(f.size);
+  RegisterRanksResponse response;
+  *response.mutable_layout() = layout;
+  for (auto& [host, reg] : f.hosts) reg.second(response);
+  Logger("negotiation")->info("cross-host job formed job={} id={} size={} hosts={}", name,
+                              layout.job_id(), f.size, layout.hosts_size());
+  jobs_[layout.job_id()] = std::move(job);
+  forming_.erase(name);
+}
+
+void JobCoordinator::FormTimeout(const std::string& name, uint64_t generation) {
+  auto it = forming_.find(name);
+  if (it == forming_.end() || it->second->generation != generation) return;
+  Forming& f = *it->second;
+  std::vector<std::string> who;
+  int total = 0;
+  for (const auto& [host, reg] : f.hosts) {
+    who.push_back(absl::StrCat(host, " (", reg.first.ranks_size(), ")"));
+    total += reg.first.ranks_size();
+  }
+  const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
+      "job ", name, " did not form within ", absl::FormatDuration(f.timeout), ": ", total, " of ",
+      f.size, " ranks registered, on hosts ", absl::StrJoin(who, ", ")));
+  for (auto& [host, reg] : f.hosts) reg.second(status);
+  forming_.erase(it);
+}
+
+void JobCoordinator::HandleNegotiate(const NegotiateRequest& request,
+                                     Done<NegotiateResponse> done) {
+  auto it = jobs_.find(request.job_id());
+  if (it == jobs_.end()) {
+    done(absl::NotFoundError(absl::StrCat("unknown or ended job id ", request.job_id())));
+    return;
+  }
+  Job& job = *it->second;
+  const std::string& host = request.host();
+  const bool member = std::any_of(job.layout.hosts().begin(), job.layout.hosts().end(),
+                                  [&](const auto& h) { return h.name() == host; });
+  if (!member) {
+    done(absl::PermissionDeniedError(absl::StrCat("host ", host, " is not part of job ",
+                                                  job.layout.job())));
+    return;
+  }
+  done(NegotiateResponse());
+  if (!request.failure().empty()) {
+    Abort(request.job_id(),
+          absl::Status(static_cast<absl::StatusCode>(request.failure_code() ? request.failure_code()
+                                                                            : 10),
+                       request.failure()));
+    return;
+  }
+  std::vector<Response> ready;
+  for (const HostReadyTensor& t : request.ready()) {
+    for (const TensorMeta& meta : t.ranks()) {
+      auto r = negotiation::FromMeta(meta, t.name(), job.layout.size());
+      absl::Status s = r.ok() ? job.table->Submit(*std::move(r), absl::Now(), &ready) : r.status();
+      if (!s.ok()) {
+        Abort(request.job_id(), absl::InternalError(absl::StrCat(
+                                    "host ", host, " sent an invalid request: ", s.message())));
+        return;
+      }
+    }
+  }
+  if (request.left()) job.left.insert(host);
+  if (!ready.empty()) {
+    JobEvent event;
+    for (const Response& r : negotiation::PlanFusion(std::move(ready),
+                                                     options_.fusion_threshold_bytes)) {
+      CollectiveResponse* out = event.add_responses();
+      out->set_collective(static_cast<uint32_t>(r.collective));
+      out->set_error_code(static_cast<int32_t>(r.error.code()));
+      out->set_error(std::string(r.error.message()));
+      out->set_join_last_rank(r.join_last_rank);
+      for (const auto& t : r.tensors) {
+        auto* tensor = out->add_tensors();
+        tensor->set_name(t.name);
+        for (const auto& rank : t.ranks) {
+          if (rank) *tensor->add_ranks() = negotiation::ToMeta(*rank);
+        }
+      }
+    }
+    Broadcast(job, event);
+  }
+  if (static_cast<int>(job.left.size()) == job.layout.hosts_size()) {
+    for (auto& [h, sink] : job.sinks) sink->Finish(absl::OkStatus());
+    jobs_.erase(it);
+  }
+}
+
+absl::Status JobCoordinator::Watch(uint64_t job_id, const std::string& host,
+                                   std::shared_ptr<JobEventSink> sink) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("unknown job id ", job_id));
+  Job& job = *it->second;
+  const bool member = std::any_of(job.layout.hosts().begin(), job.layout.hosts().end(),
+                                  [&](const auto& h) { return h.name() == host; });
+  if (!member) return absl::PermissionDeniedError(absl::StrCat("host ", host, " not in job"));
+  for (const JobEvent& e : job.backlog[host]) sink->Send(e);
+  job.backlog.erase(host);
+  job.sinks[host] = std::move(sink);
+  return absl::OkStatus();
+}
+
+void JobCoordinator::Broadcast(Job& job, const JobEvent& event) {
+  for (const auto& h : job.layout.hosts()) {
+    auto sink = job.sinks.find(h.name());
+    if (sink != job.sinks.end()) {
+      sink->second->Send(event);
+    } else {
+      job.backlog[h.name()].push_back(event);
+    }
+  }
+}
+
+void JobCoordinator::Abort(uint64_t job_id, const absl::Status& status) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  Logger("negotiation")->warn("cross-host job aborted job={} id={} error=\"{}\"",
+                              job.layout.job(), job_id, status.message());
+  JobEvent event;
+  event.set_abort_code(static_cast<int32_t>(status.code()));
+  event.set_abort(std::string(status.message()));
+  Broadcast(job, event);
+  for (auto& [host, sink] : job.sinks) sink->Finish(absl::OkStatus());
+  jobs_.erase(it);
+}
+
+void JobCoordinator::OnHostDown(const std::string& host, const std::string& reason) {
+  std::vector<uint64_t> doomed;
+  for (const auto& [id, job] : jobs_) {
+    for (const auto& h : job->layout.hosts()) {
+      if (h.name() == host && !job->left.count(host)) doomed.push_back(id);
+    }
+  }
+  for (uint64_t id : doomed) {
+    Abort(id, absl::UnavailableError(absl::StrCat("host ", host, " is DOWN (", reason, ")")));
+  }
+  for (auto& [name, f] : forming_) f->hosts.erase(host);
+}
+
+}  // namespace ard::cluster

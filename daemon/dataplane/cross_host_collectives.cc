@@ -1,0 +1,325 @@
+#include "daemon/dataplane/cross_host_collectives.h"
+
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/collectives/reduce_kernels.h"
+#include "daemon/dataplane/tcp/host_collectives.h"
+
+namespace ard::dataplane {
+namespace {
+
+using negotiation::ReadyTensor;
+using negotiation::Response;
+using negotiation::TensorRequest;
+using wire::Collective;
+
+void Copy(uint8_t* dst, const uint8_t* src, uint64_t n) {
+  if (n > 0) memcpy(dst, src, n);
+}
+
+std::vector<int64_t> ShapeOf(const wire::Submit& m) {
+  return std::vector<int64_t>(m.shape, m.shape + m.ndims);
+}
+
+uint64_t RowBytes(const wire::Submit& m) {
+  uint64_t n = wire::DataTypeSize(m.dtype);
+  for (uint32_t d = 1; d < m.ndims; ++d) n *= m.shape[d];
+  return n;
+}
+
+// This host's contribution: the reduction of its present ranks' inputs in rank order, each input
+// prescaled; the identity when none of them takes part (all joined).
+void LocalPartial(const ReadyTensor& t, const JobContext& job, uint8_t* dst) {
+  const wire::Submit& m = t.first().meta;
+  const auto dtype = static_cast<wire::DataType>(m.dtype);
+  const auto op = static_cast<wire::ReduceOp>(m.reduce_op);
+  const uint64_t count = m.bytes / wire::DataTypeSize(m.dtype);
+  thread_local std::vector<uint8_t> scratch;
+  bool have = false;
+  for (int r : job.ranks_of_host[job.cross_rank]) {
+    const auto& req = t.ranks[r];
+    if (!req || count == 0) continue;
+    const uint8_t* src = req->input.data;
+    if (!have) {
+      memcpy(dst, src, m.bytes);
+      collectives::Scale(dst, count, dtype, m.prescale);
+      have = true;
+      continue;
+    }
+    if (m.prescale != 1.0) {
+      scratch.assign(src, src + m.bytes);
+      collectives::Scale(scratch.data(), count, dtype, m.prescale);
+      src = scratch.data();
+    }
+    collectives::ReduceInto(dst, src, count, dtype, op);
+  }
+  if (!have) collectives::FillIdentity(dst, count, dtype, op);
+}
+
+void Finish(const wire::Submit& m, int size, uint8_t* buf) {
+  double post = m.postscale;
+  if (static_cast<wire::ReduceOp>(m.reduce_op) == wire::ReduceOp::kAverage) post /= size;
+  collectives::Scale(buf, m.bytes / wire::DataTypeSize(m.dtype),
+                     static_cast<wire::DataType>(m.dtype), post);
+}
+
+// Allreduce of several tensors: those of one kind (dtype, op, scales) travel in one fusion
+// buffer through one cross-host collective.
+absl::Status Allreduce(const Response& response, JobContext& job, const SlotAllocator& allocate,
+                       std::vector<std::vector<RankResult>>* out) {
+  std::map<std::tuple<uint32_t, uint32_t, double, double>, std::vector<size_t>> kinds;
+  for (size_t i = 0; i < response.tensors.size(); ++i) {
+    const wire::Submit& m = response.tensors[i].first().meta;
+    kinds[{m.dtype, m.reduce_op, m.prescale, m.postscale}].push_back(i);
+  }
+  thread_local std::vector<uint8_t> fusion;
+  for (const auto& [kind, members] : kinds) {
+    uint64_t total = 0;
+    for (size_t i : members) total += response.tensors[i].first().meta.bytes;
+    fusion.resize(total);
+    uint64_t offset = 0;
+    for (size_t i : members) {
+      LocalPartial(response.tensors[i], job, fusion.data() + offset);
+      offset += response.tensors[i].first().meta.bytes;
+    }
+    const auto dtype = static_cast<wire::DataType>(std::get<0>(kind));
+    const auto op = static_cast<wire::ReduceOp>(std::get<1>(kind));
+    absl::Status s = tcp::AllreduceInPlace(*job.mesh(), fusion.data(),
+                                           total / wire::DataTypeSize(std::get<0>(kind)), dtype, op);
+    if (!s.ok()) return s;
+    offset = 0;
+    for (size_t i : members) {
+      const ReadyTensor& t = response.tensors[i];
+      const wire::Submit& m = t.first().meta;
+      Finish(m, job.size, fusion.data() + offset);
+      std::shared_ptr<shm::ResultSlot> slot;
+      if (m.bytes > 0) {
+        auto allocated = allocate(m.bytes);
+        if (!allocated.ok()) return allocated.status();
+        slot = *allocated;
+        memcpy(slot->data, fusion.data() + offset, m.bytes);
+      }
+      offset += m.bytes;
+      for (int r : job.ranks_of_host[job.cross_rank]) {
+        if (t.ranks[r]) (*out)[i][r] = RankResult{slot, ShapeOf(m), {}};
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<shm::ResultSlot>> Slot(const SlotAllocator& allocate,
+                                                      uint64_t bytes) {
+  if (bytes == 0) return std::shared_ptr<shm::ResultSlot>();
+  return allocate(bytes);
+}
+
+absl::Status Allgather(const ReadyTensor& t, JobContext& job, const SlotAllocator& allocate,
+                       std::vector<RankResult>* out) {
+  const wire::Submit& m = t.first().meta;
+  const uint64_t row = RowBytes(m);
+  std::vector<int64_t> rows(job.size);
+  int64_t total_rows = 0;
+  for (int r = 0; r < job.size; ++r) total_rows += rows[r] = t.ranks[r]->meta.shape[0];
+  // Host blocks (host order), each the concatenation of its ranks' tensors (rank order).
+  std::vector<size_t> host_bytes(job.cross_size, 0);
+  for (int r = 0; r < job.size; ++r) host_bytes[job.host_of_rank[r]] += rows[r] * row;
+  std::vector<size_t> host_offset(job.cross_size, 0);
+  for (int h = 1; h < job.cross_size; ++h) host_offset[h] = host_offset[h - 1] + host_bytes[h - 1];
+  thread_local std::vector<uint8_t> gathered;
+  gathered.resize(total_rows * row);
+  uint64_t at = host_offset[job.cross_rank];
+  for (int r : job.ranks_of_host[job.cross_rank]) {
+    Copy(gathered.data() + at, t.ranks[r]->input.data, rows[r] * row);
+    at += rows[r] * row;
+  }
+  if (auto s = tcp::AllgatherV(*job.mesh(), gathered.data(), host_bytes); !s.ok()) return s;
+  auto slot = Slot(allocate, total_rows * row);
+  if (!slot.ok()) return slot.status();
+  // Reorder host blocks into rank order.
+  std::vector<uint64_t> cursor = host_offset;
+  uint64_t dst = 0;
+  for (int r = 0; r < job.size; ++r) {
+    const int h = job.host_of_rank[r];
+    if (*slot) Copy((*slot)->data + dst, gathered.data() + cursor[h], rows[r] * row);
+    cursor[h] += rows[r] * row;
+    dst += rows[r] * row;
+  }
+  std::vector<int64_t> shape = ShapeOf(m);
+  shape[0] = total_rows;
+  for (int r : job.ranks_of_host[job.cross_rank]) (*out)[r] = RankResult{*slot, shape, rows};
+  return absl::OkStatus();
+}
+
+absl::Status Broadcast(const ReadyTensor& t, JobContext& job, const SlotAllocator& allocate,
+                       std::vector<RankResult>* out) {
+  const wire::Submit& m = t.first().meta;
+  const int root = m.root_rank;
+  auto slot = Slot(allocate, m.bytes);
+  if (!slot.ok()) return slot.status();
+  if (*slot) {
+    if (job.host_of_rank[root] == job.cross_rank) {
+      Copy((*slot)->data, t.ranks[root]->input.data, m.bytes);
+    }
+    if (auto s = tcp::Broadcast(*job.mesh(), (*slot)->data, m.bytes, job.host_of_rank[root]);
+        !s.ok()) {
+      return s;
+    }
+  }
+  for (int r : job.ranks_of_host[job.cross_rank]) (*out)[r] = RankResult{*slot, ShapeOf(m), {}};
+  return absl::OkStatus();
+}
+
+int64_t SplitOf(const TensorRequest& s, int r, int size) {
+  return s.splits.empty() ? s.meta.shape[0] / size : s.splits[r];
+}
+
+absl::Status Alltoall(const ReadyTensor& t, JobContext& job, const SlotAllocator& allocate,
+                      std::vector<RankResult>* out) {
+  const int n = job.size;
+  const uint64_t row = RowBytes(t.first().meta);
+  const std::vector<int>& mine = job.ranks_of_host[job.cross_rank];
+  // Row offset of chunk (s -> r) inside sender s's input.
+  auto chunk_start = [&](int s, int r) {
+    int64_t rows = 0;
+    for (int q = 0; q < r; ++q) rows += SplitOf(*t.ranks[s], q, n);
+    return rows;
+  };
+  // Send block to host h: for my senders s (rank order), for h's ranks r (rank order): chunk.
+  std::vector<size_t> send_bytes(job.cross_size, 0), recv_bytes(job.cross_size, 0);
+  for (int h = 0; h < job.cross_size; ++h) {
+    for (int s : mine) {
+      for (int r : job.ranks_of_host[h]) send_bytes[h] += SplitOf(*t.ranks[s], r, n) * row;
+    }
+    for (int s : job.ranks_of_host[h]) {
+      for (int r : mine) recv_bytes[h] += SplitOf(*t.ranks[s], r, n) * row;
+    }
+  }
+  thread_local std::vector<uint8_t> send, recv;
+  uint64_t total_send = 0, total_recv = 0;
+  for (int h = 0; h < job.cross_size; ++h) total_send += send_bytes[h], total_recv += recv_bytes[h];
+  send.resize(total_send);
+  recv.resize(total_recv);
+  uint64_t at = 0;
+  for (int h = 0; h < job.cross_size; ++h) {
+    for (int s : mine) {
+      for (int r : job.ranks_of_host[h]) {
+        const uint64_t bytes = SplitOf(*t.ranks[s], r, n) * row;
+        Copy(send.data() + at, t.ranks[s]->input.data + chunk_start(s, r) * row, bytes);
+        at += bytes;
+      }
+    }
+  }
+  if (auto s = tcp::AlltoallV(*job.mesh(), send.data(), send_bytes, recv.data(), recv_bytes);
+      !s.ok()) {
+    return s;
+  }
+  // Where chunk (s -> r) landed in `recv`.
+  std::map<std::pair<int, int>, uint64_t> landed;
+  at = 0;
+  for (int h = 0; h < job.cross_size; ++h) {
+    for (int s : job.ranks_of_host[h]) {
+      for (int r : mine) {
+        landed[{s, r}] = at;
+        at += SplitOf(*t.ranks[s], r, n) * row;
+      }
+    }
+  }
+  for (int r : mine) {
+    RankResult result;
+    int64_t rows = 0;
+    for (int s = 0; s < n; ++s) rows += SplitOf(*t.ranks[s], r, n);
+    auto slot = Slot(allocate, rows * row);
+    if (!slot.ok()) return slot.status();
+    uint64_t dst = 0;
+    for (int s = 0; s < n; ++s) {
+      const uint64_t bytes = SplitOf(*t.ranks[s], r, n) * row;
+      if (*slot) Copy((*slot)->data + dst, recv.data() + landed[{s, r}], bytes);
+      dst += bytes;
+      result.splits.push_back(SplitOf(*t.ranks[s], r, n));
+    }
+    result.slot = *slot;
+    result.shape = ShapeOf(t.first().meta);
+    result.shape[0] = rows;
+    (*out)[r] = std::move(result);
+  }
+  return absl::OkStatus();
+}
+
+// Reduces the whole tensor across hosts, then gives each local rank its rows (the first d0 % size
+// ranks get one row more, like Horovod). Moves the whole tensor rather than each host's rows:
+// simple, and correct for any placement of ranks on hosts.
+absl::Status Reducescatter(const ReadyTensor& t, JobContext& job, const SlotAllocator& allocate,
+                           std::vector<RankResult>* out) {
+  const wire::Submit& m = t.first().meta;
+  thread_local std::vector<uint8_t> full;
+  full.resize(m.bytes);
+  LocalPartial(t, job, full.data());
+  if (auto s = tcp::AllreduceInPlace(*job.mesh(), full.data(), m.bytes / wire::DataTypeSize(m.dtype),
+                                     static_cast<wire::DataType>(m.dtype),
+                                     static_cast<wire::ReduceOp>(m.reduce_op));
+      !s.ok()) {
+    return s;
+  }
+  Finish(m, job.size, full.data());
+  const uint64_t row = RowBytes(m);
+  const int64_t d0 = m.shape[0];
+  int64_t first = 0;
+  for (int r = 0; r < job.size; ++r) {
+    const int64_t rows = d0 / job.size + (r < d0 % job.size ? 1 : 0);
+    if (job.host_of_rank[r] == job.cross_rank && t.ranks[r]) {
+      auto slot = Slot(allocate, rows * row);
+      if (!slot.ok()) return slot.status();
+      if (*slot) Copy((*slot)->data, full.data() + first * row, rows * row);
+      std::vector<int64_t> shape = ShapeOf(m);
+      shape[0] = rows;
+      (*out)[r] = RankResult{*slot, shape, {}};
+    }
+    first += rows;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunCrossHostCollective(const Response& response, JobContext& job,
+                                    const SlotAllocator& allocate,
+                                    std::vector<std::vector<RankResult>>* out,
+                                    uint64_t* bytes_reduced) {
+  out->assign(response.tensors.size(), std::vector<RankResult>(job.size));
+  if (job.mesh() == nullptr) return absl::FailedPreconditionError("data plane not connected");
+  for (const auto& t : response.tensors) *bytes_reduced += t.first().meta.bytes;
+  if (response.collective == Collective::kAllreduce) return Allreduce(response, job, allocate, out);
+  // Other collectives (grouped ones included) run tensor by tensor, in list order.
+  for (size_t i = 0; i < response.tensors.size(); ++i) {
+    const ReadyTensor& t = response.tensors[i];
+    std::vector<RankResult>* results = &(*out)[i];
+    absl::Status s;
+    switch (response.collective) {
+      case Collective::kAllgather:
+        s = Allgather(t, job, allocate, results);
+        break;
+      case Collective::kBroadcast:
+        s = Broadcast(t, job, allocate, results);
+        break;
+      case Collective::kAlltoall:
+        s = Alltoall(t, job, allocate, results);
+        break;
+      case Collective::kReducescatter:
+        s = Reducescatter(t, job, allocate, results);
+        break;
+      case Collective::kBarrier:
+      case Collective::kJoin:
+        break;  // negotiation itself brought every rank here
+      default:
+        s = absl::InternalError(absl::StrCat("unknown collective ", response.collective));
+    }
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ard::dataplane

@@ -1,0 +1,259 @@
+#include "daemon/dataplane/tcp/tcp_mesh.h"
+
+#include <limits.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/common/logging.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/dataplane/tcp/handshake.h"
+
+namespace ard::dataplane::tcp {
+namespace {
+
+bool RetryableConnectError(int err) {
+  return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH || err == EHOSTUNREACH ||
+         err == ECONNRESET || err == EAGAIN;
+}
+
+// Waits for a non-blocking connect() to finish; returns its errno (0 = connected).
+int WaitConnected(int fd, absl::Time deadline) {
+  pollfd pfd{fd, POLLOUT, 0};
+  const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
+  if (::poll(&pfd, 1, absl::ToInt64Milliseconds(left) + 1) <= 0) return ETIMEDOUT;
+  int err = 0;
+  socklen_t length = sizeof err;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &length) < 0) return errno;
+  return err;
+}
+
+// Connects to `address` (retrying while refused or unreachable) and sends the handshake.
+absl::StatusOr<UniqueFd> Dial(const std::string& address, const DataHandshake& handshake,
+                              absl::Time deadline, const TcpMeshOptions& options) {
+  const std::string who = absl::StrCat("job ", handshake.job_id, ": host ", handshake.from_host,
+                                       " cannot connect to host ", handshake.to_host, " at ",
+                                       address, ": ");
+  absl::StatusOr<SocketAddress> resolved = ResolveHostPort(address);
+  if (!resolved.ok()) return absl::Status(resolved.status().code(), who + std::string(resolved.status().message()));
+  absl::Duration backoff = absl::Milliseconds(5);
+  for (;;) {
+    UniqueFd fd(::socket(resolved->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) return absl::InternalError(who + "socket: " + ErrnoText(errno));
+    ARD_RETURN_IF_ERROR(SetBufferBytes(fd.get(), options.socket_buffer_bytes));
+    int err = 0;
+    if (::connect(fd.get(), resolved->get(), resolved->length) < 0) {
+      err = errno == EINPROGRESS ? WaitConnected(fd.get(), deadline) : errno;
+    }
+    if (err == 0) {
+      ARD_RETURN_IF_ERROR(SetNoDelay(fd.get()));
+      const absl::Status sent = WriteAll(fd.get(), &handshake, sizeof handshake, deadline);
+      if (!sent.ok()) return absl::Status(sent.code(), who + std::string(sent.message()));
+      return fd;
+    }
+    if (!RetryableConnectError(err)) return absl::UnavailableError(who + ErrnoText(err));
+    if (absl::Now() + backoff >= deadline) {
+      return absl::DeadlineExceededError(who + ErrnoText(err) + " until the timeout");
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(200));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(
+    uint64_t job_id, int self, const std::vector<std::string>& data_addresses,
+    DataListener& listener, absl::Duration timeout, TcpMeshOptions options) {
+  const int n = static_cast<int>(data_addresses.size());
+  if (n < 1 || n > static_cast<int>(kMaxHosts) || self < 0 || self >= n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", job_id, ": host index ", self, " in a job of ", n, " hosts"));
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  std::vector<UniqueFd> fds(n);
+  for (int j = self + 1; j < n; ++j) {
+    const DataHandshake handshake =
+        MakeHandshake(job_id, static_cast<uint32_t>(self), static_cast<uint32_t>(j));
+    ARD_ASSIGN_OR_RETURN(fds[j], Dial(data_addresses[j], handshake, deadline, options));
+  }
+  for (int j = 0; j < self; ++j) {
+    ARD_ASSIGN_OR_RETURN(
+        const int fd, listener.TakeConnection(job_id, static_cast<uint32_t>(j),
+                                              std::max(deadline - absl::Now(), absl::ZeroDuration())));
+    fds[j].Reset(fd);
+    ARD_RETURN_IF_ERROR(SetNoDelay(fd));
+    ARD_RETURN_IF_ERROR(SetNonBlocking(fd));
+  }
+  Logger("dataplane")->info("tcp mesh connected job={} host={} hosts={}", job_id, self, n);
+  return std::unique_ptr<TcpMesh>(new TcpMesh(job_id, self, std::move(fds), options));
+}
+
+TcpMesh::TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, TcpMeshOptions options)
+    : job_id_(job_id), self_(self), options_(options), fds_(std::move(fds)), io_(fds_.size()) {}
+
+TcpMesh::~TcpMesh() {
+  Logger("dataplane")->info("tcp mesh closed job={} host={}", job_id_, self_);
+}
+
+absl::Status TcpMesh::Exchange(int send_to, const void* send, size_t send_bytes, int recv_from,
+                               void* recv, size_t recv_bytes) {
+  const Send s{send_to, send, send_bytes};
+  const Recv r{recv_from, recv, recv_bytes};
+  return Transfer(absl::MakeConstSpan(&s, send_to < 0 ? 0 : 1),
+                  absl::MakeConstSpan(&r, recv_from < 0 ? 0 : 1));
+}
+
+absl::Status TcpMesh::Transfer(absl::Span<const Send> sends, absl::Span<const Recv> recvs) {
+  ARD_RETURN_IF_ERROR(CheckUsable());
+  for (PeerIo& io : io_) {
+    io.out = Queue();
+    io.in = Queue();
+  }
+  for (const Send& s : sends) ARD_RETURN_IF_ERROR(Enqueue(s.peer, true, s.data, s.bytes));
+  for (const Recv& r : recvs) ARD_RETURN_IF_ERROR(Enqueue(r.peer, false, r.data, r.bytes));
+  absl::Status status = Pump();
+  if (!status.ok()) return Fail(std::move(status));
+  return absl::OkStatus();
+}
+
+void TcpMesh::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+
+uint8_t* TcpMesh::Scratch(size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    scratch_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, rounded)));
+    ARD_CHECK(scratch_ != nullptr);
+    scratch_bytes_ = rounded;
+  }
+  return scratch_.get();
+}
+
+void TcpMesh::Abort(absl::Status why) {
+  absl::MutexLock lock(&mu_);
+  if (aborted_) return;
+  abort_status_ = why.ok() ? absl::CancelledError("tcp mesh aborted") : std::move(why);
+  aborted_ = true;
+  ShutdownAll();
+  Logger("dataplane")->info("tcp mesh aborted job={} host={}: {}", job_id_, self_,
+                            abort_status_.message());
+}
+
+absl::Status TcpMesh::CheckUsable() const {
+  absl::MutexLock lock(&mu_);
+  if (aborted_) return abort_status_;
+  if (!broken_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id_, ": tcp mesh unusable after an earlier error: ", broken_.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TcpMesh::Enqueue(int peer, bool send, const void* data, size_t bytes) {
+  if (peer < 0 || peer >= size() || peer == self_) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", job_id_, ": host ", self_,
+                                                   " cannot transfer with host ", peer));
+  }
+  if (bytes == 0) return absl::OkStatus();
+  Queue& q = send ? io_[peer].out : io_[peer].in;
+  q.iov.push_back(iovec{const_cast<void*>(data), bytes});
+  return absl::OkStatus();
+}
+
+absl::Status TcpMesh::Pump() {
+  absl::Time last_progress = absl::Now();
+  for (;;) {
+    bool progressed = false;
+    poll_fds_.clear();
+    for (int peer = 0; peer < size(); ++peer) {
+      ARD_RETURN_IF_ERROR(PumpPeer(peer, &progressed));
+      const short events = (io_[peer].out.done() ? 0 : POLLOUT) | (io_[peer].in.done() ? 0 : POLLIN);
+      if (events != 0) poll_fds_.push_back(pollfd{fds_[peer].get(), events, 0});
+    }
+    if (poll_fds_.empty()) return absl::OkStatus();
+    const absl::Time now = absl::Now();
+    if (progressed) {
+      last_progress = now;
+      continue;  // try again before sleeping: the socket buffers may have room
+    }
+    const absl::Duration left = last_progress + options_.progress_timeout - now;
+    if (left <= absl::ZeroDuration()) return StalledError();
+    if (::poll(poll_fds_.data(), poll_fds_.size(), absl::ToInt64Milliseconds(left) + 1) < 0 &&
+        errno != EINTR) {
+      return absl::InternalError(absl::StrCat("job ", job_id_, ": poll: ", ErrnoText(errno)));
+    }
+    if (aborted_) return absl::CancelledError("aborted");  // replaced by Fail()
+  }
+}
+
+absl::Status TcpMesh::PumpPeer(int peer, bool* progressed) {
+  PeerIo& io = io_[peer];
+  const int fd = fds_[peer].get();
+  for (int dir = 0; dir < 2; ++dir) {
+    const bool send = dir == 0;
+    Queue& q = send ? io.out : io.in;
+    if (q.done()) continue;
+    msghdr msg{};
+    msg.msg_iov = q.iov.data() + q.next;
+    msg.msg_iovlen = std::min<size_t>(q.iov.size() - q.next, IOV_MAX);
+    const ssize_t n = send ? ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT)
+                           : ::recvmsg(fd, &msg, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+    if (n <= 0) {
+      const std::string why = n == 0 ? "connection closed by the peer" : ErrnoText(errno);
+      return absl::UnavailableError(absl::StrCat("job ", job_id_, ": host ", self_, " lost host ",
+                                                 peer, " while ", send ? "sending" : "receiving",
+                                                 ": ", why));
+    }
+    *progressed = true;
+    for (size_t left = static_cast<size_t>(n); left > 0;) {
+      iovec& v = q.iov[q.next];
+      const size_t step = std::min(left, v.iov_len);
+      v.iov_base = static_cast<char*>(v.iov_base) + step;
+      v.iov_len -= step;
+      left -= step;
+      if (v.iov_len == 0) ++q.next;
+    }
+    while (!q.done() && q.iov[q.next].iov_len == 0) ++q.next;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TcpMesh::StalledError() const {
+  std::vector<int> to, from;
+  for (int peer = 0; peer < size(); ++peer) {
+    if (!io_[peer].out.done()) to.push_back(peer);
+    if (!io_[peer].in.done()) from.push_back(peer);
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "job ", job_id_, ": host ", self_, ": no data moved for ",
+      absl::FormatDuration(options_.progress_timeout), " (waiting to receive from hosts [",
+      absl::StrJoin(from, ","), "], to send to hosts [", absl::StrJoin(to, ","), "])"));
+}
+
+absl::Status TcpMesh::Fail(absl::Status error) {
+  absl::MutexLock lock(&mu_);
+  if (aborted_) return abort_status_;
+  if (broken_.ok()) {
+    broken_ = error;
+    ShutdownAll();  // peers blocked on this host fail now instead of at their progress timeout
+    Logger("dataplane")->warn("tcp mesh failed job={} host={}: {}", job_id_, self_,
+                              error.message());
+  }
+  return error;
+}
+
+void TcpMesh::ShutdownAll() {
+  for (const UniqueFd& fd : fds_) {
+    if (fd.valid()) ::shutdown(fd.get(), SHUT_RDWR);
+  }
+}
+
+}  // namespace ard::dataplane::tcp

@@ -1,0 +1,139 @@
+// The TCP connections of one job's data plane (DESIGN.md "Data plane"): one stream socket between
+// this host and every other host of the job, and a poll()-driven engine that moves bytes on many
+// of them at once. HostCollectives (host_collectives.h) builds the collectives on top.
+//
+// Streams carry raw bytes without framing: every host runs the same collectives in the same
+// order, so both ends of a connection always agree on the sizes. A transfer that fails leaves the
+// byte streams out of step, so after any error the mesh is poisoned (every later call fails) and
+// its sockets are shut down, which makes the peers' pending transfers fail promptly too.
+//
+// Threads: Exchange/Transfer from one thread at a time (the job's executor). Abort() from any
+// thread, concurrently with a transfer, but not concurrently with the destructor.
+// Lifecycle: 1. Connect(): host i dials every host j > i and sends a DataHandshake, then takes
+// the connections of hosts j < i from the DataListener (this order cannot deadlock: the listener
+// accepts on its own thread); 2. transfers; 3. optionally Abort(why) (or an error) poisons the
+// mesh; 4. the destructor closes every socket (peers blocked on this host see Unavailable).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <poll.h>
+#include <sys/uio.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "daemon/dataplane/tcp/data_listener.h"
+#include "daemon/dataplane/tcp/socket_util.h"
+
+namespace ard::dataplane::tcp {
+
+struct TcpMeshOptions {
+  // A transfer during which no byte moved on any of its connections for this long fails with
+  // DeadlineExceeded naming the hosts it waited on.
+  absl::Duration progress_timeout = absl::Seconds(30);
+  int socket_buffer_bytes = kDefaultSocketBufferBytes;  // SO_SNDBUF/SO_RCVBUF of dialed sockets
+};
+
+class TcpMesh {
+ public:
+  // One contiguous byte range to send to / receive from `peer` (a host index other than self).
+  struct Send {
+    int peer;
+    const void* data;
+    size_t bytes;
+  };
+  struct Recv {
+    int peer;
+    void* data;
+    size_t bytes;
+  };
+
+  // Builds the mesh of host `self` in a job of data_addresses.size() hosts; data_addresses[j] is
+  // host j's DataListener "HOST:PORT" (own entry unused). Dials retry while refused until
+  // `timeout`, which bounds the whole call. InvalidArgument for bad arguments, DeadlineExceeded /
+  // Unavailable naming the job and the host that could not be reached.
+  static absl::StatusOr<std::unique_ptr<TcpMesh>> Connect(
+      uint64_t job_id, int self, const std::vector<std::string>& data_addresses,
+      DataListener& listener, absl::Duration timeout, TcpMeshOptions options = {});
+
+  ~TcpMesh();
+  TcpMesh(const TcpMesh&) = delete;
+  TcpMesh& operator=(const TcpMesh&) = delete;
+
+  uint64_t job_id() const { return job_id_; }
+  int self() const { return self_; }
+  int size() const { return static_cast<int>(fds_.size()); }
+
+  // Sends `send_bytes` to host `send_to` while receiving `recv_bytes` from host `recv_from`, both
+  // progressing together (no deadlock for any sizes). Either peer may be -1 (none); they may be
+  // the same host. Errors: Unavailable naming the peer that closed or reset its connection,
+  // DeadlineExceeded naming the peers waited on (see progress_timeout), Abort()'s status once
+  // aborted, FailedPrecondition after an earlier error, InvalidArgument for a bad peer index.
+  absl::Status Exchange(int send_to, const void* send, size_t send_bytes, int recv_from,
+                        void* recv, size_t recv_bytes);
+
+  // The general form: all `sends` and `recvs` progress together; ranges naming the same peer
+  // and direction are carried out in the order given. Returns when all bytes moved. Same errors.
+  absl::Status Transfer(absl::Span<const Send> sends, absl::Span<const Recv> recvs);
+
+  // A staging area for the collectives run on this mesh (host_collectives.h), at least `bytes`
+  // long, 64-byte aligned, contents undefined; valid until the next Scratch() call. Kept between
+  // calls so that large collectives do not page-fault fresh memory every time. Op thread only.
+  uint8_t* Scratch(size_t bytes);
+
+  // Poisons the mesh and shuts every socket down, so that a transfer blocked in any thread returns
+  // `why` promptly (a non-OK status; OK is replaced by Cancelled). Later aborts are ignored.
+  void Abort(absl::Status why);
+
+ private:
+  // Byte ranges still to move in one direction with one peer; op thread only.
+  struct Queue {
+    std::vector<iovec> iov;
+    size_t next = 0;  // first iovec not yet done (iov[next] may be partly done)
+    bool done() const { return next == iov.size(); }
+  };
+  struct PeerIo {
+    Queue out;
+    Queue in;
+  };
+
+  TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, TcpMeshOptions options);
+
+  absl::Status CheckUsable() const;
+  absl::Status Enqueue(int peer, bool send, const void* data, size_t bytes);
+  absl::Status Pump();
+  absl::Status PumpPeer(int peer, bool* progressed);
+  absl::Status StalledError() const;
+  // Turns a transfer error into the mesh's final state (and the abort status, if aborted).
+  absl::Status Fail(absl::Status error);
+  void ShutdownAll();
+
+  const uint64_t job_id_;
+  const int self_;
+  const TcpMeshOptions options_;
+  const std::vector<UniqueFd> fds_;  // index = host; fds_[self_] is invalid
+
+  std::vector<PeerIo> io_;  // op thread only
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t, FreeDeleter> scratch_;  // op thread only
+  size_t scratch_bytes_ = 0;
+  std::vector<pollfd> poll_fds_;  // op thread only
+
+  mutable absl::Mutex mu_;
+  std::atomic<bool> aborted_{false};
+  absl::Status abort_status_ ABSL_GUARDED_BY(mu_);
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);  // first transfer error
+};
+
+}  // namespace ard::dataplane::tcp

@@ -1,0 +1,19 @@
+// Converts a rank's request metadata between the local wire form (wire::Submit, in a
+// TensorRequest) and the cluster form (TensorMeta in proto/negotiation.proto). Metadata from
+// another daemon is validated with the same rules as a local client's SUBMIT. Pure.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "daemon/negotiation/tensor_request.h"
+#include "proto/negotiation.pb.h"
+
+namespace ard::negotiation {
+
+TensorMeta ToMeta(const TensorRequest& request);
+// `job_size` bounds the rank.
+absl::StatusOr<TensorRequest> FromMeta(const TensorMeta& meta, const std::string& name,
+                                       int job_size);
+
+}  // namespace ard::negotiation

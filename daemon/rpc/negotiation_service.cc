@@ -1,0 +1,163 @@
+#include "daemon/rpc/negotiation_service.h"
+
+#include <deque>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/rpc/unary_reactor.h"
+
+namespace ard::rpc {
+namespace {
+
+// Writes one host's job events in order, one write in flight at a time. The JobCoordinator holds
+// the Sink (shared); the reactor is owned by gRPC until OnDone, after which sends are dropped.
+class JobEventWriter : public grpc::ServerWriteReactor<JobEvent> {
+ public:
+  class Sink : public cluster::JobEventSink {
+   public:
+    explicit Sink(JobEventWriter* writer) : writer_(writer) {}
+    void Send(const JobEvent& event) override {
+      absl::MutexLock lock(&mu_);
+      if (writer_ != nullptr) writer_->Enqueue(event);
+    }
+    void Finish(const absl::Status& status) override {
+      absl::MutexLock lock(&mu_);
+      if (writer_ != nullptr) writer_->FinishWhenDrained(ToGrpcStatus(status));
+    }
+    void Detach() {
+      absl::MutexLock lock(&mu_);
+      writer_ = nullptr;
+    }
+
+   private:
+    absl::Mutex mu_;
+    JobEventWriter* writer_ ABSL_GUARDED_BY(mu_);
+  };
+
+  JobEventWriter() : sink_(std::make_shared<Sink>(this)) {}
+  std::shared_ptr<Sink> sink() { return sink_; }
+
+  // gRPC may run a reaction inline: never call StartWrite/Finish with mu_ held.
+  void Enqueue(const JobEvent& event) {
+    const JobEvent* next = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finishing_) return;
+      queue_.push_back(event);  // deque: references to queued events stay valid
+      if (!writing_) {
+        writing_ = true;
+        next = &queue_.front();
+      }
+    }
+    if (next != nullptr) StartWrite(next);
+  }
+
+  void FinishWhenDrained(grpc::Status status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finishing_) return;
+      finishing_ = true;
+      final_status_ = std::move(status);
+      if (writing_) return;  // OnWriteDone finishes once the queue drained
+    }
+    Finish(final_status_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    const JobEvent* next = nullptr;
+    bool finish = false;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      queue_.pop_front();
+      if (!ok) {
+        queue_.clear();
+        writing_ = false;
+        if (!finishing_) {
+          finishing_ = true;
+          final_status_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed");
+        }
+        finish = true;
+      } else if (!queue_.empty()) {
+        next = &queue_.front();
+      } else {
+        writing_ = false;
+        finish = finishing_;
+      }
+      status = final_status_;
+    }
+    if (next != nullptr) StartWrite(next);
+    if (finish) Finish(status);
+  }
+
+  void OnDone() override {
+    sink_->Detach();
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<Sink> sink_;
+  absl::Mutex mu_;
+  std::deque<JobEvent> queue_;  // front() is being written while writing_
+  bool writing_ = false;
+  bool finishing_ = false;
+  grpc::Status final_status_;
+};
+
+}  // namespace
+
+NegotiationService::NegotiationService(EventLoop& loop, cluster::JobCoordinator* coordinator,
+                                       std::string coordinator_address)
+    : loop_(loop), coordinator_(coordinator), coordinator_address_(std::move(coordinator_address)) {}
+
+absl::Status NegotiationService::NotCoordinator() const {
+  return absl::FailedPreconditionError(
+      absl::StrCat("not the coordinator; the coordinator is at ", coordinator_address_));
+}
+
+grpc::ServerUnaryReactor* NegotiationService::RegisterRanks(grpc::CallbackServerContext* context,
+                                                            const RegisterRanksRequest* request,
+                                                            RegisterRanksResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  auto done = FinishWith(reactor, response);
+  if (coordinator_ == nullptr) {
+    done(NotCoordinator());
+    return reactor;
+  }
+  loop_.Post([this, request = *request, done = std::move(done)]() mutable {
+    coordinator_->HandleRegisterRanks(request, std::move(done));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* NegotiationService::Negotiate(grpc::CallbackServerContext* context,
+                                                        const NegotiateRequest* request,
+                                                        NegotiateResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  auto done = FinishWith(reactor, response);
+  if (coordinator_ == nullptr) {
+    done(NotCoordinator());
+    return reactor;
+  }
+  loop_.Post([this, request = *request, done = std::move(done)]() mutable {
+    coordinator_->HandleNegotiate(request, std::move(done));
+  });
+  return reactor;
+}
+
+grpc::ServerWriteReactor<JobEvent>* NegotiationService::WatchJob(
+    grpc::CallbackServerContext* context, const WatchJobRequest* request) {
+  auto* writer = new JobEventWriter();
+  if (coordinator_ == nullptr) {
+    writer->FinishWhenDrained(ToGrpcStatus(NotCoordinator()));
+    return writer;
+  }
+  loop_.Post([this, job_id = request->job_id(), host = request->host(), sink = writer->sink()] {
+    absl::Status s = coordinator_->Watch(job_id, host, sink);
+    if (!s.ok()) sink->Finish(s);
+  });
+  return writer;
+}
+
+}  // namespace ard::rpc

@@ -1,0 +1,38 @@
+// gRPC bindings of the Negotiation service (proto/negotiation.proto): unary RegisterRanks and
+// Negotiate are posted to the control loop, where the JobCoordinator runs; WatchJob is a server
+// stream whose writer is the JobCoordinator's event sink for that host. On a daemon that is not
+// the coordinator every call fails with FAILED_PRECONDITION naming the coordinator.
+#pragma once
+
+#include <string>
+
+#include "daemon/cluster/job_coordinator.h"
+#include "daemon/common/event_loop.h"
+#include "proto/negotiation.grpc.pb.h"
+
+namespace ard::rpc {
+
+class NegotiationService final : public ard::Negotiation::CallbackService {
+ public:
+  // `coordinator` is null on a follower; `coordinator_address` names the real one then.
+  NegotiationService(EventLoop& loop, cluster::JobCoordinator* coordinator,
+                     std::string coordinator_address);
+
+  grpc::ServerUnaryReactor* RegisterRanks(grpc::CallbackServerContext* context,
+                                          const RegisterRanksRequest* request,
+                                          RegisterRanksResponse* response) override;
+  grpc::ServerUnaryReactor* Negotiate(grpc::CallbackServerContext* context,
+                                      const NegotiateRequest* request,
+                                      NegotiateResponse* response) override;
+  grpc::ServerWriteReactor<JobEvent>* WatchJob(grpc::CallbackServerContext* context,
+                                               const WatchJobRequest* request) override;
+
+ private:
+  absl::Status NotCoordinator() const;
+
+  EventLoop& loop_;
+  cluster::JobCoordinator* const coordinator_;  // Not owned; null on followers.
+  const std::string coordinator_address_;
+};
+
+}  // namespace ard::rpc
