@@ -77,12 +77,14 @@ absl::Status Daemon::Start() {
   cluster::AdminHandler* admin_handler;
   if (is_coordinator()) {
     job_coordinator_ = std::make_unique<cluster::JobCoordinator>(
-        *loop_, cluster::JobCoordinatorOptions{config_.fusion_threshold_bytes(),
-                                               static_cast<uint64_t>(absl::ToUnixSeconds(absl::Now()))});
+        *loop_, cluster::JobCoordinatorOptions{
+                    config_.fusion_threshold_bytes(),
+                    static_cast<uint64_t>(absl::ToUnixSeconds(absl::Now())),
+                    absl::Milliseconds(config_.stall_warning_ms())});
     coordinator_ = std::make_unique<cluster::Coordinator>(
         *loop_, config_.host_name(),
         cluster::CoordinatorOptions{heartbeat, absl::Milliseconds(config_.host_timeout_ms()),
-                                    local_jobs,
+                                    local_jobs, [this] { return job_coordinator_->Summaries(); },
                                     [this](const std::string& host, const std::string& reason) {
                                       job_coordinator_->OnHostDown(host, reason);
                                     }});

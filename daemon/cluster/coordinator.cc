@@ -32,6 +32,8 @@ void Coordinator::SweepOnLoop() {
                                                " ms"));
     }
   }
+  // Cross-host jobs' stall inspection logs newly stalled tensors.
+  if (options_.cluster_jobs) options_.cluster_jobs();
   // Sweep several times per timeout so DOWN is declared close to host_timeout, not 2x it.
   loop_.PostAfter(std::min(options_.heartbeat, options_.host_timeout / 4),
                   [this] { SweepOnLoop(); });
@@ -96,8 +98,12 @@ void Coordinator::HandleGetClusterStatus(const GetClusterStatusRequest& request,
   loop_.Post([this, done = std::move(done)] {
     if (!Ready()) return done(kStarting);
     GetClusterStatusResponse response;
-    *response.mutable_view() = table_->View(
-        absl::Now(), options_.local_jobs ? options_.local_jobs() : std::vector<JobSummary>{});
+    std::vector<JobSummary> jobs;
+    if (options_.local_jobs) jobs = options_.local_jobs();
+    if (options_.cluster_jobs) {
+      for (auto& j : options_.cluster_jobs()) jobs.push_back(std::move(j));
+    }
+    *response.mutable_view() = table_->View(absl::Now(), jobs);
     response.set_answered_by(self_name_);
     response.set_forwarded(false);
     done(std::move(response));

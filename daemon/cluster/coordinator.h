@@ -23,6 +23,7 @@ struct CoordinatorOptions {
   absl::Duration heartbeat = absl::Seconds(1);
   absl::Duration host_timeout = absl::Seconds(5);
   LocalJobsSource local_jobs;  // may be empty
+  LocalJobsSource cluster_jobs;  // cross-host jobs as negotiation sees them; may be empty
   // Called on the loop when a host goes DOWN (missed heartbeats) or leaves; may be empty.
   std::function<void(const std::string& host, const std::string& reason)> on_host_down;
 };

@@ -28,6 +28,8 @@ struct JobCoordinator::Job {
   std::map<std::string, std::shared_ptr<JobEventSink>> sinks;
   std::map<std::string, std::vector<JobEvent>> backlog;  // for hosts not watching yet
   std::set<std::string> left;
+  std::set<std::string> stall_warned;
+  absl::Time formed;
 };
 
 JobCoordinator::JobCoordinator(EventLoop& loop, JobCoordinatorOptions options)
@@ -119,6 +121,7 @@ void JobCoordinator::TryForm(const std::string& name) {
     }
   }
   job->table = std::make_unique<ReadinessTable>(f.size);
+  job->formed = absl::Now();
   RegisterRanksResponse response;
   *response.mutable_layout() = layout;
   for (auto& [host, reg] : f.hosts) reg.second(response);
@@ -244,6 +247,56 @@ void JobCoordinator::Abort(uint64_t job_id, const absl::Status& status) {
   Broadcast(job, event);
   for (auto& [host, sink] : job.sinks) sink->Finish(absl::OkStatus());
   jobs_.erase(it);
+}
+
+std::vector<JobSummary> JobCoordinator::Summaries() {
+  std::vector<JobSummary> out;
+  const absl::Time now = absl::Now();
+  for (auto& [id, job] : jobs_) {
+    JobSummary s;
+    s.set_name(job->layout.job());
+    s.set_job_id(id);
+    s.set_size(job->layout.size());
+    s.set_state("running");
+    s.set_age_s(absl::ToDoubleSeconds(now - job->formed));
+    std::map<int, std::string> host_of;
+    for (const auto& h : job->layout.hosts()) {
+      s.add_hosts(h.name());
+      auto* hr = s.add_ranks();
+      hr->set_host(h.name());
+      for (int i = 0; i < h.ranks_size(); ++i) {
+        hr->add_ranks(h.ranks(i));
+        hr->add_pids(h.pids(i));
+        host_of[h.ranks(i)] = h.name();
+      }
+    }
+    s.set_pending_tensors(job->table->pending_tensors());
+    std::set<std::string> still;
+    for (const auto& w : job->table->WaitingLongerThan(now, options_.stall_warning)) {
+      auto* t = s.add_stalled();
+      t->set_name(w.name);
+      t->set_waiting_s(absl::ToDoubleSeconds(w.waited));
+      for (int r : w.submitted) t->add_submitted_ranks(r);
+      std::vector<std::string> missing;
+      for (int r : w.missing) {
+        t->add_missing_ranks(r);
+        t->add_missing_hosts(host_of[r]);
+        missing.push_back(absl::StrCat(r, " on ", host_of[r]));
+      }
+      still.insert(w.name);
+      if (job->stall_warned.insert(w.name).second) {
+        Logger("negotiation")
+            ->warn("stalled tensor job={} tensor={} waiting_s={:.1f} missing_ranks=[{}]",
+                   job->layout.job(), w.name, absl::ToDoubleSeconds(w.waited),
+                   absl::StrJoin(missing, ", "));
+      }
+    }
+    for (auto it = job->stall_warned.begin(); it != job->stall_warned.end();) {
+      it = still.count(*it) ? std::next(it) : job->stall_warned.erase(it);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 void JobCoordinator::OnHostDown(const std::string& host, const std::string& reason) {

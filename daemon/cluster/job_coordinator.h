@@ -20,6 +20,7 @@
 #include "daemon/cluster/handlers.h"
 #include "daemon/common/event_loop.h"
 #include "daemon/negotiation/readiness_table.h"
+#include "proto/common.pb.h"
 #include "proto/negotiation.pb.h"
 
 namespace ard::cluster {
@@ -36,6 +37,7 @@ class JobEventSink {
 struct JobCoordinatorOptions {
   uint64_t fusion_threshold_bytes = 128ull << 20;
   uint64_t id_prefix = 0;  // makes job ids unique across coordinator restarts
+  absl::Duration stall_warning = absl::Seconds(60);
 };
 
 class JobCoordinator {
@@ -52,6 +54,11 @@ class JobCoordinator {
   void OnHostDown(const std::string& host, const std::string& reason);
 
   int job_count() const { return static_cast<int>(jobs_.size()); }
+
+  // One summary per cross-host job: its hosts, ranks per host and the tensors some ranks have
+  // been waiting on for longer than stall_warning, naming the missing ranks and their hosts. Logs
+  // each newly stalled tensor once.
+  std::vector<JobSummary> Summaries();
 
  private:
   struct Forming;

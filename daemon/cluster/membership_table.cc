@@ -1,12 +1,78 @@
 #include "daemon/cluster/membership_table.h"
 
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/host_name.h"
 
 namespace ard::cluster {
+namespace {
+
+// Folds host `from`'s report of a cross-host job into `into`.
+void MergeJob(JobSummary* into, const JobSummary& from) {
+  std::set<std::string> hosts(into->hosts().begin(), into->hosts().end());
+  for (const auto& h : from.hosts()) {
+    if (hosts.insert(h).second) into->add_hosts(h);
+  }
+  std::set<std::string> placed;
+  for (const auto& hr : into->ranks()) placed.insert(hr.host());
+  for (const auto& hr : from.ranks()) {
+    if (placed.insert(hr.host()).second) *into->add_ranks() = hr;
+  }
+  std::sort(into->mutable_hosts()->begin(), into->mutable_hosts()->end());
+  std::sort(into->mutable_ranks()->begin(), into->mutable_ranks()->end(),
+            [](const auto& a, const auto& b) { return a.host() < b.host(); });
+  into->set_collectives_completed(std::max(into->collectives_completed(),
+                                           from.collectives_completed()));
+  into->set_bytes_reduced(std::max(into->bytes_reduced(), from.bytes_reduced()));
+  into->set_pending_tensors(std::max(into->pending_tensors(), from.pending_tensors()));
+  into->set_age_s(std::max(into->age_s(), from.age_s()));
+  if (from.state() == "failed" || into->state().empty()) {
+    into->set_state(from.state());
+    into->set_failure(from.failure());
+  }
+  // The same stalled tensor seen by several hosts: a rank is missing only if no report has it
+  // submitted (a host forwards a tensor to the coordinator only once all its ranks submitted).
+  for (const auto& t : from.stalled()) {
+    JobSummary::StalledTensor* same = nullptr;
+    for (auto& mine : *into->mutable_stalled()) {
+      if (mine.name() == t.name()) same = &mine;
+    }
+    if (same == nullptr) {
+      *into->add_stalled() = t;
+      continue;
+    }
+    std::set<int> submitted(same->submitted_ranks().begin(), same->submitted_ranks().end());
+    submitted.insert(t.submitted_ranks().begin(), t.submitted_ranks().end());
+    JobSummary::StalledTensor both = *same;
+    both.set_waiting_s(std::max(same->waiting_s(), t.waiting_s()));
+    both.clear_submitted_ranks();
+    both.clear_missing_ranks();
+    both.clear_missing_hosts();
+    both.clear_missing_last_activity_s();
+    for (int r : submitted) both.add_submitted_ranks(r);
+    for (const JobSummary::StalledTensor* report :
+         std::initializer_list<const JobSummary::StalledTensor*>{same, &t}) {
+      for (int i = 0; i < report->missing_ranks_size(); ++i) {
+        const int r = report->missing_ranks(i);
+        if (submitted.count(r) || std::count(both.missing_ranks().begin(),
+                                             both.missing_ranks().end(), r)) {
+          continue;
+        }
+        both.add_missing_ranks(r);
+        if (i < report->missing_hosts_size()) both.add_missing_hosts(report->missing_hosts(i));
+        if (i < report->missing_last_activity_s_size()) {
+          both.add_missing_last_activity_s(report->missing_last_activity_s(i));
+        }
+      }
+    }
+    *same = std::move(both);
+  }
+}
+
+}  // namespace
 
 MembershipTable::MembershipTable(const HostInfo& self, absl::Duration host_timeout,
                                  absl::Time now)
@@ -110,10 +176,24 @@ ClusterView MembershipTable::View(absl::Time now, const std::vector<JobSummary>&
   for (const auto& [name, e] : hosts_) {
     if (name != self_name_ && e.state == UP) jobs.insert(jobs.end(), e.jobs.begin(), e.jobs.end());
   }
-  std::sort(jobs.begin(), jobs.end(), [](const JobSummary& a, const JobSummary& b) {
-    return std::make_pair(a.name(), a.hosts(0)) < std::make_pair(b.name(), b.hosts(0));
+  // A cross-host job is reported by each of its hosts (and by the coordinator's negotiation):
+  // merge the reports into one entry per job id.
+  std::vector<JobSummary> merged;
+  std::map<uint64_t, size_t> by_id;
+  for (auto& j : jobs) {
+    auto it = j.job_id() == 0 ? by_id.end() : by_id.find(j.job_id());
+    if (it == by_id.end()) {
+      if (j.job_id() != 0) by_id[j.job_id()] = merged.size();
+      merged.push_back(std::move(j));
+      continue;
+    }
+    MergeJob(&merged[it->second], j);
+  }
+  std::sort(merged.begin(), merged.end(), [](const JobSummary& a, const JobSummary& b) {
+    return std::make_pair(a.name(), a.hosts_size() ? a.hosts(0) : "") <
+           std::make_pair(b.name(), b.hosts_size() ? b.hosts(0) : "");
   });
-  for (auto& j : jobs) *view.add_jobs() = std::move(j);
+  for (auto& j : merged) *view.add_jobs() = std::move(j);
   view.set_membership_epoch(epoch_);
   for (const auto& [name, e] : hosts_) {
     Host* h = view.add_hosts();

@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "daemon/common/logging.h"
 #include "daemon/dataplane/cross_host_collectives.h"
 #include "daemon/local/frame_codec.h"
@@ -124,8 +125,13 @@ void Executor::Execute(const Response& response) {
       // A data-plane error leaves the mesh unusable: the whole job fails, on every host.
       Logger("dataplane")->warn("cross-host collective failed job={} error=\"{}\"", job_->name,
                                 s.message());
+      std::vector<std::string> hosts;
+      for (size_t h = 0; h < job_->host_names.size(); ++h) {
+        hosts.push_back(absl::StrCat(h, "=", job_->host_names[h]));
+      }
       const absl::Status failure = absl::UnavailableError(
-          absl::StrCat("data plane of job ", job_->name, " failed: ", s.message()));
+          absl::StrCat("data plane of job ", job_->name, " failed: ", s.message(), " (hosts ",
+                       absl::StrJoin(hosts, ", "), ")"));
       if (job_->report_failure) job_->report_failure(failure);
       CompleteAll(response, job_->failure().ok() ? failure : job_->failure());
       return;

@@ -32,6 +32,7 @@ struct JobContext {
   int cross_size = 1;
   std::vector<int> host_of_rank;                // index = rank -> cross rank
   std::vector<std::vector<int>> ranks_of_host;  // cross rank -> its ranks, ascending
+  std::vector<std::string> host_names;          // cross rank -> host name (for messages)
   std::function<absl::StatusOr<std::unique_ptr<tcp::TcpMesh>>()> connect_mesh;
   std::function<void(absl::Status)> report_failure;
 

@@ -111,6 +111,7 @@ void JobRegistry::FormCrossHost(LocalJob& job, const JobLayout& layout) {
   std::vector<std::string> addresses;
   for (int h = 0; h < layout.hosts_size(); ++h) {
     addresses.push_back(layout.hosts(h).data_address());
+    context->host_names.push_back(layout.hosts(h).name());
     for (int r : layout.hosts(h).ranks()) {
       context->host_of_rank[r] = h;
       context->ranks_of_host[h].push_back(r);

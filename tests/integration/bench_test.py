@@ -97,12 +97,28 @@ def test_no_daemon_fails_fast(daemon):
     assert r.stdout == ""
 
 
-def test_job_across_two_sockets_reports_the_daemons_error(daemon):
-    # Two "hosts" that are the same single-host daemon: the job spans hosts, which the daemon
-    # refuses for now; the bench must say so and exit, not crash or hang.
+def test_same_socket_twice_is_a_clear_error(daemon):
+    # Two "hosts" that are the same daemon: local ranks collide; one line, no hang.
     r = bench("--sockets", f"{daemon.socket},{daemon.socket}", "--np", "1", "--sizes", "4K",
               timeout_s=30)
-    assert_one_line_error(r, "single-host jobs only")
+    assert_one_line_error(r, "registered twice")
+
+
+@pytest.mark.parametrize("op", ["allreduce", "allgather", "broadcast", "alltoall",
+                                "reducescatter"])
+def test_job_across_two_daemons(op):
+    cluster = Cluster()
+    try:
+        a = cluster.add("host-a")
+        b = cluster.add("host-b")
+        r = bench("--sockets", f"{a.socket},{b.socket}", "--np", "2", "--op", op, "--sizes",
+                  "4K:256K", "--check", "--json", timeout_s=120)
+        assert r.returncode == 0, (r.stderr, a.read_log(), b.read_log())
+        report = json.loads(r.stdout)
+        assert report["ranks"] == 4
+        assert report["rows"] and all(row["wrong"] == 0 for row in report["rows"])
+    finally:
+        cluster.close()
 
 
 def test_unresponsive_daemon_times_out():

@@ -32,8 +32,7 @@ absl::Status DataListener::Start() {
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   absl::Status s = SetBufferBytes(fd.get(), options_.socket_buffer_bytes);
   if (!s.ok()) return s;
-  if (::bind(fd.get(), address->get(), address->length) < 0 ||
-      ::listen(fd.get(), SOMAXCONN) < 0) {
+  if (::bind(fd.get(), address->get(), address->length) < 0 || ::listen(fd.get(), SOMAXCONN) < 0) {
     return absl::InternalError(
         absl::StrCat("cannot listen on ", options_.address, ": ", ErrnoText(errno)));
   }
@@ -75,9 +74,9 @@ absl::StatusOr<int> DataListener::TakeConnection(uint64_t job_id, uint32_t from_
       return fd;
     }
     if (timed_out) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("job ", job_id, ": host ", from_host, " did not connect to the data port ",
-                       port_, " within ", absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(absl::StrCat("job ", job_id, ": host ", from_host,
+                                                      " did not connect to the data port ", port_,
+                                                      " within ", absl::FormatDuration(timeout)));
     }
   }
 }
@@ -107,9 +106,9 @@ void DataListener::AcceptLoop() {
       Pending& p = pending[i];
       if (fds[i + 1].revents != 0 && ReadHandshake(p)) continue;
       if (absl::Now() >= p.deadline) {
-        Logger("dataplane")->warn("data connection from {} closed: no handshake within {}",
-                                  PeerName(p.fd.get()),
-                                  absl::FormatDuration(options_.handshake_timeout));
+        Logger("dataplane")
+            ->warn("data connection from {} closed: no handshake within {}", PeerName(p.fd.get()),
+                   absl::FormatDuration(options_.handshake_timeout));
         continue;  // `p.fd` closes with `pending`
       }
       still.push_back(std::move(p));
@@ -150,15 +149,16 @@ bool DataListener::ReadHandshake(Pending& p) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
-    Logger("dataplane")->warn("data connection from {} closed before its handshake ({})",
-                              PeerName(p.fd.get()), n == 0 ? "end of stream" : ErrnoText(errno));
+    Logger("dataplane")
+        ->warn("data connection from {} closed before its handshake ({})", PeerName(p.fd.get()),
+               n == 0 ? "end of stream" : ErrnoText(errno));
     p.fd.Reset();
     return true;
   }
   const absl::Status valid = ValidateHandshake(p.handshake);
   if (!valid.ok()) {
-    Logger("dataplane")->warn("data connection from {} rejected: {}", PeerName(p.fd.get()),
-                              valid.message());
+    Logger("dataplane")
+        ->warn("data connection from {} rejected: {}", PeerName(p.fd.get()), valid.message());
     p.fd.Reset();
     return true;
   }
@@ -168,14 +168,15 @@ bool DataListener::ReadHandshake(Pending& p) {
 
 void DataListener::Park(Pending& p) {
   const Key key(p.handshake.job_id, p.handshake.from_host);
-  Logger("dataplane")->debug("data connection parked job={} from_host={} to_host={} peer={}",
-                             key.first, key.second, p.handshake.to_host, PeerName(p.fd.get()));
+  Logger("dataplane")
+      ->debug("data connection parked job={} from_host={} to_host={} peer={}", key.first,
+              key.second, p.handshake.to_host, PeerName(p.fd.get()));
   absl::MutexLock lock(&mu_);
   Parked& slot = parked_[key];
   if (slot.fd.valid()) {
-    Logger("dataplane")->warn(
-        "job={} from_host={}: a second data connection replaced an untaken one", key.first,
-        key.second);
+    Logger("dataplane")
+        ->warn("job={} from_host={}: a second data connection replaced an untaken one", key.first,
+               key.second);
   }
   slot.fd = std::move(p.fd);
   slot.expires = absl::Now() + options_.unclaimed_timeout;
@@ -189,9 +190,9 @@ void DataListener::ExpireParked(absl::Time now) {
       ++it;
       continue;
     }
-    Logger("dataplane")->warn("job={} from_host={}: data connection not taken within {}, closed",
-                              it->first.first, it->first.second,
-                              absl::FormatDuration(options_.unclaimed_timeout));
+    Logger("dataplane")
+        ->warn("job={} from_host={}: data connection not taken within {}, closed", it->first.first,
+               it->first.second, absl::FormatDuration(options_.unclaimed_timeout));
     it = parked_.erase(it);
   }
 }

@@ -140,9 +140,8 @@ TEST_CASE("DataListener Stop wakes waiters, closes parked connections and is ide
   const DataHandshake h = MakeHandshake(8, 0, 1);
   SendBytes(parked.get(), &h, sizeof h);
   absl::Status waiter_status;
-  std::thread waiter([&] {
-    waiter_status = listener.TakeConnection(8, 5, absl::Seconds(60)).status();
-  });
+  std::thread waiter(
+      [&] { waiter_status = listener.TakeConnection(8, 5, absl::Seconds(60)).status(); });
   absl::SleepFor(absl::Milliseconds(50));  // let the waiter block (the result is the same if not)
   const absl::Time start = absl::Now();
   listener.Stop();

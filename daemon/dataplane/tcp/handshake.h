@@ -50,8 +50,8 @@ inline absl::Status ValidateHandshake(const DataHandshake& h) {
   }
   // Host i dials only hosts j > i (TcpMesh::Connect), so from < to on every valid connection.
   if (h.to_host >= kMaxHosts || h.from_host >= h.to_host) {
-    return absl::InvalidArgumentError(absl::StrCat("data handshake hosts from=", h.from_host,
-                                                   " to=", h.to_host, " are invalid"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data handshake hosts from=", h.from_host, " to=", h.to_host, " are invalid"));
   }
   return absl::OkStatus();
 }

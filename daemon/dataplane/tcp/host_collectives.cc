@@ -50,9 +50,8 @@ absl::Status CheckPerHost(const TcpMesh& mesh, size_t entries, const char* what)
 
 absl::Status CheckReduce(const TcpMesh& mesh, const void* buf, size_t count, DataType dtype) {
   if (!collectives::ReductionSupported(dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("job ", mesh.job_id(), ": dtype ",
-                                                   static_cast<uint32_t>(dtype),
-                                                   " cannot be reduced"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job ", mesh.job_id(), ": dtype ", static_cast<uint32_t>(dtype), " cannot be reduced"));
   }
   if (buf == nullptr && count > 0) {
     return absl::InvalidArgumentError(absl::StrCat("job ", mesh.job_id(), ": null buffer"));
@@ -131,7 +130,8 @@ absl::Status ChunkedReduce(TcpMesh& mesh, uint8_t* buf, const Blocks& blocks, Da
       }
       if (step < steps) {
         sends.push_back({p, piece(p, step).first, piece(p, step).second});
-        recvs.push_back({p, staging + SlotIndex(p, self) * chunk * esize, piece(self, step).second});
+        recvs.push_back(
+            {p, staging + SlotIndex(p, self) * chunk * esize, piece(self, step).second});
       }
     }
     ARD_RETURN_IF_ERROR(mesh.Transfer(sends, recvs));
@@ -201,14 +201,15 @@ absl::Status AlltoallV(TcpMesh& mesh, const void* send, const std::vector<size_t
   ARD_RETURN_IF_ERROR(CheckPerHost(mesh, recv_bytes.size(), "recv_bytes"));
   const int n = mesh.size(), self = mesh.self();
   if (send_bytes[self] != recv_bytes[self]) {
-    return absl::InvalidArgumentError(absl::StrCat("job ", mesh.job_id(), ": alltoall sends ",
-                                                   send_bytes[self], " bytes to itself but expects ",
-                                                   recv_bytes[self]));
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", mesh.job_id(), ": alltoall sends ", send_bytes[self],
+                     " bytes to itself but expects ", recv_bytes[self]));
   }
   const Blocks out = BlocksOf(send_bytes), in = BlocksOf(recv_bytes);
   const uint8_t* src = static_cast<const uint8_t*>(send);
   uint8_t* dst = static_cast<uint8_t*>(recv);
-  if (send_bytes[self] > 0) std::memcpy(dst + in.offset[self], src + out.offset[self], send_bytes[self]);
+  if (send_bytes[self] > 0)
+    std::memcpy(dst + in.offset[self], src + out.offset[self], send_bytes[self]);
   std::vector<TcpMesh::Send> sends;
   std::vector<TcpMesh::Recv> recvs;
   for (int k = 1; k < n; ++k) {

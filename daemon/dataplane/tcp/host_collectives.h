@@ -45,9 +45,8 @@ absl::Status AllreduceInPlace(TcpMesh& mesh, void* buf, size_t count, wire::Data
 // count_per_host[h] elements (uneven or zero sizes allowed). Afterwards host `self`'s block, at
 // element offset sum(count_per_host[0, self)), holds the reduction; other blocks are undefined.
 absl::Status ReduceScatterInPlace(TcpMesh& mesh, void* buf,
-                                  const std::vector<size_t>& count_per_host,
-                                  wire::DataType dtype, wire::ReduceOp op,
-                                  const HostCollectiveOptions& options = {});
+                                  const std::vector<size_t>& count_per_host, wire::DataType dtype,
+                                  wire::ReduceOp op, const HostCollectiveOptions& options = {});
 
 // buf holds blocks of bytes_per_host[h] bytes in host order; this host's block is filled in.
 // Afterwards every block is filled in on every host.

@@ -38,10 +38,14 @@ Meshes ConnectOrDie(LocalHosts& hosts, uint64_t job_id) {
 float RandomFloat(std::mt19937_64& rng, int max_exponent) {
   const uint64_t r = rng();
   switch (r % 97) {
-    case 0: return 0.0f;
-    case 1: return -0.0f;
-    case 2: return (r & 256) ? INFINITY : -INFINITY;
-    case 3: return NAN;
+    case 0:
+      return 0.0f;
+    case 1:
+      return -0.0f;
+    case 2:
+      return (r & 256) ? INFINITY : -INFINITY;
+    case 3:
+      return NAN;
   }
   const float unit = static_cast<float>((r >> 11) % 2000001) / 1e6f - 1.0f;
   return std::ldexp(unit, static_cast<int>((r >> 40) % (2 * max_exponent + 1)) - max_exponent);
@@ -103,8 +107,8 @@ TEST_CASE("AllreduceInPlace gives the host-order reduction, bit-identical on eve
       for (ReduceOp op : ops) {
         for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1001}, size_t{30011}}) {
           for (bool forced : {false, true}) {
-            INFO("n=" << n << " dtype=" << static_cast<int>(dtype) << " op="
-                      << static_cast<int>(op) << " count=" << count << " forced=" << forced);
+            INFO("n=" << n << " dtype=" << static_cast<int>(dtype) << " op=" << static_cast<int>(op)
+                      << " count=" << count << " forced=" << forced);
             const std::vector<Bytes> inputs = Inputs(n, dtype, count, ++salt);
             const Bytes expected = HostOrderReduction(inputs, count, dtype, op);
             std::vector<Bytes> bufs = inputs;
@@ -153,8 +157,8 @@ TEST_CASE("AllreduceInPlace reduces kAverage like kSum (scaling is the caller's)
   const std::vector<Bytes> inputs = Inputs(3, DataType::kFloat32, 999, 9);
   std::vector<Bytes> bufs = inputs;
   REQUIRE(AllOk(RunOnHosts(3, [&](int h) {
-    return AllreduceInPlace(*meshes[h], bufs[h].data(), 999, DataType::kFloat32,
-                            ReduceOp::kAverage, ForcedChunks());
+    return AllreduceInPlace(*meshes[h], bufs[h].data(), 999, DataType::kFloat32, ReduceOp::kAverage,
+                            ForcedChunks());
   })));
   const Bytes sum = HostOrderReduction(inputs, 999, DataType::kFloat32, ReduceOp::kSum);
   for (const Bytes& b : bufs) REQUIRE(b == sum);
@@ -164,9 +168,11 @@ TEST_CASE("ReduceScatterInPlace reduces each host's block, uneven and zero-sized
   for (int n = 1; n <= 4; ++n) {
     LocalHosts hosts(n);
     Meshes meshes = ConnectOrDie(hosts, 500 + n);
-    const std::vector<std::vector<size_t>> layouts = {
-        std::vector<size_t>(n, 1000), std::vector<size_t>(n, 0),
-        {5, 0, 1777, 3}, {0, 0, 0, 4099}, {1, 2, 3, 40000}};
+    const std::vector<std::vector<size_t>> layouts = {std::vector<size_t>(n, 1000),
+                                                      std::vector<size_t>(n, 0),
+                                                      {5, 0, 1777, 3},
+                                                      {0, 0, 0, 4099},
+                                                      {1, 2, 3, 40000}};
     uint64_t salt = 0;
     for (std::vector<size_t> counts : layouts) {
       counts.resize(n);
@@ -213,7 +219,8 @@ TEST_CASE("AllgatherV, Broadcast and AlltoallV deliver every block, including em
         std::memcpy(bufs[h].data() + offset, expected.data() + offset, sizes[h]);
         offset += sizes[h];
       }
-      REQUIRE(AllOk(RunOnHosts(n, [&](int h) { return AllgatherV(*meshes[h], bufs[h].data(), sizes); })));
+      REQUIRE(AllOk(
+          RunOnHosts(n, [&](int h) { return AllgatherV(*meshes[h], bufs[h].data(), sizes); })));
       for (int h = 0; h < n; ++h) REQUIRE(bufs[h] == expected);
     }
     // Broadcast from every root.
@@ -222,7 +229,8 @@ TEST_CASE("AllgatherV, Broadcast and AlltoallV deliver every block, including em
         const Bytes expected = RandomInput(DataType::kUint8, bytes, root * 10 + bytes);
         std::vector<Bytes> bufs(n, Bytes(bytes, 0));
         bufs[root] = expected;
-        REQUIRE(AllOk(RunOnHosts(n, [&](int h) { return Broadcast(*meshes[h], bufs[h].data(), bytes, root); })));
+        REQUIRE(AllOk(RunOnHosts(
+            n, [&](int h) { return Broadcast(*meshes[h], bufs[h].data(), bytes, root); })));
         for (int h = 0; h < n; ++h) REQUIRE(bufs[h] == expected);
       }
     }
@@ -323,8 +331,8 @@ TEST_CASE("A host that closes mid-collective fails the others with Unavailable n
         meshes[h].reset();
         return absl::OkStatus();
       }
-      return AllreduceInPlace(*meshes[h], bufs[h].data(), bufs[h].size() / 4,
-                              DataType::kFloat32, ReduceOp::kSum);
+      return AllreduceInPlace(*meshes[h], bufs[h].data(), bufs[h].size() / 4, DataType::kFloat32,
+                              ReduceOp::kSum);
     });
     // Every survivor fails; the first to notice names the dead host (a later one may instead
     // name a survivor that shut its sockets down on failing).

@@ -4,7 +4,7 @@
 // allreduce (median of rounds), algbw = size / time, busbw = algbw * 2(n-1)/n. No assertions.
 //   bazel run //daemon/dataplane/tcp:mesh_bench -- [--hosts=2,4] [--sizes=4,1048576,...]
 //       [--socket_buffer=BYTES (0 = kernel auto-tuning)] [--chunk=BYTES] [--seconds=S]
-//       [--mode=allreduce|ring]
+//       [--mode=allreduce|ring] [--busy_poll_us=US]
 // --mode=ring is the baseline of MEASUREMENTS.md's "raw TCP ring": every host sends `size` bytes
 // to the next host while receiving as much from the previous one (TcpMesh::Exchange, no
 // reduction); its busbw column is then the per-link rate, size / time.
@@ -32,6 +32,7 @@ struct BenchOptions {
   HostCollectiveOptions collective;
   double seconds = 2.0;  // per row, roughly
   bool ring = false;
+  absl::Duration busy_poll;
 };
 
 template <typename T>
@@ -53,13 +54,22 @@ BenchOptions Parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const size_t eq = arg.find('=');
-    const std::string key = arg.substr(0, eq), value = eq == std::string::npos ? "" : arg.substr(eq + 1);
-    if (key == "--hosts") o.hosts = ParseList<int>(value);
-    else if (key == "--sizes") o.sizes = ParseList<size_t>(value);
-    else if (key == "--socket_buffer") o.socket_buffer = ParseList<int>(value).at(0);
-    else if (key == "--chunk") o.collective.chunk_bytes = ParseList<size_t>(value).at(0);
-    else if (key == "--seconds") o.seconds = std::atof(value.c_str());
-    else if (key == "--mode" && (value == "ring" || value == "allreduce")) o.ring = value == "ring";
+    const std::string key = arg.substr(0, eq),
+                      value = eq == std::string::npos ? "" : arg.substr(eq + 1);
+    if (key == "--hosts")
+      o.hosts = ParseList<int>(value);
+    else if (key == "--sizes")
+      o.sizes = ParseList<size_t>(value);
+    else if (key == "--socket_buffer")
+      o.socket_buffer = ParseList<int>(value).at(0);
+    else if (key == "--chunk")
+      o.collective.chunk_bytes = ParseList<size_t>(value).at(0);
+    else if (key == "--busy_poll_us")
+      o.busy_poll = absl::Microseconds(std::atoi(value.c_str()));
+    else if (key == "--seconds")
+      o.seconds = std::atof(value.c_str());
+    else if (key == "--mode" && (value == "ring" || value == "allreduce"))
+      o.ring = value == "ring";
     else {
       std::fprintf(stderr, "unknown flag %s\n", arg.c_str());
       std::exit(2);
@@ -69,8 +79,8 @@ BenchOptions Parse(int argc, char** argv) {
 }
 
 // Runs `iterations` allreduces on every host; returns the seconds host 0 took per allreduce.
-double TimeRound(std::vector<std::unique_ptr<TcpMesh>>& meshes, std::vector<std::vector<float>>& bufs,
-                 int iterations, const BenchOptions& o) {
+double TimeRound(std::vector<std::unique_ptr<TcpMesh>>& meshes,
+                 std::vector<std::vector<float>>& bufs, int iterations, const BenchOptions& o) {
   const int n = static_cast<int>(meshes.size());
   double seconds = 0;
   auto statuses = RunOnHosts(n, [&](int h) -> absl::Status {
@@ -105,6 +115,7 @@ void BenchHosts(int n, const BenchOptions& o) {
   LocalHosts hosts(n, listener_options);
   TcpMeshOptions mesh_options;
   mesh_options.socket_buffer_bytes = o.socket_buffer;
+  mesh_options.busy_poll = o.busy_poll;
   auto meshes = hosts.ConnectAll(1, mesh_options);
   if (!hosts.start_status().ok() || !meshes.ok()) {
     std::fprintf(stderr, "setup failed: %s\n", meshes.status().ToString().c_str());
@@ -132,10 +143,11 @@ int main(int argc, char** argv) {
   using namespace ard::dataplane::tcp;
   ard::SetLogLevel(spdlog::level::warn);
   const BenchOptions o = Parse(argc, argv);
-  std::printf("# %s, hosts as threads over loopback TCP; socket_buffer=%d chunk=%zu\n"
-              "# hosts        bytes    time(us) algbw(GB/s) busbw(GB/s)\n",
-              o.ring ? "raw ring exchange (busbw = per link)" : "float32 Sum allreduce",
-              o.socket_buffer, o.collective.chunk_bytes);
+  std::printf(
+      "# %s, hosts as threads over loopback TCP; socket_buffer=%d chunk=%zu\n"
+      "# hosts        bytes    time(us) algbw(GB/s) busbw(GB/s)\n",
+      o.ring ? "raw ring exchange (busbw = per link)" : "float32 Sum allreduce", o.socket_buffer,
+      o.collective.chunk_bytes);
   for (int n : o.hosts) BenchHosts(n, o);
   return 0;
 }

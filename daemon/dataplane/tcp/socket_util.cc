@@ -1,6 +1,7 @@
 #include "daemon/dataplane/tcp/socket_util.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -9,7 +10,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -36,8 +36,7 @@ std::string ErrnoText(int err) { return absl::StrCat(std::strerror(err), " (errn
 absl::StatusOr<SocketAddress> ResolveHostPort(const std::string& host_port) {
   const size_t colon = host_port.rfind(':');
   if (colon == std::string::npos || colon + 1 == host_port.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("address '", host_port, "' is not HOST:PORT"));
+    return absl::InvalidArgumentError(absl::StrCat("address '", host_port, "' is not HOST:PORT"));
   }
   std::string host = host_port.substr(0, colon);
   const std::string port = host_port.substr(colon + 1);
@@ -49,7 +48,8 @@ absl::StatusOr<SocketAddress> ResolveHostPort(const std::string& host_port) {
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV | (host.empty() ? AI_PASSIVE : 0);
   addrinfo* result = nullptr;
-  const int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &result);
+  const int rc =
+      ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &result);
   if (rc != 0 || result == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("cannot resolve '", host_port, "': ", ::gai_strerror(rc)));

@@ -29,7 +29,7 @@ class UniqueFd {
 
   int get() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
-  int Release();       // gives up ownership, returns the fd
+  int Release();            // gives up ownership, returns the fd
   void Reset(int fd = -1);  // closes the current fd (if any), then owns `fd`
 
  private:

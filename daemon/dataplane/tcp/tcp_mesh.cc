@@ -38,11 +38,12 @@ int WaitConnected(int fd, absl::Time deadline) {
 // Connects to `address` (retrying while refused or unreachable) and sends the handshake.
 absl::StatusOr<UniqueFd> Dial(const std::string& address, const DataHandshake& handshake,
                               absl::Time deadline, const TcpMeshOptions& options) {
-  const std::string who = absl::StrCat("job ", handshake.job_id, ": host ", handshake.from_host,
-                                       " cannot connect to host ", handshake.to_host, " at ",
-                                       address, ": ");
+  const std::string who =
+      absl::StrCat("job ", handshake.job_id, ": host ", handshake.from_host,
+                   " cannot connect to host ", handshake.to_host, " at ", address, ": ");
   absl::StatusOr<SocketAddress> resolved = ResolveHostPort(address);
-  if (!resolved.ok()) return absl::Status(resolved.status().code(), who + std::string(resolved.status().message()));
+  if (!resolved.ok())
+    return absl::Status(resolved.status().code(), who + std::string(resolved.status().message()));
   absl::Duration backoff = absl::Milliseconds(5);
   for (;;) {
     UniqueFd fd(::socket(resolved->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -85,9 +86,9 @@ absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(
     ARD_ASSIGN_OR_RETURN(fds[j], Dial(data_addresses[j], handshake, deadline, options));
   }
   for (int j = 0; j < self; ++j) {
-    ARD_ASSIGN_OR_RETURN(
-        const int fd, listener.TakeConnection(job_id, static_cast<uint32_t>(j),
-                                              std::max(deadline - absl::Now(), absl::ZeroDuration())));
+    ARD_ASSIGN_OR_RETURN(const int fd, listener.TakeConnection(
+                                           job_id, static_cast<uint32_t>(j),
+                                           std::max(deadline - absl::Now(), absl::ZeroDuration())));
     fds[j].Reset(fd);
     ARD_RETURN_IF_ERROR(SetNoDelay(fd));
     ARD_RETURN_IF_ERROR(SetNonBlocking(fd));
@@ -99,9 +100,7 @@ absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(
 TcpMesh::TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, TcpMeshOptions options)
     : job_id_(job_id), self_(self), options_(options), fds_(std::move(fds)), io_(fds_.size()) {}
 
-TcpMesh::~TcpMesh() {
-  Logger("dataplane")->info("tcp mesh closed job={} host={}", job_id_, self_);
-}
+TcpMesh::~TcpMesh() { Logger("dataplane")->info("tcp mesh closed job={} host={}", job_id_, self_); }
 
 absl::Status TcpMesh::Exchange(int send_to, const void* send, size_t send_bytes, int recv_from,
                                void* recv, size_t recv_bytes) {
@@ -142,8 +141,8 @@ void TcpMesh::Abort(absl::Status why) {
   abort_status_ = why.ok() ? absl::CancelledError("tcp mesh aborted") : std::move(why);
   aborted_ = true;
   ShutdownAll();
-  Logger("dataplane")->info("tcp mesh aborted job={} host={}: {}", job_id_, self_,
-                            abort_status_.message());
+  Logger("dataplane")
+      ->info("tcp mesh aborted job={} host={}: {}", job_id_, self_, abort_status_.message());
 }
 
 absl::Status TcpMesh::CheckUsable() const {
@@ -158,8 +157,8 @@ absl::Status TcpMesh::CheckUsable() const {
 
 absl::Status TcpMesh::Enqueue(int peer, bool send, const void* data, size_t bytes) {
   if (peer < 0 || peer >= size() || peer == self_) {
-    return absl::InvalidArgumentError(absl::StrCat("job ", job_id_, ": host ", self_,
-                                                   " cannot transfer with host ", peer));
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", job_id_, ": host ", self_, " cannot transfer with host ", peer));
   }
   if (bytes == 0) return absl::OkStatus();
   Queue& q = send ? io_[peer].out : io_[peer].in;
@@ -174,7 +173,8 @@ absl::Status TcpMesh::Pump() {
     poll_fds_.clear();
     for (int peer = 0; peer < size(); ++peer) {
       ARD_RETURN_IF_ERROR(PumpPeer(peer, &progressed));
-      const short events = (io_[peer].out.done() ? 0 : POLLOUT) | (io_[peer].in.done() ? 0 : POLLIN);
+      const short events =
+          (io_[peer].out.done() ? 0 : POLLOUT) | (io_[peer].in.done() ? 0 : POLLIN);
       if (events != 0) poll_fds_.push_back(pollfd{fds_[peer].get(), events, 0});
     }
     if (poll_fds_.empty()) return absl::OkStatus();
@@ -183,6 +183,7 @@ absl::Status TcpMesh::Pump() {
       last_progress = now;
       continue;  // try again before sleeping: the socket buffers may have room
     }
+    if (now - last_progress < options_.busy_poll) continue;
     const absl::Duration left = last_progress + options_.progress_timeout - now;
     if (left <= absl::ZeroDuration()) return StalledError();
     if (::poll(poll_fds_.data(), poll_fds_.size(), absl::ToInt64Milliseconds(left) + 1) < 0 &&
@@ -203,8 +204,8 @@ absl::Status TcpMesh::PumpPeer(int peer, bool* progressed) {
     msghdr msg{};
     msg.msg_iov = q.iov.data() + q.next;
     msg.msg_iovlen = std::min<size_t>(q.iov.size() - q.next, IOV_MAX);
-    const ssize_t n = send ? ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT)
-                           : ::recvmsg(fd, &msg, MSG_DONTWAIT);
+    const ssize_t n =
+        send ? ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recvmsg(fd, &msg, MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
     if (n <= 0) {
       const std::string why = n == 0 ? "connection closed by the peer" : ErrnoText(errno);
@@ -244,8 +245,8 @@ absl::Status TcpMesh::Fail(absl::Status error) {
   if (broken_.ok()) {
     broken_ = error;
     ShutdownAll();  // peers blocked on this host fail now instead of at their progress timeout
-    Logger("dataplane")->warn("tcp mesh failed job={} host={}: {}", job_id_, self_,
-                              error.message());
+    Logger("dataplane")
+        ->warn("tcp mesh failed job={} host={}: {}", job_id_, self_, error.message());
   }
   return error;
 }

@@ -15,15 +15,15 @@
 // mesh; 4. the destructor closes every socket (peers blocked on this host see Unavailable).
 #pragma once
 
+#include <poll.h>
+#include <sys/uio.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <poll.h>
-#include <sys/uio.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -41,6 +41,9 @@ struct TcpMeshOptions {
   // DeadlineExceeded naming the hosts it waited on.
   absl::Duration progress_timeout = absl::Seconds(30);
   int socket_buffer_bytes = kDefaultSocketBufferBytes;  // SO_SNDBUF/SO_RCVBUF of dialed sockets
+  // Keep retrying non-blocking sends/receives for this long after the last progress before
+  // sleeping in poll(): trades CPU for the ~100 us cross-core wake-up on small transfers.
+  absl::Duration busy_poll = absl::ZeroDuration();
 };
 
 class TcpMesh {
@@ -78,8 +81,8 @@ class TcpMesh {
   // the same host. Errors: Unavailable naming the peer that closed or reset its connection,
   // DeadlineExceeded naming the peers waited on (see progress_timeout), Abort()'s status once
   // aborted, FailedPrecondition after an earlier error, InvalidArgument for a bad peer index.
-  absl::Status Exchange(int send_to, const void* send, size_t send_bytes, int recv_from,
-                        void* recv, size_t recv_bytes);
+  absl::Status Exchange(int send_to, const void* send, size_t send_bytes, int recv_from, void* recv,
+                        size_t recv_bytes);
 
   // The general form: all `sends` and `recvs` progress together; ranges naming the same peer
   // and direction are carried out in the order given. Returns when all bytes moved. Same errors.

@@ -124,7 +124,8 @@ TEST_CASE("TcpMesh meshes of two jobs connect and run concurrently on the same l
   });
   REQUIRE(AllOk(statuses));
   for (int job = 0; job < 2; ++job) {
-    for (int h = 0; h < n; ++h) REQUIRE(got[job][h] == Pattern((h + n - 1) % n + 10 * job, h, bytes));
+    for (int h = 0; h < n; ++h)
+      REQUIRE(got[job][h] == Pattern((h + n - 1) % n + 10 * job, h, bytes));
   }
 }
 
@@ -201,8 +202,8 @@ TEST_CASE("TcpMesh Connect fails with a deadline naming a host that never connec
   LocalHosts hosts(2);
   REQUIRE(hosts.start_status().ok());
   SECTION("the dialing peer never comes") {
-    auto mesh = TcpMesh::Connect(13, 1, hosts.addresses(), hosts.listener(1),
-                                 absl::Milliseconds(200));
+    auto mesh =
+        TcpMesh::Connect(13, 1, hosts.addresses(), hosts.listener(1), absl::Milliseconds(200));
     REQUIRE(mesh.status().code() == absl::StatusCode::kDeadlineExceeded);
     REQUIRE(Contains(mesh.status(), "host 0"));
   }

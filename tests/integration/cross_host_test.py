@@ -1,0 +1,150 @@
+"""Three daemons on loopback, each one host with its own client processes, running one job
+across them: every collective x op x dtype checked against a reference that follows the daemon's
+documented order (ranks within a host, then hosts) and bit-identical across ranks; 1,000 tensors a
+step fused across hosts; two jobs at once; a trainer killed and a daemon SIGKILLed mid-step (the
+others get errors naming them; the next job works after the daemon restarts); status and stalls."""
+import signal
+import time
+
+import pytest
+
+from harness import (Cluster, ctl, lines_with, status_json, wait_until, workers_across)
+
+HOST_TIMEOUT_MS = 1000
+
+
+@pytest.fixture
+def cluster():
+    c = Cluster(heartbeat_ms=100, host_timeout_ms=HOST_TIMEOUT_MS)
+    for name in ("h-a", "h-b", "h-c"):
+        c.add(name, extra_flags=["--stall_warning_ms=300", "--job_form_timeout_ms=5000"])
+    wait_until(lambda: all_up(c), 10, "three hosts UP")
+    yield c
+    c.close()
+
+
+def all_up(c):
+    s = status_json(c.daemons["h-a"].address)
+    return s and sum(h["state"] == "UP" for h in s["hosts"]) == len(c.daemons)
+
+
+def sockets(c, names=("h-a", "h-b", "h-c")):
+    return [c.daemons[n].socket for n in names]
+
+
+def assert_all_ok(results):
+    for rank, (rc, out) in enumerate(results):
+        assert rc == 0 and lines_with(out, "DONE") and not lines_with(out, "MISMATCH"), \
+            f"process {rank} exited {rc}:\n" + "\n".join(out)
+
+
+def test_every_collective_across_three_hosts(cluster):
+    results = workers_across(sockets(cluster), "xmatrix", 2, "matrix").wait(timeout_s=180)
+    assert_all_ok(results)
+    topo = sorted(lines_with(out, "TOPOLOGY")[0].split()[1:] for _, out in results)
+    # rank size local_rank local_size cross_rank cross_size
+    assert [t[0] for t in topo] == [str(r) for r in range(6)]
+    assert all(t[1] == "6" and t[3] == "2" and t[5] == "3" for t in topo)
+    assert [t[4] for t in topo] == ["0", "0", "1", "1", "2", "2"]
+    per_rank = [dict(l.split()[1:3] for l in lines_with(out, "RESULT")) for _, out in results]
+    shared = [c for c in per_rank[0] if c.split(".")[0] in
+              ("allreduce", "allgather", "broadcast", "scaled", "group")]
+    assert len(shared) > 60
+    for case in shared:
+        assert len({r[case] for r in per_rank}) == 1, case
+
+
+def test_thousand_tensors_per_step_across_hosts(cluster):
+    assert_all_ok(workers_across(sockets(cluster), "xmany", 2, "many").wait(timeout_s=180))
+
+
+def test_two_jobs_at_once_across_hosts(cluster):
+    a = workers_across(sockets(cluster, ("h-a", "h-b")), "xa", 2, "matrix", seed=3)
+    b = workers_across(sockets(cluster), "xb", 1, "many", seed=4)
+    assert_all_ok(a.wait(timeout_s=180))
+    assert_all_ok(b.wait(timeout_s=180))
+
+
+def test_mismatch_across_hosts_reaches_every_rank(cluster):
+    results = workers_across(sockets(cluster), "xmm", 1, "mismatch").wait(timeout_s=60)
+    assert_all_ok(results)
+    for _, out in results:
+        assert lines_with(out, "ERROR mismatched")[0].endswith(
+            "Mismatched ALLREDUCE tensor shapes: One rank sent a tensor of shape [2, 3], but "
+            "another rank sent a tensor of shape [3, 3].")
+
+
+def test_join_across_hosts(cluster):
+    results = workers_across(sockets(cluster), "xjoin", 2, "join").wait(timeout_s=60)
+    assert_all_ok(results)
+    assert all("JOINED last_rank=5" in out for _, out in results)
+
+
+def wait_stalled(cluster, job, missing=None):
+    """The job's entry in status once it reports a stalled tensor (missing exactly `missing`
+    when given: reports from the hosts and the coordinator converge within a heartbeat)."""
+    def stalled():
+        s = status_json(cluster.daemons["h-a"].address)
+        for j in (s or {}).get("jobs", []):
+            if j["name"] == job and any(missing is None or t["missing_ranks"] == missing
+                                        for t in j.get("stalled", [])):
+                return j
+        return None
+    return wait_until(stalled, 15, f"a stall report for {job}")
+
+
+def test_killed_trainer_on_another_host_is_named(cluster):
+    workers = workers_across(sockets(cluster), "xkill", 2, "stuck")
+    victim = workers.procs[-1]  # rank 5, on h-c: never submits
+    job = wait_stalled(cluster, "xkill", missing=[5])
+    stall = [t for t in job["stalled"] if t["name"] == "stuck"][0]
+    assert stall["submitted_ranks"] == [0, 1, 2, 3, 4]
+    killed = time.monotonic()
+    victim.send_signal(signal.SIGKILL)
+    results = workers.wait(timeout_s=30)
+    elapsed = time.monotonic() - killed
+    for rank, (rc, out) in enumerate(results[:5]):
+        error = lines_with(out, "ERROR stuck")
+        assert error, f"rank {rank}:\n" + "\n".join(out)
+        assert f"rank 5 (pid {victim.pid}) on host h-c" in error[0], error
+    assert elapsed < 3, f"errors arrived {elapsed:.2f}s after the kill"
+    assert_all_ok(workers_across(sockets(cluster), "xkill", 1, "many").wait(timeout_s=60))
+
+
+def test_killed_daemon_is_named_and_rejoins(cluster):
+    workers = workers_across(sockets(cluster), "xdown", 1, "stuck")
+    wait_stalled(cluster, "xdown")
+    victim = cluster.daemons["h-c"]
+    hanging = workers.procs[2]  # rank 2, on h-c, never submits: it sleeps until killed
+    workers.procs = workers.procs[:2]
+    killed = time.monotonic()
+    victim.proc.kill()
+    victim.proc.wait()
+    results = workers.wait(timeout_s=30)
+    elapsed = time.monotonic() - killed
+    hanging.kill()
+    hanging.communicate()
+    for rank, (rc, out) in enumerate(results):
+        error = lines_with(out, "ERROR stuck")
+        assert error and "host h-c is DOWN" in error[0], f"rank {rank}:\n" + "\n".join(out)
+    assert elapsed < HOST_TIMEOUT_MS / 1000 + 3, f"errors after {elapsed:.2f}s"
+    victim.start()
+    wait_until(lambda: all_up(cluster), 10, "h-c UP again")
+    assert_all_ok(workers_across(sockets(cluster), "xdown", 1, "many").wait(timeout_s=60))
+
+
+def test_status_merges_a_cross_host_job(cluster):
+    workers = workers_across(sockets(cluster), "xstatus", 1, "stuck")
+    try:
+        def merged():
+            s = status_json(cluster.daemons["h-b"].address)
+            jobs = [j for j in (s or {}).get("jobs", []) if j["name"] == "xstatus"]
+            return len(jobs) == 1 and len(jobs[0]["hosts"]) == 3 and jobs[0]
+        job = wait_until(merged, 15, "one merged job entry")
+        assert sorted(job["hosts"]) == ["h-a", "h-b", "h-c"]
+        placement = {hr["host"]: hr["ranks"] for hr in job["ranks"]}
+        assert placement == {"h-a": [0], "h-b": [1], "h-c": [2]}
+        table = ctl("--daemon", cluster.daemons["h-c"].address, "status").stdout
+        assert "h-a:[0] h-b:[1] h-c:[2]" in table
+    finally:
+        workers.kill()
