@@ -1,6 +1,7 @@
 #include "daemon/cluster/job_coordinator.h"
 
 #include <algorithm>
+#include <deque>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,7 @@
 #include "daemon/common/logging.h"
 #include "daemon/negotiation/fusion_planner.h"
 #include "daemon/negotiation/meta_convert.h"
+#include "daemon/negotiation/response_cache.h"
 
 namespace ard::cluster {
 
@@ -30,6 +32,13 @@ struct JobCoordinator::Job {
   std::set<std::string> left;
   std::set<std::string> stall_warned;
   absl::Time formed;
+  // Response cache: the coordinator decides; hosts replay its decisions (JobEvent).
+  std::unique_ptr<negotiation::ResponseCache> cache;
+  std::map<std::string, std::map<std::string, HostReadyTensor>> last_full;  // name -> host -> metas
+  std::map<uint32_t, std::map<std::string, HostReadyTensor>> cached;       // id -> host -> metas
+  // Recently evicted entries, so an id a host sent before it saw the eviction still resolves.
+  std::map<uint32_t, std::map<std::string, HostReadyTensor>> evicted;
+  std::deque<uint32_t> evicted_order;
 };
 
 JobCoordinator::JobCoordinator(EventLoop& loop, JobCoordinatorOptions options)
@@ -122,6 +131,7 @@ void JobCoordinator::TryForm(const std::string& name) {
   }
   job->table = std::make_unique<ReadinessTable>(f.size);
   job->formed = absl::Now();
+  job->cache = std::make_unique<negotiation::ResponseCache>(options_.cache_capacity);
   RegisterRanksResponse response;
   *response.mutable_layout() = layout;
   for (auto& [host, reg] : f.hosts) reg.second(response);
@@ -172,8 +182,13 @@ void JobCoordinator::HandleNegotiate(const NegotiateRequest& request,
                        request.failure()));
     return;
   }
+  Logger("negotiation")->debug("negotiate job={} host={} full={} cached={}", job.layout.job(),
+                               host, request.ready_size(), request.cached_ids_size());
+  std::vector<HostReadyTensor> tensors(request.ready().begin(), request.ready().end());
+  for (const HostReadyTensor& t : tensors) job.last_full[t.name()][host] = t;
+  if (!Expand(request.job_id(), job, request, &tensors)) return;
   std::vector<Response> ready;
-  for (const HostReadyTensor& t : request.ready()) {
+  for (const HostReadyTensor& t : tensors) {
     for (const TensorMeta& meta : t.ranks()) {
       auto r = negotiation::FromMeta(meta, t.name(), job.layout.size());
       absl::Status s = r.ok() ? job.table->Submit(*std::move(r), absl::Now(), &ready) : r.status();
@@ -187,8 +202,10 @@ void JobCoordinator::HandleNegotiate(const NegotiateRequest& request,
   if (request.left()) job.left.insert(host);
   if (!ready.empty()) {
     JobEvent event;
-    for (const Response& r : negotiation::PlanFusion(std::move(ready),
-                                                     options_.fusion_threshold_bytes)) {
+    const std::vector<Response> plan =
+        negotiation::PlanFusion(std::move(ready), options_.fusion_threshold_bytes);
+    UpdateCache(job, plan, &event);
+    for (const Response& r : plan) {
       CollectiveResponse* out = event.add_responses();
       out->set_collective(static_cast<uint32_t>(r.collective));
       out->set_error_code(static_cast<int32_t>(r.error.code()));
@@ -207,6 +224,58 @@ void JobCoordinator::HandleNegotiate(const NegotiateRequest& request,
   if (static_cast<int>(job.left.size()) == job.layout.hosts_size()) {
     for (auto& [h, sink] : job.sinks) sink->Finish(absl::OkStatus());
     jobs_.erase(it);
+  }
+}
+
+bool JobCoordinator::Expand(uint64_t job_id, Job& job, const NegotiateRequest& request,
+                            std::vector<HostReadyTensor>* tensors) {
+  for (uint32_t id : request.cached_ids()) {
+    const HostReadyTensor* found = nullptr;
+    for (auto* table : {&job.cached, &job.evicted}) {
+      auto entry = table->find(id);
+      if (found == nullptr && entry != table->end() && entry->second.count(request.host())) {
+        found = &entry->second.at(request.host());
+      }
+    }
+    if (found == nullptr) {
+      Abort(job_id, absl::InternalError(absl::StrCat("host ", request.host(),
+                                                     " named unknown response-cache id ", id)));
+      return false;
+    }
+    tensors->push_back(*found);
+  }
+  return true;
+}
+
+void JobCoordinator::UpdateCache(Job& job, const std::vector<Response>& responses,
+                                 JobEvent* event) {
+  for (const Response& r : responses) {
+    if (!r.error.ok() || r.collective == wire::Collective::kJoin) continue;
+    for (const auto& t : r.tensors) {
+      const auto& by_host = job.last_full[t.name];
+      uint64_t signature = 0;
+      for (const auto& [host, payload] : by_host) {
+        signature = signature * 1000003 ^ negotiation::Signature(payload);
+      }
+      if (job.cache->Lookup(t.name, signature)) continue;
+      std::vector<uint32_t> evicted;
+      const uint32_t id = job.cache->Put(t.name, signature, &evicted);
+      for (uint32_t gone : evicted) {
+        event->add_cache_evict(gone);
+        job.evicted[gone] = std::move(job.cached[gone]);
+        job.cached.erase(gone);
+        job.evicted_order.push_back(gone);
+        if (job.evicted_order.size() > options_.cache_capacity) {
+          job.evicted.erase(job.evicted_order.front());
+          job.evicted_order.pop_front();
+        }
+      }
+      if (options_.cache_capacity == 0) continue;
+      job.cached[id] = by_host;
+      CacheEntry* put = event->add_cache_put();
+      put->set_id(id);
+      put->set_name(t.name);
+    }
   }
 }
 

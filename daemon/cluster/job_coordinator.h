@@ -38,6 +38,7 @@ struct JobCoordinatorOptions {
   uint64_t fusion_threshold_bytes = 128ull << 20;
   uint64_t id_prefix = 0;  // makes job ids unique across coordinator restarts
   absl::Duration stall_warning = absl::Seconds(60);
+  size_t cache_capacity = 1024;  // response cache entries per job (Horovod's default)
 };
 
 class JobCoordinator {
@@ -68,6 +69,11 @@ class JobCoordinator {
   void FormTimeout(const std::string& name, uint64_t generation);
   void Abort(uint64_t job_id, const absl::Status& status);
   void Broadcast(Job& job, const JobEvent& event);
+  // Resolves a host's cached ids into metadata; false (job aborted) for an unknown id.
+  bool Expand(uint64_t job_id, Job& job, const NegotiateRequest& request,
+              std::vector<HostReadyTensor>* tensors);
+  // Caches the names of `responses` that are not cached yet; records the decisions in `event`.
+  void UpdateCache(Job& job, const std::vector<negotiation::Response>& responses, JobEvent* event);
 
   EventLoop& loop_;
   const JobCoordinatorOptions options_;

@@ -151,6 +151,8 @@ void JobRegistry::FormCrossHost(LocalJob& job, const JobLayout& layout) {
   };
   job.context = context;
   job.table = std::make_unique<negotiation::ReadinessTable>(job.size, mine);
+  // Capacity is the coordinator's business: a host only replays its decisions.
+  job.cache = std::make_unique<negotiation::ResponseCache>(SIZE_MAX);
   job.executor = std::make_unique<dataplane::Executor>(context);
   job.state = LocalJob::State::kRunning;
   job.cross_host = true;
@@ -202,11 +204,18 @@ void JobRegistry::ForwardHostReady(LocalJob& job, std::vector<Response> ready) {
       for (const auto& r : t.ranks) {
         if (r) *out.add_ranks() = negotiation::ToMeta(*r);
       }
-      job.outgoing.push_back(std::move(out));
+      // Unchanged metadata the coordinator has cached travels as its id.
+      const uint64_t signature = negotiation::Signature(out);
+      job.forwarded_signature[t.name] = signature;
+      if (auto id = job.cache->Lookup(t.name, signature)) {
+        job.outgoing_ids.push_back(*id);
+      } else {
+        job.outgoing.push_back(std::move(out));
+      }
       job.awaiting[t.name] = std::move(t);
     }
   }
-  if (!job.outgoing.empty() && !job.flush_posted) {
+  if ((!job.outgoing.empty() || !job.outgoing_ids.empty()) && !job.flush_posted) {
     // Everything that becomes ready in this loop iteration travels in one Negotiate call.
     job.flush_posted = true;
     const std::string name = job.name;
@@ -227,12 +236,17 @@ void JobRegistry::Flush(const std::string& name, uint32_t local_id) {
   LocalJob* job = FindJob(name, local_id);
   if (job == nullptr) return;
   job->flush_posted = false;
-  if (job->outgoing.empty() || job->state != LocalJob::State::kRunning) return;
+  if ((job->outgoing.empty() && job->outgoing_ids.empty()) ||
+      job->state != LocalJob::State::kRunning) {
+    return;
+  }
   NegotiateRequest request;
   request.set_job_id(job->layout.job_id());
   request.set_host(options_.host_name);
   for (auto& t : job->outgoing) *request.add_ready() = std::move(t);
+  for (uint32_t id : job->outgoing_ids) request.add_cached_ids(id);
   job->outgoing.clear();
+  job->outgoing_ids.clear();
   coordinator_->NegotiateAsync(request, [this, name, local_id](absl::StatusOr<NegotiateResponse> r) {
     if (r.ok()) return;
     loop_.Post([this, name, local_id, status = r.status()] {
@@ -253,6 +267,11 @@ void JobRegistry::OnJobEvent(const std::string& name, uint32_t local_id, const J
     FailJob(*job, absl::Status(static_cast<absl::StatusCode>(event.abort_code()), event.abort()),
             false);
     return;
+  }
+  for (uint32_t id : event.cache_evict()) job->cache->Evict(id);
+  for (const CacheEntry& put : event.cache_put()) {
+    auto sig = job->forwarded_signature.find(put.name());
+    if (sig != job->forwarded_signature.end()) job->cache->Apply(put.id(), put.name(), sig->second);
   }
   for (const CollectiveResponse& cr : event.responses()) {
     Response response;

@@ -16,6 +16,7 @@
 #include "daemon/dataplane/job_context.h"
 #include "daemon/local/session.h"
 #include "daemon/negotiation/readiness_table.h"
+#include "daemon/negotiation/response_cache.h"
 #include "proto/common.pb.h"
 #include "proto/negotiation.pb.h"
 
@@ -47,6 +48,10 @@ struct LocalJob {
   // Host-ready tensors waiting for the coordinator's response, by name.
   std::map<std::string, negotiation::ReadyTensor> awaiting;
   std::vector<HostReadyTensor> outgoing;  // not yet sent to the coordinator
+  std::vector<uint32_t> outgoing_ids;      // ... those the coordinator has cached
+  // The coordinator's response cache, replayed; and each forwarded tensor's metadata signature.
+  std::unique_ptr<negotiation::ResponseCache> cache;
+  std::map<std::string, uint64_t> forwarded_signature;
   bool flush_posted = false;
   std::shared_ptr<cluster::JobWatch> watch;
 

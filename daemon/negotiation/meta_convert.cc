@@ -24,6 +24,17 @@ TensorMeta ToMeta(const TensorRequest& r) {
   return m;
 }
 
+uint64_t Signature(const HostReadyTensor& tensor) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const TensorMeta& m : tensor.ranks()) {
+    for (char c : m.SerializeAsString()) {
+      h ^= static_cast<uint8_t>(c);
+      h *= 0x100000001b3ull;
+    }
+  }
+  return h;
+}
+
 absl::StatusOr<TensorRequest> FromMeta(const TensorMeta& m, const std::string& name,
                                        int job_size) {
   if (m.rank() < 0 || m.rank() >= job_size) {

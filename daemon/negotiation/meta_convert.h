@@ -12,6 +12,9 @@
 namespace ard::negotiation {
 
 TensorMeta ToMeta(const TensorRequest& request);
+
+// A fingerprint of a host's metadata for one tensor (response-cache signature).
+uint64_t Signature(const HostReadyTensor& tensor);
 // `job_size` bounds the rank.
 absl::StatusOr<TensorRequest> FromMeta(const TensorMeta& meta, const std::string& name,
                                        int job_size);

@@ -112,9 +112,11 @@ absl::Status TcpMesh::Exchange(int send_to, const void* send, size_t send_bytes,
 
 absl::Status TcpMesh::Transfer(absl::Span<const Send> sends, absl::Span<const Recv> recvs) {
   ARD_RETURN_IF_ERROR(CheckUsable());
-  for (PeerIo& io : io_) {
-    io.out = Queue();
-    io.in = Queue();
+  for (PeerIo& io : io_) {  // keeps the vectors' capacity: no allocation per transfer
+    io.out.iov.clear();
+    io.out.next = 0;
+    io.in.iov.clear();
+    io.in.next = 0;
   }
   for (const Send& s : sends) ARD_RETURN_IF_ERROR(Enqueue(s.peer, true, s.data, s.bytes));
   for (const Recv& r : recvs) ARD_RETURN_IF_ERROR(Enqueue(r.peer, false, r.data, r.bytes));
