@@ -1,0 +1,196 @@
+// The coordinator's cross-host negotiation without sockets: formation and rank assignment,
+// mismatch detection across hosts, fusion, the response cache on the wire, aborts.
+#include "daemon/cluster/job_coordinator.h"
+
+#include "absl/synchronization/mutex.h"
+#include "catch2/catch.hpp"
+
+namespace ard::cluster {
+namespace {
+
+class FakeSink : public JobEventSink {
+ public:
+  void Send(const JobEvent& event) override {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(event);
+  }
+  void Finish(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    finished_ = true;
+  }
+  std::vector<JobEvent> events() {
+    absl::MutexLock lock(&mu_);
+    return events_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<JobEvent> events_;
+  bool finished_ = false;
+};
+
+RegisterRanksRequest Registration(const std::string& host, int local_ranks, int size) {
+  RegisterRanksRequest r;
+  r.set_job("train");
+  r.set_host(host);
+  r.set_size(size);
+  r.set_data_address(host + ":9000");
+  r.set_timeout_ms(60000);
+  for (int i = 0; i < local_ranks; ++i) {
+    auto* lr = r.add_ranks();
+    lr->set_local_rank(i);
+    lr->set_rank(-1);
+    lr->set_pid(100 + i);
+  }
+  return r;
+}
+
+TensorMeta Meta(int rank, std::vector<int64_t> shape, uint32_t dtype = 9) {
+  TensorMeta m;
+  m.set_rank(rank);
+  m.set_collective(1);
+  m.set_dtype(dtype);
+  m.set_reduce_op(1);
+  m.set_prescale(1.0);
+  m.set_postscale(1.0);
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    m.add_shape(d);
+    n *= d;
+  }
+  m.set_bytes(n * 4);
+  m.set_group_id(-1);
+  return m;
+}
+
+struct Fixture {
+  EventLoop loop{"test"};  // never started: timers stay queued
+  JobCoordinator coordinator{loop, JobCoordinatorOptions{1 << 20, 1, absl::Seconds(60), 2}};
+  std::shared_ptr<FakeSink> a = std::make_shared<FakeSink>();
+  std::shared_ptr<FakeSink> b = std::make_shared<FakeSink>();
+  uint64_t job_id = 0;
+
+  // Host "b" registers first; host order (by name) still decides the ranks.
+  JobLayout Form() {
+    absl::StatusOr<RegisterRanksResponse> ra, rb;
+    coordinator.HandleRegisterRanks(Registration("b", 2, 4),
+                                    [&](absl::StatusOr<RegisterRanksResponse> r) { rb = r; });
+    REQUIRE(rb.status().code() == absl::StatusCode::kUnknown);  // not answered yet
+    coordinator.HandleRegisterRanks(Registration("a", 2, 4),
+                                    [&](absl::StatusOr<RegisterRanksResponse> r) { ra = r; });
+    REQUIRE(ra.ok());
+    REQUIRE(rb.ok());
+    job_id = ra->layout().job_id();
+    REQUIRE(coordinator.Watch(job_id, "a", a).ok());
+    REQUIRE(coordinator.Watch(job_id, "b", b).ok());
+    return ra->layout();
+  }
+
+  void Negotiate(const std::string& host, std::vector<std::pair<std::string, std::vector<TensorMeta>>> ready,
+                 std::vector<uint32_t> cached = {}) {
+    NegotiateRequest request;
+    request.set_job_id(job_id);
+    request.set_host(host);
+    for (auto& [name, metas] : ready) {
+      auto* t = request.add_ready();
+      t->set_name(name);
+      for (auto& m : metas) *t->add_ranks() = m;
+    }
+    for (uint32_t id : cached) request.add_cached_ids(id);
+    absl::Status status = absl::UnknownError("unanswered");
+    coordinator.HandleNegotiate(request,
+                                [&](absl::StatusOr<NegotiateResponse> r) { status = r.status(); });
+    REQUIRE(status.ok());
+  }
+};
+
+TEST_CASE("ranks follow host order, then local rank; both hosts get the same layout") {
+  Fixture f;
+  JobLayout layout = f.Form();
+  REQUIRE(layout.hosts_size() == 2);
+  CHECK(layout.hosts(0).name() == "a");
+  CHECK(layout.hosts(0).ranks(0) == 0);
+  CHECK(layout.hosts(0).ranks(1) == 1);
+  CHECK(layout.hosts(1).name() == "b");
+  CHECK(layout.hosts(1).ranks(1) == 3);
+  CHECK(layout.hosts(1).data_address() == "b:9000");
+}
+
+TEST_CASE("a mismatch between hosts fails the tensor on every host with Horovod's message") {
+  Fixture f;
+  f.Form();
+  f.Negotiate("a", {{"x", {Meta(0, {2, 3}), Meta(1, {2, 3})}}});
+  CHECK(f.a->events().empty());
+  f.Negotiate("b", {{"x", {Meta(2, {3, 3}), Meta(3, {3, 3})}}});
+  for (auto* sink : {f.a.get(), f.b.get()}) {
+    const std::vector<JobEvent> events = sink->events();
+    REQUIRE(events.size() == 1);
+    const auto& r = events[0].responses(0);
+    CHECK(r.error_code() == static_cast<int>(absl::StatusCode::kFailedPrecondition));
+    CHECK(r.error() ==
+          "Mismatched ALLREDUCE tensor shapes: One rank sent a tensor of shape [2, 3], but "
+          "another rank sent a tensor of shape [3, 3].");
+  }
+}
+
+TEST_CASE("ready allreduces are fused; names are cached and later sent as ids") {
+  Fixture f;
+  f.Form();
+  std::vector<std::pair<std::string, std::vector<TensorMeta>>> a, b;
+  for (const char* name : {"t1", "t2", "t3"}) {
+    a.push_back({name, {Meta(0, {8}), Meta(1, {8})}});
+    b.push_back({name, {Meta(2, {8}), Meta(3, {8})}});
+  }
+  f.Negotiate("a", a);
+  f.Negotiate("b", b);
+  auto events = f.b->events();
+  REQUIRE(events.size() == 1);
+  REQUIRE(events[0].responses_size() == 1);  // one fused response
+  CHECK(events[0].responses(0).tensors_size() == 3);
+  // Capacity 2: three puts evict the least recently used one.
+  CHECK(events[0].cache_put_size() == 3);
+  CHECK(events[0].cache_evict_size() == 1);
+  std::map<std::string, uint32_t> ids;
+  for (const auto& put : events[0].cache_put()) ids[put.name()] = put.id();
+  // Next step: t3 travels as its cache id from both hosts and completes with full metadata.
+  f.Negotiate("a", {}, {ids["t3"]});
+  f.Negotiate("b", {}, {ids["t3"]});
+  events = f.a->events();
+  REQUIRE(events.size() == 2);
+  REQUIRE(events[1].responses(0).tensors_size() == 1);
+  CHECK(events[1].responses(0).tensors(0).name() == "t3");
+  CHECK(events[1].responses(0).tensors(0).ranks_size() == 4);
+  CHECK(events[1].cache_put_size() == 0);  // a cache hit: nothing new to decide
+  // An id nobody assigned aborts the job, naming the host.
+  f.Negotiate("a", {}, {999});
+  events = f.b->events();
+  CHECK(events.back().abort().find("host a named unknown response-cache id 999") !=
+        std::string::npos);
+  CHECK(f.coordinator.job_count() == 0);
+}
+
+TEST_CASE("a host going DOWN aborts its jobs on every other host") {
+  Fixture f;
+  f.Form();
+  f.coordinator.OnHostDown("b", "missed heartbeats for 5000 ms");
+  auto events = f.a->events();
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].abort() == "host b is DOWN (missed heartbeats for 5000 ms)");
+  CHECK(events[0].abort_code() == static_cast<int>(absl::StatusCode::kUnavailable));
+}
+
+TEST_CASE("a rank failure reported by one host aborts the job everywhere") {
+  Fixture f;
+  f.Form();
+  NegotiateRequest request;
+  request.set_job_id(f.job_id);
+  request.set_host("b");
+  request.set_failure("rank 3 (pid 7) on host b exited");
+  request.set_failure_code(10);
+  f.coordinator.HandleNegotiate(request, [](absl::StatusOr<NegotiateResponse>) {});
+  REQUIRE(f.a->events().size() == 1);
+  CHECK(f.a->events()[0].abort() == "rank 3 (pid 7) on host b exited");
+}
+
+}  // namespace
+}  // namespace ard::cluster
