@@ -69,7 +69,8 @@ absl::Status Daemon::Start() {
                                absl::Milliseconds(config_.stall_warning_ms()),
                                absl::Milliseconds(config_.stall_shutdown_ms()),
                                config_.result_segment_bytes(), config_.max_result_arena_bytes(),
-                               absl::Milliseconds(config_.rpc_timeout_ms())});
+                               absl::Milliseconds(config_.rpc_timeout_ms()),
+                               absl::Milliseconds(config_.cycle_time_ms())});
   const cluster::LocalJobsSource local_jobs = [this] { return jobs_->Summaries(); };
 
   const absl::Duration heartbeat = absl::Milliseconds(config_.heartbeat_ms());
@@ -80,7 +81,7 @@ absl::Status Daemon::Start() {
         *loop_, cluster::JobCoordinatorOptions{
                     config_.fusion_threshold_bytes(),
                     static_cast<uint64_t>(absl::ToUnixSeconds(absl::Now())),
-                    absl::Milliseconds(config_.stall_warning_ms())});
+                    absl::Milliseconds(config_.stall_warning_ms()), config_.cache_capacity()});
     coordinator_ = std::make_unique<cluster::Coordinator>(
         *loop_, config_.host_name(),
         cluster::CoordinatorOptions{heartbeat, absl::Milliseconds(config_.host_timeout_ms()),

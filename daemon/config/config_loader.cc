@@ -114,6 +114,8 @@ DaemonConfig Defaults() {
   c.set_result_segment_bytes(64ull << 20);
   c.set_max_result_arena_bytes(8ull << 30);
   c.set_fusion_threshold_bytes(128ull << 20);
+  c.set_cache_capacity(1024);
+  c.set_cycle_time_ms(0);
   return c;
 }
 
@@ -150,13 +152,24 @@ absl::StatusOr<DaemonConfig> LoadConfig(const std::vector<std::string>& args, bo
   }
   // Pass 2: defaults < Horovod's environment knobs < file < flags.
   DaemonConfig config = Defaults();
-  if (const char* fusion = std::getenv("HOROVOD_FUSION_THRESHOLD"); fusion != nullptr) {
-    uint64_t bytes;
-    if (!absl::SimpleAtoi(fusion, &bytes)) {
-      return absl::InvalidArgumentError(absl::StrCat("HOROVOD_FUSION_THRESHOLD='", fusion,
-                                                     "' is not a byte count"));
+  // Horovod's knobs, honoured when set in the daemon's environment (the file and flags win).
+  for (const auto& [env, field] : {std::pair<const char*, const char*>{"HOROVOD_FUSION_THRESHOLD",
+                                                                      "fusion_threshold_bytes"},
+                                   {"HOROVOD_CACHE_CAPACITY", "cache_capacity"},
+                                   {"HOROVOD_CYCLE_TIME", "cycle_time_ms"}}) {
+    const char* value = std::getenv(env);
+    if (value == nullptr || *value == '\0') continue;
+    std::string v = value;
+    if (std::string(env) == "HOROVOD_CYCLE_TIME") {
+      double ms;  // Horovod allows fractional milliseconds
+      if (!absl::SimpleAtod(v, &ms) || ms < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(env, "='", v, "' is not milliseconds"));
+      }
+      v = std::to_string(static_cast<uint32_t>(ms));
     }
-    config.set_fusion_threshold_bytes(bytes);
+    if (auto s = SetField(field, v, &config); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(env, ": ", s.message()));
+    }
   }
   for (const auto& [name, value] : flags) {
     if (name == "config") ARD_RETURN_IF_ERROR(ParseFile(value, &config));

@@ -53,6 +53,25 @@ TEST_CASE("every field is a flag") {
   }
 }
 
+TEST_CASE("Horovod's environment knobs set defaults that the file and flags override") {
+  setenv("HOROVOD_FUSION_THRESHOLD", "1048576", 1);
+  setenv("HOROVOD_CYCLE_TIME", "2.5", 1);
+  setenv("HOROVOD_CACHE_CAPACITY", "64", 1);
+  auto c = Load({"--cache_capacity=128"});
+  unsetenv("HOROVOD_FUSION_THRESHOLD");
+  unsetenv("HOROVOD_CYCLE_TIME");
+  unsetenv("HOROVOD_CACHE_CAPACITY");
+  REQUIRE(c.ok());
+  CHECK(c->fusion_threshold_bytes() == 1048576);
+  CHECK(c->cycle_time_ms() == 2);
+  CHECK(c->cache_capacity() == 128);
+  setenv("HOROVOD_FUSION_THRESHOLD", "lots", 1);
+  auto bad = Load({});
+  unsetenv("HOROVOD_FUSION_THRESHOLD");
+  REQUIRE(!bad.ok());
+  CHECK(std::string(bad.status().message()).find("HOROVOD_FUSION_THRESHOLD") != std::string::npos);
+}
+
 TEST_CASE("--help is reported, not an error") {
   bool help = false;
   auto c = LoadConfig({"--help"}, &help);

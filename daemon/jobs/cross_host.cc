@@ -220,7 +220,7 @@ void JobRegistry::ForwardHostReady(LocalJob& job, std::vector<Response> ready) {
     job.flush_posted = true;
     const std::string name = job.name;
     const uint32_t id = job.id;
-    loop_.Post([this, name, id] { Flush(name, id); });
+    loop_.PostAfter(options_.cycle_time, [this, name, id] { Flush(name, id); });
   }
 }
 

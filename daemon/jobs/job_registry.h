@@ -36,6 +36,7 @@ struct JobOptions {
   uint64_t result_segment_bytes = 64ull << 20;
   uint64_t max_result_bytes = 8ull << 30;
   absl::Duration rpc_timeout = absl::Seconds(2);
+  absl::Duration cycle_time = absl::ZeroDuration();  // coalescing delay for host-ready tensors
 };
 
 namespace tcp = dataplane::tcp;
