@@ -16,6 +16,7 @@
 #include "daemon/config/config_loader.h"
 #include "daemon/gpu/device_query.h"
 #include "daemon/cluster/job_coordinator.h"
+#include "daemon/cluster/loopback_negotiation.h"
 #include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/jobs/job_registry.h"
 #include "daemon/rpc/negotiation_service.h"
@@ -165,10 +166,13 @@ absl::Status Daemon::StartDataPlane() {
   int unused;
   config::SplitHostPort(self_.address(), &advertised_host, &unused).IgnoreError();
   self_.set_data_address(absl::StrCat(advertised_host, ":", data_listener_->port()));
-  negotiation_client_ = std::make_unique<rpc::GrpcPeerClient>(
-      is_coordinator() ? self_.address() : config_.coordinator(),
-      absl::Milliseconds(config_.rpc_timeout_ms()));
-  rpc::GrpcPeerClient* client = negotiation_client_.get();
+  if (is_coordinator()) {
+    negotiation_client_ = std::make_unique<cluster::LoopbackNegotiation>(*job_coordinator_);
+  } else {
+    negotiation_client_ = std::make_unique<rpc::GrpcPeerClient>(
+        config_.coordinator(), absl::Milliseconds(config_.rpc_timeout_ms()));
+  }
+  cluster::PeerClient* client = negotiation_client_.get();
   dataplane::tcp::DataListener* listener = data_listener_.get();
   const std::string data_address = self_.data_address();
   loop_->Post([this, client, listener, data_address] {

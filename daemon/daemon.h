@@ -21,6 +21,7 @@
 namespace ard {
 
 namespace cluster {
+class PeerClient;
 class ClusterAgent;
 class Coordinator;
 class JobCoordinator;
@@ -80,9 +81,9 @@ class Daemon {
   std::unique_ptr<rpc::ClusterService> cluster_service_;
   std::unique_ptr<rpc::AdminService> admin_service_;
   std::unique_ptr<rpc::NegotiationService> negotiation_service_;
-  // Cross-host jobs reach the Negotiation service through this (this daemon's own address on the
-  // coordinator, so both roles take the same path).
-  std::unique_ptr<rpc::GrpcPeerClient> negotiation_client_;
+  // Cross-host jobs reach the Negotiation service through this: gRPC to the coordinator, or the
+  // JobCoordinator directly on the coordinator itself.
+  std::unique_ptr<cluster::PeerClient> negotiation_client_;
   std::unique_ptr<local::LocalSocketServer> local_;
   std::unique_ptr<rpc::GrpcServer> server_;
 };
