@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The main job: a real three-host cluster on loopback. Builds allreduced and allreducectl, starts
 # three daemons (each one "host": own port, own local socket), waits until all are UP, runs real
-# collective jobs through the client library on two of them at once (`allreducectl bench --check`:
-# 4 processes on node-0, 2 on node-1, every result verified), prints `allreducectl status` as a
-# table and as JSON, then stops the daemons with SIGTERM and checks each exits 0. Installs what is
-# missing first.
+# collective jobs through the client library (`allreducectl bench --check`, every result verified):
+# single-host jobs on two hosts at once (4 processes on node-0, 2 on node-1), then one job across
+# all three hosts (2 processes each); prints `allreducectl status` as a table and as JSON, then
+# stops the daemons with SIGTERM and checks each exits 0. Installs what is missing first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/bootstrap.sh
@@ -63,6 +63,10 @@ bench_status=0
 wait "$b0" || bench_status=1
 wait "$b1" || bench_status=1
 cat "$work/bench0.txt" "$work/bench1.txt"
+echo
+echo "== one job across all three hosts (2 processes per host, 6 ranks), results checked"
+"$ctl" bench --sockets "$work/node-0.sock,$work/node-1.sock,$work/node-2.sock" --np 2 \
+  --op allreduce --sizes 4:16M --iters 10 --check --job main-cross-host || bench_status=1
 echo
 echo "== allreducectl status (asked node-2, a follower)"
 "$ctl" --daemon "127.0.0.1:$(cat "$work/node-2.port")" status
