@@ -10,7 +10,7 @@ APT_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev catch2 libsystemd-dev
   libgloo-dev openmpi-bin libopenmpi-dev   # peers measured side by side in bench/
-  python3 python3-pytest
+  python3 python3-pytest python3-venv
   systemd
   iproute2 procps
 )
@@ -28,4 +28,16 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The Python virtual environment in the repository (.venv): TensorFlow (CPU) for the plugin and
+# the Python tests. Re-created only when tools/requirements.txt changes.
+venv=.venv
+want=$(sha256sum tools/requirements.txt | cut -d' ' -f1)
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$want" ]; then
+  echo "bootstrap: creating $venv (tensorflow-cpu and test packages from PyPI)" >&2
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q -r tools/requirements.txt
+  echo "$want" >"$venv/.requirements.sha256"
 fi

@@ -1,0 +1,38 @@
+"""Finds and loads _allreduced_ops.so: once as a TensorFlow op library (registers the ops) and
+once through ctypes (init, shutdown, topology)."""
+import ctypes
+import functools
+import os
+
+import tensorflow as tf
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _path():
+    candidates = [
+        os.environ.get("ALLREDUCED_TF_OPS", ""),
+        os.path.join(_HERE, "_allreduced_ops.so"),
+        # Bazel runfiles / source tree: tfplugin/python/allreduced/tensorflow -> tfplugin/
+        os.path.join(_HERE, "..", "..", "..", "_allreduced_ops.so"),
+    ]
+    for candidate in candidates:
+        if candidate and os.path.exists(candidate):
+            return os.path.abspath(candidate)
+    raise ImportError("allreduced: _allreduced_ops.so not found (set ALLREDUCED_TF_OPS); looked in "
+                      + ", ".join(c for c in candidates if c))
+
+
+@functools.lru_cache(maxsize=None)
+def ops():
+    return tf.load_op_library(_path())
+
+
+@functools.lru_cache(maxsize=None)
+def library():
+    ops()  # the op registrations first
+    lib = ctypes.CDLL(_path())
+    lib.allreduced_tf_init.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.allreduced_tf_init.restype = ctypes.c_int
+    lib.allreduced_tf_topology.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    return lib
