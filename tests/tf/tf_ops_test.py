@@ -48,3 +48,13 @@ def test_ops(hosts, per_host):
             assert rc == 0 and f"OK ops" in out, out
     finally:
         cluster.close()
+
+
+def test_distributed_gradient_tape_matches_single_process_training():
+    cluster = Cluster()
+    try:
+        daemons = [cluster.add(f"tape-{i}") for i in range(2)]
+        for rc, out in run_workers([d.socket for d in daemons], 2, "tape"):
+            assert rc == 0 and "OK tape" in out, out
+    finally:
+        cluster.close()

@@ -53,6 +53,37 @@ def ops_scenario():
     hvd.shutdown()
 
 
+def tape_scenario():
+    """A linear model trained with DistributedGradientTape on each rank's own data shard ends with
+    the same weights on every rank, equal to training on the whole batch in one process."""
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    rng = np.random.default_rng(7)
+    x_all = rng.normal(size=(8 * n, 3)).astype(np.float32)
+    y_all = x_all @ np.array([[1.5], [-2.0], [0.5]], dtype=np.float32) + 0.25
+    shard = slice(r * 8, (r + 1) * 8)
+
+    def train(x, y, distributed):
+        w = tf.Variable(tf.zeros([3, 1]))
+        b = tf.Variable(tf.zeros([1]))
+        opt = tf.keras.optimizers.SGD(learning_rate=0.1)
+        for _ in range(20):
+            tape_cls = hvd.DistributedGradientTape if distributed else tf.GradientTape
+            with tape_cls() as tape:
+                loss = tf.reduce_mean(tf.square(x @ w + b - y))
+            grads = tape.gradient(loss, [w, b])
+            opt.apply_gradients(zip(grads, [w, b]))
+        return np.concatenate([w.numpy().ravel(), b.numpy()])
+
+    distributed = train(x_all[shard], y_all[shard], True)
+    single = train(x_all, y_all, False)
+    check(np.allclose(distributed, single, atol=1e-5), f"weights {distributed} vs {single}")
+    everyone = hvd.allgather(tf.constant(distributed[None, :]), name="weights").numpy()
+    check(np.all(everyone == everyone[0]), "weights differ between ranks")
+    check(not hvd.mpi_built() and not hvd.nccl_built(), "*_built")
+    hvd.shutdown()
+
+
 if __name__ == "__main__":
-    {"ops": ops_scenario}[sys.argv[1]]()
+    {"ops": ops_scenario, "tape": tape_scenario}[sys.argv[1]]()
     print(f"OK {sys.argv[1]}", flush=True)

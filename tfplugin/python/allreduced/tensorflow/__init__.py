@@ -109,3 +109,94 @@ def _allreduce_grad(op, grad):
     return ops().allreduced_allreduce(grad, reduce_op=op.get_attr("reduce_op"),
                                       prescale_factor=op.get_attr("prescale_factor"),
                                       postscale_factor=op.get_attr("postscale_factor"))
+
+
+def mpi_built():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def nccl_built():
+    return False  # the GPU path is the GPU issue's work
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+class Compression:
+    """Horovod's gradient compression: `none`, or `fp16` (cast floating tensors to float16 for the
+    collective and back afterwards)."""
+
+    class none:  # noqa: N801 (Horovod's name)
+        @staticmethod
+        def compress(tensor):
+            return tensor, None
+
+        @staticmethod
+        def decompress(tensor, ctx):
+            return tensor
+
+    class fp16:  # noqa: N801
+        @staticmethod
+        def compress(tensor):
+            if tensor.dtype.is_floating and tensor.dtype != tf.float16:
+                return tf.cast(tensor, tf.float16), tensor.dtype
+            return tensor, None
+
+        @staticmethod
+        def decompress(tensor, ctx):
+            return tf.cast(tensor, ctx) if ctx is not None else tensor
+
+
+class DistributedGradientTape(tf.GradientTape):
+    """A GradientTape whose gradient() averages (or `op`-reduces) every gradient over all ranks,
+    like horovod.tensorflow.DistributedGradientTape."""
+
+    def __init__(self, persistent=False, watch_accessed_variables=True,
+                 compression=Compression.none, sparse_as_dense=False, op=Average,
+                 gradient_predivide_factor=1.0):
+        super().__init__(persistent=persistent, watch_accessed_variables=watch_accessed_variables)
+        self._compression = compression
+        self._sparse_as_dense = sparse_as_dense
+        self._op = op
+        self._predivide = gradient_predivide_factor
+
+    def gradient(self, target, sources, output_gradients=None):
+        grads = super().gradient(target, sources, output_gradients)
+        flat = tf.nest.flatten(grads)
+        reduced = []
+        for i, g in enumerate(flat):
+            if g is None:
+                reduced.append(None)
+                continue
+            if isinstance(g, tf.IndexedSlices):
+                g = tf.convert_to_tensor(g)  # dense: simple and correct (sparse_as_dense)
+            compressed, ctx = self._compression.compress(g)
+            if self._op == Average and self._predivide != 1.0:
+                out = allreduce(compressed, op=Sum, name=f"DistributedGradientTape.{i}",
+                                prescale_factor=1.0 / self._predivide,
+                                postscale_factor=self._predivide / size())
+            else:
+                out = allreduce(compressed, op=self._op, name=f"DistributedGradientTape.{i}")
+            reduced.append(self._compression.decompress(out, ctx))
+        return tf.nest.pack_sequence_as(grads, reduced)
