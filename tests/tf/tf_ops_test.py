@@ -58,3 +58,13 @@ def test_distributed_gradient_tape_matches_single_process_training():
             assert rc == 0 and "OK tape" in out, out
     finally:
         cluster.close()
+
+
+def test_keras_fit_with_distributed_optimizer_and_callbacks():
+    cluster = Cluster()
+    try:
+        daemons = [cluster.add(f"fit-{i}") for i in range(2)]
+        for rc, out in run_workers([d.socket for d in daemons], 2, "fit"):
+            assert rc == 0 and "OK fit" in out, out
+    finally:
+        cluster.close()

@@ -84,6 +84,34 @@ def tape_scenario():
     hvd.shutdown()
 
 
+def fit_scenario():
+    """model.fit with DistributedOptimizer and the callbacks: every rank ends with identical
+    weights and averaged metrics."""
+    import keras
+
+    import allreduced.tensorflow.keras as khvd
+    khvd.init()
+    r = khvd.rank()
+    rng = np.random.default_rng(100 + r)  # each rank its own data
+    x = rng.normal(size=(64, 4)).astype(np.float32)
+    y = (x.sum(axis=1, keepdims=True) > 0).astype(np.float32)
+    keras.utils.set_random_seed(r)  # different initial weights: the broadcast must fix that
+    model = keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(1, activation="sigmoid")])
+    opt = khvd.DistributedOptimizer(keras.optimizers.Adam(0.01))
+    model.compile(optimizer=opt, loss="binary_crossentropy", metrics=["accuracy"])
+    history = model.fit(x, y, batch_size=16, epochs=3, verbose=0,
+                        callbacks=[khvd.BroadcastGlobalVariablesCallback(0),
+                                   khvd.MetricAverageCallback()])
+    flat = np.concatenate([w.ravel() for w in model.get_weights()])
+    everyone = khvd.allgather(tf.constant(flat[None, :]), name="fit.weights").numpy()
+    check(np.all(everyone == everyone[0]), "weights differ between ranks after fit")
+    losses = khvd.allgather(tf.constant([history.history["loss"][-1]]), name="fit.loss").numpy()
+    check(np.allclose(losses, losses[0]), f"metric averages differ: {losses}")
+    check(type(model.optimizer).__name__ == "Adam", "wrapped optimizer keeps its class name")
+    khvd.shutdown()
+
+
 if __name__ == "__main__":
-    {"ops": ops_scenario, "tape": tape_scenario}[sys.argv[1]]()
+    {"ops": ops_scenario, "tape": tape_scenario, "fit": fit_scenario}[sys.argv[1]]()
     print(f"OK {sys.argv[1]}", flush=True)
