@@ -5,6 +5,7 @@ with Horovod's message."""
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -66,5 +67,41 @@ def test_keras_fit_with_distributed_optimizer_and_callbacks():
         daemons = [cluster.add(f"fit-{i}") for i in range(2)]
         for rc, out in run_workers([d.socket for d in daemons], 2, "fit"):
             assert rc == 0 and "OK fit" in out, out
+    finally:
+        cluster.close()
+
+
+def launch(sockets, np_, command, timeout_s=180):
+    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, TF_CPP_MIN_LOG_LEVEL="3",
+               ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"])
+    return subprocess.run([sys.executable, "-m", "allreduced.launch", "--sockets",
+                           ",".join(sockets), "--np", str(np_), "--"] + command,
+                          capture_output=True, text=True, env=env, timeout=timeout_s)
+
+
+def test_launcher_runs_the_keras_demo_on_two_hosts():
+    cluster = Cluster()
+    try:
+        daemons = [cluster.add(f"demo-{i}") for i in range(2)]
+        demo = os.path.join(HERE, "..", "..", "tfplugin", "examples", "train_keras.py")
+        r = launch([d.socket for d in daemons], 2, [sys.executable, demo])
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "[0] epoch 5: loss" in r.stdout
+        assert "[0] weights identical on all 4 ranks" in r.stdout
+    finally:
+        cluster.close()
+
+
+def test_launcher_fails_fast_when_a_rank_fails():
+    cluster = Cluster()
+    try:
+        d = cluster.add("fail-fast")
+        script = ("import os, sys, time\n"
+                  "sys.exit(3) if os.environ['ALLREDUCED_RANK'] == '1' else time.sleep(120)")
+        start = time.monotonic()
+        r = launch([d.socket], 3, [sys.executable, "-c", script], timeout_s=60)
+        assert r.returncode == 3, r.stdout + r.stderr
+        assert "rank 1 exited with 3" in r.stderr
+        assert time.monotonic() - start < 30
     finally:
         cluster.close()
