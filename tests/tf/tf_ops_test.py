@@ -40,13 +40,14 @@ def run_workers(sockets, per_host, scenario):
     return outputs
 
 
+@pytest.mark.parametrize("scenario", ["ops", "more_ops"])
 @pytest.mark.parametrize("hosts,per_host", [(1, 2), (2, 2)], ids=["1x2", "2x2"])
-def test_ops(hosts, per_host):
+def test_ops(hosts, per_host, scenario):
     cluster = Cluster()
     try:
         daemons = [cluster.add(f"tf-{i}") for i in range(hosts)]
-        for rc, out in run_workers([d.socket for d in daemons], per_host, "ops"):
-            assert rc == 0 and f"OK ops" in out, out
+        for rc, out in run_workers([d.socket for d in daemons], per_host, scenario):
+            assert rc == 0 and f"OK {scenario}" in out, out
     finally:
         cluster.close()
 

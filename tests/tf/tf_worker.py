@@ -53,6 +53,34 @@ def ops_scenario():
     hvd.shutdown()
 
 
+def more_ops_scenario():
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    # grouped_allreduce: several tensors (different dtypes) as one group, in eager mode.
+    a, b = hvd.grouped_allreduce([tf.fill([3], float(r)), tf.fill([2], r)], op=hvd.Sum)
+    check(np.allclose(a.numpy(), sum(range(n))) and list(b.numpy()) == [sum(range(n))] * 2,
+          "grouped_allreduce")
+    # alltoall with splits: rank r sends (d + 1) rows to rank d, each row holding r.
+    splits = [d + 1 for d in range(n)]
+    out, received = hvd.alltoall(tf.fill([sum(splits), 2], r), splits=splits, name="a2a")
+    check(list(received.numpy()) == [r + 1] * n, f"alltoall splits {received.numpy()}")
+    check(list(out.numpy()[:, 0]) == [s for s in range(n) for _ in range(r + 1)], "alltoall data")
+    # reducescatter: rows of the sum, first ranks one row more.
+    rows = 2 * n + 1
+    part = hvd.reducescatter(tf.ones([rows, 3]), op=hvd.Sum, name="rs")
+    check(part.shape[0] == rows // n + (1 if r < rows % n else 0), f"reducescatter {part.shape}")
+    check(np.allclose(part.numpy(), n), "reducescatter values")
+    hvd.barrier()
+    # join: every rank but the last joins at once; the last allreduces alone, the others
+    # contribute nothing (Sum of only its value).
+    if r == n - 1:
+        s = hvd.allreduce(tf.constant([5.0]), op=hvd.Sum, name="after-join")
+        check(np.allclose(s.numpy(), 5.0), f"allreduce with joined ranks {s.numpy()}")
+    last = hvd.join()
+    check(last == n - 1, f"join returned {last}")
+    hvd.shutdown()
+
+
 def tape_scenario():
     """A linear model trained with DistributedGradientTape on each rank's own data shard ends with
     the same weights on every rank, equal to training on the whole batch in one process."""
@@ -113,5 +141,6 @@ def fit_scenario():
 
 
 if __name__ == "__main__":
-    {"ops": ops_scenario, "tape": tape_scenario, "fit": fit_scenario}[sys.argv[1]]()
+    {"ops": ops_scenario, "more_ops": more_ops_scenario, "tape": tape_scenario,
+     "fit": fit_scenario}[sys.argv[1]]()
     print(f"OK {sys.argv[1]}", flush=True)

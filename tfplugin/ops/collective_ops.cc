@@ -2,7 +2,9 @@
 // library's C API (DESIGN.md "Thin framework coupling"). CPU kernels: the input is copied into the
 // client's shared-memory arena at submit; the result is copied out of the daemon's result arena
 // when the completion arrives (on the client's receiver thread), then the op finishes.
+#include <atomic>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "client/allreduced_client.h"
@@ -20,7 +22,8 @@ using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 
-constexpr int kAllreduce = 1, kAllgather = 2, kBroadcast = 3;
+constexpr int kAllreduce = 1, kAllgather = 2, kBroadcast = 3, kAlltoall = 4, kReducescatter = 5,
+              kBarrier = 6, kJoin = 7;
 
 int WireDtype(::tensorflow::DataType t) {
   switch (t) {
@@ -45,6 +48,9 @@ struct Pending {
   AsyncOpKernel::DoneCallback done;
   ard_client* client;
   int collective;
+  int output = 0;  // which output this request fills (grouped ops)
+  // Grouped ops: requests still outstanding; the last completion calls done.
+  std::shared_ptr<std::atomic<int>> remaining;
 };
 
 void OnComplete(void* user, uint64_t handle, const ard_result* result) {
@@ -53,21 +59,48 @@ void OnComplete(void* user, uint64_t handle, const ard_result* result) {
   if (result->code != 0) {
     ctx->SetStatus(absl::Status(static_cast<absl::StatusCode>(result->code),
                                 result->message ? result->message : "allreduced error"));
-  } else {
+  } else if (p->collective == kJoin) {
+    Tensor* out = nullptr;
+    absl::Status s = ctx->allocate_output(0, TensorShape({}), &out);
+    if (s.ok()) out->scalar<int32_t>()() = result->join_last_rank;
+    if (!s.ok()) ctx->SetStatus(s);
+  } else if (p->collective != kBarrier) {
     Tensor* out = nullptr;
     TensorShape shape;
     for (int d = 0; d < result->ndims; ++d) shape.AddDim(result->shape[d]);
-    absl::Status s = ctx->allocate_output(0, shape, &out);
+    absl::Status s = ctx->allocate_output(p->output, shape, &out);
     if (s.ok() && out->TotalBytes() != result->bytes) {
       s = absl::InternalError("allreduced returned a result of unexpected size");
     }
     if (s.ok() && result->bytes > 0) {
       std::memcpy(const_cast<char*>(out->tensor_data().data()), result->data, result->bytes);
     }
+    if (s.ok() && p->collective == kAlltoall) {
+      Tensor* splits = nullptr;
+      s = ctx->allocate_output(1, TensorShape({result->num_splits}), &splits);
+      for (int i = 0; s.ok() && i < result->num_splits; ++i) {
+        splits->vec<int64_t>()(i) = result->splits[i];
+      }
+    }
     if (!s.ok()) ctx->SetStatus(s);
   }
   ard_release(p->client, handle);
-  p->done();
+  if (p->remaining == nullptr || p->remaining->fetch_sub(1) == 1) p->done();
+}
+
+// Fills the request fields common to every op.
+void FillRequest(const Tensor& input, int collective, const std::string& name,
+                 std::vector<int64_t>* shape, ard_request* req) {
+  shape->resize(input.dims());
+  for (int d = 0; d < input.dims(); ++d) (*shape)[d] = input.dim_size(d);
+  ard_request_init(req);
+  req->collective = collective;
+  req->dtype = WireDtype(input.dtype());
+  req->name = name.c_str();
+  req->ndims = static_cast<int>(shape->size());
+  req->shape = shape->data();
+  req->data = input.tensor_data().data();
+  req->bytes = input.TotalBytes();
 }
 
 class CollectiveOp : public AsyncOpKernel {
@@ -75,7 +108,7 @@ class CollectiveOp : public AsyncOpKernel {
   CollectiveOp(OpKernelConstruction* c, int collective) : AsyncOpKernel(c), collective_(collective) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
     if (tensor_name_.empty()) tensor_name_ = name();
-    if (collective == kAllreduce) {
+    if (collective == kAllreduce || collective == kReducescatter) {
       OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
       OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
       OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
@@ -87,25 +120,33 @@ class CollectiveOp : public AsyncOpKernel {
     const char* why = nullptr;
     ard_client* client = GlobalClient(&why);
     OP_REQUIRES_ASYNC(ctx, client != nullptr, absl::FailedPreconditionError(why), done);
-    const Tensor& input = ctx->input(0);
-    const int dtype = WireDtype(input.dtype());
-    OP_REQUIRES_ASYNC(ctx, dtype != 0,
-                      absl::InvalidArgumentError("allreduced does not support this dtype"), done);
-    std::vector<int64_t> shape(input.dims());
-    for (int d = 0; d < input.dims(); ++d) shape[d] = input.dim_size(d);
+    std::vector<int64_t> shape;
+    std::vector<int64_t> splits;
     ard_request req;
-    ard_request_init(&req);
-    req.collective = collective_;
-    req.dtype = dtype;
+    const bool tensorless = collective_ == kBarrier || collective_ == kJoin;
+    if (tensorless) {
+      ard_request_init(&req);
+      req.collective = collective_;
+      req.name = tensor_name_.c_str();
+    } else {
+      const Tensor& input = ctx->input(0);
+      FillRequest(input, collective_, tensor_name_, &shape, &req);
+      OP_REQUIRES_ASYNC(ctx, req.dtype != 0,
+                        absl::InvalidArgumentError("allreduced does not support this dtype"), done);
+    }
     req.reduce_op = reduce_op_;
     req.root_rank = root_rank_;
     req.prescale = prescale_;
     req.postscale = postscale_;
-    req.name = tensor_name_.c_str();
-    req.ndims = static_cast<int>(shape.size());
-    req.shape = shape.data();
-    req.data = input.tensor_data().data();
-    req.bytes = input.TotalBytes();
+    if (collective_ == kAlltoall && ctx->num_inputs() > 1 && ctx->input(1).NumElements() > 0) {
+      const Tensor& s = ctx->input(1);
+      for (int64_t i = 0; i < s.NumElements(); ++i) {
+        splits.push_back(s.dtype() == ::tensorflow::DT_INT32 ? s.flat<int32_t>()(i)
+                                                             : s.flat<int64_t>()(i));
+      }
+      req.num_splits = static_cast<int>(splits.size());
+      req.splits = splits.data();
+    }
     auto* pending = new Pending{ctx, done, client, collective_};
     char err[512] = {};
     uint64_t handle = 0;
@@ -138,10 +179,88 @@ class BroadcastOp : public CollectiveOp {
  public:
   explicit BroadcastOp(OpKernelConstruction* c) : CollectiveOp(c, kBroadcast) {}
 };
+class AlltoallOp : public CollectiveOp {
+ public:
+  explicit AlltoallOp(OpKernelConstruction* c) : CollectiveOp(c, kAlltoall) {}
+};
+class ReducescatterOp : public CollectiveOp {
+ public:
+  explicit ReducescatterOp(OpKernelConstruction* c) : CollectiveOp(c, kReducescatter) {}
+};
+class BarrierOp : public CollectiveOp {
+ public:
+  explicit BarrierOp(OpKernelConstruction* c) : CollectiveOp(c, kBarrier) {}
+};
+class JoinOp : public CollectiveOp {
+ public:
+  explicit JoinOp(OpKernelConstruction* c) : CollectiveOp(c, kJoin) {}
+};
+
+// N tensors reduced as one atomic group (the daemon negotiates them together). All requests are
+// submitted before any completes, so eager execution cannot deadlock on a partial group.
+class GroupedAllreduceOp : public AsyncOpKernel {
+ public:
+  explicit GroupedAllreduceOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
+    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
+    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+    OP_REQUIRES_OK(c, c->GetAttr("group_id", &group_id_));
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
+    if (tensor_name_.empty()) tensor_name_ = name();
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const char* why = nullptr;
+    ard_client* client = GlobalClient(&why);
+    OP_REQUIRES_ASYNC(ctx, client != nullptr, absl::FailedPreconditionError(why), done);
+    const int n = ctx->num_inputs();
+    if (n == 0) {
+      done();
+      return;
+    }
+    auto remaining = std::make_shared<std::atomic<int>>(n);
+    for (int i = 0; i < n; ++i) {
+      std::vector<int64_t> shape;
+      ard_request req;
+      const std::string name = tensor_name_ + "." + std::to_string(i);
+      FillRequest(ctx->input(i), kAllreduce, name, &shape, &req);
+      req.reduce_op = reduce_op_;
+      req.prescale = prescale_;
+      req.postscale = postscale_;
+      req.group_id = group_id_;
+      req.group_size = n;
+      auto* pending = new Pending{ctx, done, client, kAllreduce, i, remaining};
+      char err[512] = {};
+      uint64_t handle = 0;
+      const int code = ard_submit(client, &req, &OnComplete, pending, &handle, err, sizeof(err));
+      if (code != 0) {
+        // The group can never complete; fail the op (requests already sent complete on their own
+        // with the job's next error, or linger until shutdown).
+        delete pending;
+        ctx->SetStatus(absl::Status(static_cast<absl::StatusCode>(code), err));
+        if (remaining->fetch_sub(n - i) == n - i) done();
+        return;
+      }
+    }
+  }
+
+ private:
+  int reduce_op_ = 1;
+  float prescale_ = 1.0f, postscale_ = 1.0f;
+  int group_id_ = -1;
+  std::string tensor_name_;
+};
 
 REGISTER_KERNEL_BUILDER(Name("AllreducedAllreduce").Device(::tensorflow::DEVICE_CPU), AllreduceOp);
 REGISTER_KERNEL_BUILDER(Name("AllreducedAllgather").Device(::tensorflow::DEVICE_CPU), AllgatherOp);
 REGISTER_KERNEL_BUILDER(Name("AllreducedBroadcast").Device(::tensorflow::DEVICE_CPU), BroadcastOp);
+REGISTER_KERNEL_BUILDER(Name("AllreducedAlltoall").Device(::tensorflow::DEVICE_CPU), AlltoallOp);
+REGISTER_KERNEL_BUILDER(Name("AllreducedReducescatter").Device(::tensorflow::DEVICE_CPU),
+                        ReducescatterOp);
+REGISTER_KERNEL_BUILDER(Name("AllreducedBarrier").Device(::tensorflow::DEVICE_CPU), BarrierOp);
+REGISTER_KERNEL_BUILDER(Name("AllreducedJoin").Device(::tensorflow::DEVICE_CPU), JoinOp);
+REGISTER_KERNEL_BUILDER(Name("AllreducedGroupedAllreduce").Device(::tensorflow::DEVICE_CPU),
+                        GroupedAllreduceOp);
 
 }  // namespace
 }  // namespace ard::tf
@@ -181,5 +300,64 @@ REGISTER_OP("AllreducedBroadcast")
     .Output("output: T")
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->input(0));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("AllreducedAlltoall")
+    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}")
+    .Attr("Tsplits: {int32, int64} = DT_INT64")
+    .Attr("tensor_name: string = ''")
+    .Input("tensor: T")
+    .Input("splits: Tsplits")
+    .Output("output: T")
+    .Output("received_splits: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      ::tensorflow::shape_inference::ShapeHandle out;
+      TF_RETURN_IF_ERROR(c->ReplaceDim(c->input(0), 0, c->UnknownDim(), &out));
+      c->set_output(0, out);
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("AllreducedReducescatter")
+    .Attr("T: {uint8, int8, int32, int64, half, bfloat16, float, double}")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string = ''")
+    .Input("tensor: T")
+    .Output("output: T")
+    .SetShapeFn([](InferenceContext* c) {
+      ::tensorflow::shape_inference::ShapeHandle out;
+      TF_RETURN_IF_ERROR(c->ReplaceDim(c->input(0), 0, c->UnknownDim(), &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("AllreducedBarrier")
+    .Attr("tensor_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) { return absl::OkStatus(); });
+
+REGISTER_OP("AllreducedJoin")
+    .Attr("tensor_name: string = ''")
+    .Output("last_joined_rank: int32")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Scalar());
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("AllreducedGroupedAllreduce")
+    .Attr("T: list({uint8, int8, int32, int64, half, bfloat16, float, double})")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("group_id: int")
+    .Attr("tensor_name: string = ''")
+    .Input("tensors: T")
+    .Output("reduced: T")
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
       return absl::OkStatus();
     });

@@ -97,6 +97,53 @@ def broadcast(tensor, root_rank, name=None):
                                       tensor_name=name or "")
 
 
+_group_counter = [0]
+
+
+def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0):
+    """Reduces a list of tensors as one atomic group (negotiated together, like Horovod)."""
+    if op is None:
+        op = Average if average is None or average else Sum
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    # Every rank makes its grouped calls in the same order, so this counter agrees across ranks.
+    _group_counter[0] += 1
+    return ops().allreduced_grouped_allreduce(tensors, reduce_op=op, group_id=_group_counter[0],
+                                              prescale_factor=prescale_factor,
+                                              postscale_factor=postscale_factor,
+                                              tensor_name=name or f"grouped.{_group_counter[0]}")
+
+
+def alltoall(tensor, splits=None, name=None):
+    """Sends rows of `tensor` to every rank (`splits[r]` rows to rank r; even split when None);
+    returns (received tensor, rows received from each rank)."""
+    tensor = tf.convert_to_tensor(tensor)
+    splits = tf.zeros([0], tf.int64) if splits is None else tf.cast(splits, tf.int64)
+    return ops().allreduced_alltoall(tensor, splits, tensor_name=name or "")
+
+
+def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces `tensor` over all ranks and gives each rank its block of rows (the first
+    dim % size ranks get one row more, like Horovod)."""
+    return ops().allreduced_reducescatter(tf.convert_to_tensor(tensor), reduce_op=op,
+                                          prescale_factor=prescale_factor,
+                                          postscale_factor=postscale_factor,
+                                          tensor_name=name or "")
+
+
+def barrier(name=None):
+    """Returns once every rank reached the barrier."""
+    return ops().allreduced_barrier(tensor_name=name or "barrier")
+
+
+def join():
+    """This rank has no more data: it contributes the identity to other ranks' allreduces until
+    every rank joined. Returns the last rank that joined."""
+    return int(ops().allreduced_join(tensor_name="join").numpy())
+
+
 def broadcast_variables(variables, root_rank):
     """Assigns every variable the value it has on `root_rank`."""
     for i, var in enumerate(variables):
