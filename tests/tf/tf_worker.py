@@ -45,6 +45,19 @@ def ops_scenario():
         y = tf.reduce_sum(hvd.allreduce(w * w, op=hvd.Sum, name="grad"))
     dw = tape.gradient(y, w)
     check(np.allclose(dw.numpy(), 2 * np.array([2.0, 3.0]) * n), f"gradient {dw.numpy()}")
+    check(int(hvd.rank_op().numpy()) == r and int(hvd.size_op().numpy()) == n, "rank_op/size_op")
+    with tf.GradientTape() as tape:
+        z = tf.constant([[1.0, 2.0]] * (r + 1))
+        tape.watch(z)
+        gathered = hvd.allgather(z, name="gather-grad")
+        loss = tf.reduce_sum(gathered * 3.0)
+    check(np.allclose(tape.gradient(loss, z).numpy(), 3.0 * n), "allgather gradient")
+    with tf.GradientTape() as tape:
+        q = tf.constant([1.0, 1.0])
+        tape.watch(q)
+        loss = tf.reduce_sum(hvd.broadcast(q, root_rank=0, name="bcast-grad") * 2.0)
+    expected = 2.0 * n if r == 0 else 0.0
+    check(np.allclose(tape.gradient(loss, q).numpy(), expected), "broadcast gradient")
     try:
         hvd.allreduce(tf.zeros([r + 2]), name="mismatch")
         check(False, "mismatched shapes were accepted")

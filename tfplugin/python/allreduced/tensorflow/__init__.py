@@ -74,6 +74,28 @@ def cross_size():
     return _topology()[5]
 
 
+def _topology_op(index, name):
+    return tf.py_function(lambda: tf.constant(_topology()[index], tf.int32), [], tf.int32,
+                          name=name)
+
+
+def rank_op(name=None):
+    """The rank as a graph op (evaluated when run, so a tf.function traced before init works)."""
+    return _topology_op(0, name or "rank_op")
+
+
+def size_op(name=None):
+    return _topology_op(1, name or "size_op")
+
+
+def local_rank_op(name=None):
+    return _topology_op(2, name or "local_rank_op")
+
+
+def local_size_op(name=None):
+    return _topology_op(3, name or "local_size_op")
+
+
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0):
     """Reduces `tensor` over all ranks (Average by default, like Horovod)."""
@@ -247,3 +269,22 @@ class DistributedGradientTape(tf.GradientTape):
                 out = allreduce(compressed, op=self._op, name=f"DistributedGradientTape.{i}")
             reduced.append(self._compression.decompress(out, ctx))
         return tf.nest.pack_sequence_as(grads, reduced)
+
+
+@tf.RegisterGradient("AllreducedAllgather")
+def _allgather_grad(op, grad):
+    # Horovod: sum the gradient over ranks, then each rank keeps the rows it contributed.
+    summed = ops().allreduced_allreduce(grad, reduce_op=Sum)
+    rows = tf.shape(op.inputs[0])[0]
+    all_rows = ops().allreduced_allgather(tf.reshape(rows, [1]))
+    start = tf.reduce_sum(all_rows[:rank()])
+    return summed[start:start + rows]
+
+
+@tf.RegisterGradient("AllreducedBroadcast")
+def _broadcast_grad(op, grad):
+    # Horovod: the root receives the sum of every rank's gradient, the others zero.
+    summed = ops().allreduced_allreduce(grad, reduce_op=Sum)
+    if rank() != op.get_attr("root_rank"):
+        return tf.zeros_like(summed)
+    return summed
