@@ -215,13 +215,16 @@ void JobRegistry::ForwardHostReady(LocalJob& job, std::vector<Response> ready) {
       job.awaiting[t.name] = std::move(t);
     }
   }
-  if ((!job.outgoing.empty() || !job.outgoing_ids.empty()) && !job.flush_posted) {
-    // Everything that becomes ready in this loop iteration travels in one Negotiate call.
-    job.flush_posted = true;
-    const std::string name = job.name;
-    const uint32_t id = job.id;
-    loop_.PostAfter(options_.cycle_time, [this, name, id] { Flush(name, id); });
-  }
+  ScheduleFlush(job);
+}
+
+void JobRegistry::ScheduleFlush(LocalJob& job) {
+  if ((job.outgoing.empty() && job.outgoing_ids.empty()) || job.flush_posted) return;
+  // Everything that becomes ready in this loop iteration travels in one Negotiate call.
+  job.flush_posted = true;
+  const std::string name = job.name;
+  const uint32_t id = job.id;
+  loop_.PostAfter(options_.cycle_time, [this, name, id] { Flush(name, id); });
 }
 
 void JobRegistry::ForwardJoin(LocalJob& job, const TensorRequest& join) {
@@ -229,7 +232,7 @@ void JobRegistry::ForwardJoin(LocalJob& job, const TensorRequest& join) {
   out.set_name(join.name());
   *out.add_ranks() = negotiation::ToMeta(join);
   job.outgoing.push_back(std::move(out));
-  ForwardHostReady(job, {});
+  ScheduleFlush(job);
 }
 
 void JobRegistry::Flush(const std::string& name, uint32_t local_id) {

@@ -82,6 +82,7 @@ class JobRegistry : public local::SessionHandler {
   void FormCrossHost(LocalJob& job, const JobLayout& layout);
   void ForwardHostReady(LocalJob& job, std::vector<negotiation::Response> ready);
   void ForwardJoin(LocalJob& job, const negotiation::TensorRequest& join);
+  void ScheduleFlush(LocalJob& job);
   void Flush(const std::string& name, uint32_t local_id);
   void OnJobEvent(const std::string& name, uint32_t local_id, const JobEvent& event);
   void TellCoordinator(LocalJob& job, const absl::Status& failure, bool left);

@@ -167,33 +167,11 @@ class CollectiveOp : public AsyncOpKernel {
   float postscale_ = 1.0f;
 };
 
-class AllreduceOp : public CollectiveOp {
+// One kernel class per collective, differing only in which collective it submits.
+template <int kCollective>
+class Op : public CollectiveOp {
  public:
-  explicit AllreduceOp(OpKernelConstruction* c) : CollectiveOp(c, kAllreduce) {}
-};
-class AllgatherOp : public CollectiveOp {
- public:
-  explicit AllgatherOp(OpKernelConstruction* c) : CollectiveOp(c, kAllgather) {}
-};
-class BroadcastOp : public CollectiveOp {
- public:
-  explicit BroadcastOp(OpKernelConstruction* c) : CollectiveOp(c, kBroadcast) {}
-};
-class AlltoallOp : public CollectiveOp {
- public:
-  explicit AlltoallOp(OpKernelConstruction* c) : CollectiveOp(c, kAlltoall) {}
-};
-class ReducescatterOp : public CollectiveOp {
- public:
-  explicit ReducescatterOp(OpKernelConstruction* c) : CollectiveOp(c, kReducescatter) {}
-};
-class BarrierOp : public CollectiveOp {
- public:
-  explicit BarrierOp(OpKernelConstruction* c) : CollectiveOp(c, kBarrier) {}
-};
-class JoinOp : public CollectiveOp {
- public:
-  explicit JoinOp(OpKernelConstruction* c) : CollectiveOp(c, kJoin) {}
+  explicit Op(OpKernelConstruction* c) : CollectiveOp(c, kCollective) {}
 };
 
 // N tensors reduced as one atomic group (the daemon negotiates them together). All requests are
@@ -251,14 +229,20 @@ class GroupedAllreduceOp : public AsyncOpKernel {
   std::string tensor_name_;
 };
 
-REGISTER_KERNEL_BUILDER(Name("AllreducedAllreduce").Device(::tensorflow::DEVICE_CPU), AllreduceOp);
-REGISTER_KERNEL_BUILDER(Name("AllreducedAllgather").Device(::tensorflow::DEVICE_CPU), AllgatherOp);
-REGISTER_KERNEL_BUILDER(Name("AllreducedBroadcast").Device(::tensorflow::DEVICE_CPU), BroadcastOp);
-REGISTER_KERNEL_BUILDER(Name("AllreducedAlltoall").Device(::tensorflow::DEVICE_CPU), AlltoallOp);
+REGISTER_KERNEL_BUILDER(Name("AllreducedAllreduce").Device(::tensorflow::DEVICE_CPU),
+                        Op<kAllreduce>);
+REGISTER_KERNEL_BUILDER(Name("AllreducedAllgather").Device(::tensorflow::DEVICE_CPU),
+                        Op<kAllgather>);
+REGISTER_KERNEL_BUILDER(Name("AllreducedBroadcast").Device(::tensorflow::DEVICE_CPU),
+                        Op<kBroadcast>);
+REGISTER_KERNEL_BUILDER(Name("AllreducedAlltoall").Device(::tensorflow::DEVICE_CPU),
+                        Op<kAlltoall>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedReducescatter").Device(::tensorflow::DEVICE_CPU),
-                        ReducescatterOp);
-REGISTER_KERNEL_BUILDER(Name("AllreducedBarrier").Device(::tensorflow::DEVICE_CPU), BarrierOp);
-REGISTER_KERNEL_BUILDER(Name("AllreducedJoin").Device(::tensorflow::DEVICE_CPU), JoinOp);
+                        Op<kReducescatter>);
+REGISTER_KERNEL_BUILDER(Name("AllreducedBarrier").Device(::tensorflow::DEVICE_CPU),
+                        Op<kBarrier>);
+REGISTER_KERNEL_BUILDER(Name("AllreducedJoin").Device(::tensorflow::DEVICE_CPU),
+                        Op<kJoin>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedGroupedAllreduce").Device(::tensorflow::DEVICE_CPU),
                         GroupedAllreduceOp);
 
