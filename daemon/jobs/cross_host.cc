@@ -250,7 +250,8 @@ void JobRegistry::Flush(const std::string& name, uint32_t local_id) {
   for (uint32_t id : job->outgoing_ids) request.add_cached_ids(id);
   job->outgoing.clear();
   job->outgoing_ids.clear();
-  coordinator_->NegotiateAsync(request, [this, name, local_id](absl::StatusOr<NegotiateResponse> r) {
+  coordinator_->NegotiateAsync(request, [this, name, local_id](
+                                            absl::StatusOr<NegotiateResponse> r) {
     if (r.ok()) return;
     loop_.Post([this, name, local_id, status = r.status()] {
       LocalJob* j = FindJob(name, local_id);

@@ -105,7 +105,8 @@ void FillRequest(const Tensor& input, int collective, const std::string& name,
 
 class CollectiveOp : public AsyncOpKernel {
  public:
-  CollectiveOp(OpKernelConstruction* c, int collective) : AsyncOpKernel(c), collective_(collective) {
+  CollectiveOp(OpKernelConstruction* c, int collective)
+      : AsyncOpKernel(c), collective_(collective) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
     if (tensor_name_.empty()) tensor_name_ = name();
     if (collective == kAllreduce || collective == kReducescatter) {
