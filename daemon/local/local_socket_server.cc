@@ -168,7 +168,9 @@ void LocalSocketServer::OnReadable(const std::shared_ptr<Session>& session, uint
     if (session->FlushOutbox()) Watch(session, /*writable=*/false);
   }
   if (session->cut_off()) {
-    CloseSession(session, "stopped reading its completions (outbox full)");
+    // A send that failed because the process died is not a slow reader: say which it was.
+    CloseSession(session, session->peer_gone() ? "exited or closed its connection"
+                                               : "stopped reading its completions (outbox full)");
     return;
   }
   // Bounded batch per wake-up, so one busy client cannot starve the loop (level-triggered epoll

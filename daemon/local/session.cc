@@ -35,6 +35,7 @@ bool Session::Send(const std::string& frame, int pass_fd) {
     if (outbox_.empty() && SendMessage(fd_, frame, pass_fd)) return true;
     if (outbox_.empty() && errno != EAGAIN && errno != EWOULDBLOCK) {
       cut_off_ = true;  // peer gone; the loop sees the hang-up
+      peer_gone_ = true;
       return false;
     }
     if (outbox_bytes_ + frame.size() > kMaxOutboxBytes) {
@@ -56,6 +57,7 @@ bool Session::FlushOutbox() {
     if (!SendMessage(fd_, q.frame, q.fd)) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
       cut_off_ = true;
+      peer_gone_ = true;
       break;
     }
     if (q.fd >= 0) close(q.fd);
@@ -93,6 +95,11 @@ bool Session::closed() const {
 bool Session::cut_off() const {
   absl::MutexLock lock(&mu_);
   return cut_off_;
+}
+
+bool Session::peer_gone() const {
+  absl::MutexLock lock(&mu_);
+  return peer_gone_;
 }
 
 bool Session::BeginRequest(uint64_t request_id, const std::string& name) {

@@ -56,6 +56,8 @@ class Session {
   void Close();
   bool closed() const;
   bool cut_off() const;
+  // Why it was cut off: the peer is gone (a send failed: it exited) rather than not reading.
+  bool peer_gone() const;
 
   // A SUBMIT's name becomes in flight. False (with no change) when it already is.
   bool BeginRequest(uint64_t request_id, const std::string& name);
@@ -86,6 +88,7 @@ class Session {
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool cut_off_ ABSL_GUARDED_BY(mu_) = false;
+  bool peer_gone_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Queued> outbox_ ABSL_GUARDED_BY(mu_);
   size_t outbox_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, std::string> in_flight_ ABSL_GUARDED_BY(mu_);  // request id -> name

@@ -10,7 +10,8 @@
 //   DONE <cases checked>
 // Exit status: 0 when every check passed, 1 on a wrong result (with a MISMATCH line), 2 on usage.
 //
-// Scenarios: matrix, many, mismatch, join, stuck (submit one tensor and report how it ends).
+// Scenarios: matrix, many, mismatch, join, stuck (submit one tensor and report how it ends),
+// latency, and the fault scenarios of worker_faults.h (steps, slow, uneven, after).
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "client/allreduced_client.h"
+#include "tests/integration/worker_faults.h"
 #include "tests/integration/worker_reference.h"
 
 namespace ard::testing {
@@ -332,6 +334,7 @@ int main(int argc, char** argv) {
   if (mode == "join") rc = Join(client, t, seed);
   if (mode == "stuck") rc = Stuck(worker);
   if (mode == "latency") rc = Latency(client, t, 2000);
+  if (const int fault = RunFaultMode(mode, client, t); fault >= 0) rc = fault;
   std::fflush(stdout);
   ard_client_destroy(client);
   return rc;
