@@ -99,7 +99,11 @@ absl::Status Daemon::Start() {
         *loop_, *peer_, config_.host_name(),
         cluster::AgentOptions{config_.coordinator(), heartbeat,
                               absl::Milliseconds(config_.join_backoff_initial_ms()),
-                              absl::Milliseconds(config_.join_backoff_max_ms()), local_jobs});
+                              absl::Milliseconds(config_.join_backoff_max_ms()), local_jobs,
+                              absl::Milliseconds(config_.host_timeout_ms()),
+                              [this](const absl::Status& status) {
+                                jobs_->FailCrossHostJobs(status);
+                              }});
     cluster_handler = agent_.get();
     admin_handler = agent_.get();
   }

@@ -60,6 +60,10 @@ class JobRegistry : public local::SessionHandler {
   void OnClosed(const std::shared_ptr<local::Session>& session, bool graceful,
                 const std::string& why) override;
 
+  // This host is cut off from the cluster (the coordinator dropped it): fails every running
+  // cross-host job with `status`.
+  void FailCrossHostJobs(const absl::Status& status);
+
   // For status: one summary per job on this host.
   std::vector<JobSummary> Summaries() const;
 

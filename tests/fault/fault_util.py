@@ -84,7 +84,7 @@ class Procs:
 
     def dump(self, i=None):
         which = range(len(self.procs)) if i is None else [i]
-        return "\n".join(f"[{j}] " + "\n[{j}] ".join(self.lines[j]) for j in which)
+        return "\n".join(f"[{j}] {line}" for j in which for line in self.lines[j])
 
     def wait(self, indices=None, timeout_s=60):
         """Waits for the processes `indices` (all by default) to exit; fails naming the ones
