@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "daemon/common/logging.h"
 #include "daemon/negotiation/fusion_planner.h"
@@ -200,6 +201,7 @@ void JobCoordinator::HandleNegotiate(const NegotiateRequest& request,
     }
   }
   if (request.left()) job.left.insert(host);
+  if (AbortIfNeedsLeftHost(request.job_id(), job)) return;
   if (!ready.empty()) {
     JobEvent event;
     const std::vector<Response> plan =
@@ -225,6 +227,27 @@ void JobCoordinator::HandleNegotiate(const NegotiateRequest& request,
     for (auto& [h, sink] : job.sinks) sink->Finish(absl::OkStatus());
     jobs_.erase(it);
   }
+}
+
+bool JobCoordinator::AbortIfNeedsLeftHost(uint64_t job_id, Job& job) {
+  if (job.left.empty()) return false;
+  std::map<int, std::string> host_of;
+  for (const auto& h : job.layout.hosts()) {
+    for (int r : h.ranks()) host_of[r] = h.name();
+  }
+  for (const auto& w : job.table->WaitingLongerThan(absl::Now(), absl::ZeroDuration())) {
+    std::vector<std::string> gone;
+    for (int r : w.missing) {
+      if (job.left.count(host_of[r])) gone.push_back(absl::StrCat(r, " on ", host_of[r]));
+    }
+    if (gone.empty()) continue;
+    Abort(job_id, absl::AbortedError(absl::StrCat(
+                      "tensor ", w.name, " of job ", job.layout.job(), " needs ranks ",
+                      absl::StrJoin(gone, ", "),
+                      ", which ended (their processes exited); it can never complete")));
+    return true;
+  }
+  return false;
 }
 
 bool JobCoordinator::Expand(uint64_t job_id, Job& job, const NegotiateRequest& request,
@@ -320,6 +343,7 @@ void JobCoordinator::Abort(uint64_t job_id, const absl::Status& status) {
 
 std::vector<JobSummary> JobCoordinator::Summaries() {
   std::vector<JobSummary> out;
+  std::map<uint64_t, std::string> doomed;  // stall shutdown reports, aborted after the loop
   const absl::Time now = absl::Now();
   for (auto& [id, job] : jobs_) {
     JobSummary s;
@@ -363,8 +387,22 @@ std::vector<JobSummary> JobCoordinator::Summaries() {
     for (auto it = job->stall_warned.begin(); it != job->stall_warned.end();) {
       it = still.count(*it) ? std::next(it) : job->stall_warned.erase(it);
     }
+    for (const auto& t : s.stalled()) {
+      if (options_.stall_shutdown <= absl::ZeroDuration() ||
+          t.waiting_s() < absl::ToDoubleSeconds(options_.stall_shutdown) || doomed.count(id)) {
+        continue;
+      }
+      std::vector<std::string> missing;
+      for (int i = 0; i < t.missing_ranks_size(); ++i) {
+        missing.push_back(absl::StrCat(t.missing_ranks(i), " on ", t.missing_hosts(i)));
+      }
+      doomed[id] = absl::StrCat("stall shutdown: tensor ", t.name(), " waited ",
+                                absl::StrFormat("%.1fs", t.waiting_s()), " for ranks ",
+                                absl::StrJoin(missing, ", "));
+    }
     out.push_back(std::move(s));
   }
+  for (const auto& [id, report] : doomed) Abort(id, absl::AbortedError(report));
   return out;
 }
 
