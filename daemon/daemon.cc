@@ -83,7 +83,8 @@ absl::Status Daemon::Start() {
                     config_.fusion_threshold_bytes(),
                     static_cast<uint64_t>(absl::ToUnixSeconds(absl::Now())),
                     absl::Milliseconds(config_.stall_warning_ms()), config_.cache_capacity(),
-                    absl::Milliseconds(config_.stall_shutdown_ms())});
+                    absl::Milliseconds(config_.stall_shutdown_ms()),
+                    [this](const std::string& host) { return coordinator_->IsUp(host); }});
     coordinator_ = std::make_unique<cluster::Coordinator>(
         *loop_, config_.host_name(),
         cluster::CoordinatorOptions{heartbeat, absl::Milliseconds(config_.host_timeout_ms()),

@@ -11,6 +11,7 @@
 // before it subscribed are kept for it); 4. a job ends when aborted or when every host left.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,6 +42,9 @@ struct JobCoordinatorOptions {
   size_t cache_capacity = 1024;  // response cache entries per job (Horovod's default)
   // A tensor stalled this long aborts its job with the stall report; zero: never.
   absl::Duration stall_shutdown = absl::ZeroDuration();
+  // Whether a host is an UP member of the cluster (the membership table); calls from any other
+  // host are refused. Empty: no check (tests).
+  std::function<bool(const std::string&)> is_up;
 };
 
 class JobCoordinator {
@@ -73,6 +77,8 @@ class JobCoordinator {
   // Aborts the job when a tensor still needs ranks of a host whose ranks all left (they exited
   // cleanly): it can never complete. True when aborted.
   bool AbortIfNeedsLeftHost(uint64_t job_id, Job& job);
+  // PermissionDenied unless `host` is an UP member of the cluster.
+  absl::Status CheckMember(const std::string& host, const char* call) const;
   void Broadcast(Job& job, const JobEvent& event);
   // Resolves a host's cached ids into metadata; false (job aborted) for an unknown id.
   bool Expand(uint64_t job_id, Job& job, const NegotiateRequest& request,
