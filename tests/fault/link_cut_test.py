@@ -68,40 +68,58 @@ def test_link_cut_through_proxy():
 
 
 class Netns:
-    """Two network namespaces joined by a veth pair 10.231.<n>.1 <-> 10.231.<n>.2."""
+    """Two network namespaces joined by a veth pair 10.231.<n>.1 <-> 10.231.<n>.2. Each is held
+    by a `unshare --net` process (no /run/netns needed, so it also works where that is
+    read-only, as in Bazel's sandbox); commands enter one with nsenter."""
 
     def __init__(self):
         tag = os.getpid() % 10000
-        self.ns = [f"ard{tag}a", f"ard{tag}b"]
         self.veth = [f"ard{tag}va", f"ard{tag}vb"]
         self.ip = [f"10.231.{tag % 250}.1", f"10.231.{tag % 250}.2"]
-        self.created = []
+        self.holders = []
+
+    def prefix(self, i):
+        return ["nsenter", f"--net=/proc/{self.holders[i].pid}/ns/net", "--"]
 
     def sh(self, *cmd, ns=None):
-        prefix = ["ip", "netns", "exec", ns] if ns else []
+        prefix = self.prefix(ns) if ns is not None else []
         r = subprocess.run(prefix + list(cmd), capture_output=True, text=True, timeout=10)
         if r.returncode != 0:
             raise OSError(f"{' '.join(prefix + list(cmd))}: {r.stderr.strip()}")
 
     def setup(self):
-        for ns in self.ns:
-            self.sh("ip", "netns", "add", ns)
-            self.created.append(ns)
-            self.sh("ip", "link", "set", "lo", "up", ns=ns)
-        self.sh("ip", "link", "add", self.veth[0], "type", "veth", "peer", "name", self.veth[1])
+        for _ in (0, 1):
+            holder = subprocess.Popen(["unshare", "--net", "sleep", "600"],
+                                      stderr=subprocess.PIPE, text=True)
+            self.holders.append(holder)
+        own = os.readlink("/proc/self/ns/net")
+        def entered():
+            for h in self.holders:
+                if h.poll() is not None:
+                    raise OSError(f"unshare --net: {h.stderr.read().strip()}")
+            return all(os.readlink(f"/proc/{h.pid}/ns/net") != own for h in self.holders)
+        wait_until(entered, 10, "unshare --net to enter new namespaces")
         for i in (0, 1):
-            self.sh("ip", "link", "set", self.veth[i], "netns", self.ns[i])
-            self.sh("ip", "addr", "add", f"{self.ip[i]}/24", "dev", self.veth[i], ns=self.ns[i])
-            self.sh("ip", "link", "set", self.veth[i], "up", ns=self.ns[i])
-        self.sh("ping", "-c", "1", "-W", "2", self.ip[1], ns=self.ns[0]) if _has("ping") else None
+            self.sh("ip", "link", "set", "lo", "up", ns=i)
+        # Made inside the first new namespace (ours, so we may, even where the namespace this
+        # test started in forbids it), one end then moved to the second.
+        self.sh("ip", "link", "add", self.veth[0], "type", "veth", "peer", "name", self.veth[1],
+                ns=0)
+        self.sh("ip", "link", "set", self.veth[1], "netns", str(self.holders[1].pid), ns=0)
+        for i in (0, 1):
+            self.sh("ip", "addr", "add", f"{self.ip[i]}/24", "dev", self.veth[i], ns=i)
+            self.sh("ip", "link", "set", self.veth[i], "up", ns=i)
 
     def set_link(self, up):
         for i in (0, 1):
-            self.sh("ip", "link", "set", self.veth[i], "up" if up else "down", ns=self.ns[i])
+            self.sh("ip", "link", "set", self.veth[i], "up" if up else "down", ns=i)
 
     def teardown(self):
-        for ns in self.created:  # deleting a namespace deletes its end of the veth pair
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        # A namespace (and its end of the veth pair) goes away with its last process.
+        for h in self.holders:
+            if h.poll() is None:
+                h.kill()
+                h.wait()
 
 
 def _has(tool):
@@ -109,15 +127,15 @@ def _has(tool):
                for d in os.environ.get("PATH", "/usr/bin:/bin").split(":") + ["/usr/sbin", "/sbin"])
 
 
-def ns_status(netns, ns, address):
-    r = subprocess.run(["ip", "netns", "exec", ns, harness.binary("allreducectl"), "--daemon",
-                        address, "--timeout_ms", "2000", "status", "--json"],
+def ns_status(netns, i, address):
+    r = subprocess.run(netns.prefix(i) + [harness.binary("allreducectl"), "--daemon",
+                                          address, "--timeout_ms", "2000", "status", "--json"],
                        capture_output=True, text=True, timeout=20)
     return json.loads(r.stdout) if r.returncode == 0 else None
 
 
 def ns_host(netns, address, name):
-    s = ns_status(netns, netns.ns[0], address)
+    s = ns_status(netns, 0, address)
     return s and {h["name"]: h for h in s["hosts"]}.get(name)
 
 
@@ -128,8 +146,9 @@ def test_link_cut_between_network_namespaces():
     (1 s + slack) rather than a transport timeout; with the link back up h-b rejoins as a new
     incarnation and a new job runs. Skipped (with the reason) when the runner cannot create
     network namespaces; the proxy test covers the cut then."""
-    if not _has("ip"):
-        pytest.skip("iproute2 (ip) is not installed")
+    for tool in ("ip", "unshare", "nsenter"):
+        if not _has(tool):
+            pytest.skip(f"{tool} is not installed; the proxy test covers the cut")
     netns = Netns()
     try:
         netns.setup()
@@ -141,12 +160,12 @@ def test_link_cut_between_network_namespaces():
     try:
         a = harness.Daemon(c.workdir, "h-a", extra_flags=FLAGS, heartbeat_ms=100,
                            host_timeout_ms=HOST_TIMEOUT_MS,
-                           command_prefix=["ip", "netns", "exec", netns.ns[0]])
+                           command_prefix=netns.prefix(0))
         a.flags[0] = f"--cluster_address={netns.ip[0]}:0"
         c.daemons["h-a"] = a.start()
         b = harness.Daemon(c.workdir, "h-b", coordinator=f"{netns.ip[0]}:{a.port}",
                            extra_flags=FLAGS, heartbeat_ms=100, host_timeout_ms=HOST_TIMEOUT_MS,
-                           command_prefix=["ip", "netns", "exec", netns.ns[1]])
+                           command_prefix=netns.prefix(1))
         b.flags[0] = f"--cluster_address={netns.ip[1]}:0"
         c.daemons["h-b"] = b.start()
         a_address = f"{netns.ip[0]}:{a.port}"
