@@ -123,3 +123,70 @@ def process_sets_scenario():
 
 SCENARIOS = {"grouped_objects": grouped_and_objects_scenario, "gradients": gradients_scenario,
              "process_sets": process_sets_scenario}
+
+
+def semantics_scenario():
+    """Every reduce op on every reducible dtype, broadcast from each root, many tensors fused in
+    one tf.function step, and the error cases with their exception types."""
+    import allreduced.tensorflow as hvd_api  # the public module, as a script would use it
+    try:
+        hvd_api.allreduce(tf.ones([1]))
+        check(False, "allreduce before init did not raise")
+    except (tf.errors.FailedPreconditionError, ValueError) as e:
+        check("init" in str(e), f"before init: {e}")
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    values = [float(k + 1) for k in range(n)]
+    expect = {hvd.Sum: sum(values), hvd.Average: sum(values) / n, hvd.Min: min(values),
+              hvd.Max: max(values), hvd.Product: float(np.prod(values))}
+    dtypes = [tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
+              tf.float64]
+    for dtype in dtypes:
+        for op, want in expect.items():
+            if op == hvd.Average and dtype.is_integer:
+                want = float(int(sum(values)) // n)  # integer average truncates
+            out = hvd.allreduce(tf.cast(tf.fill([3, 2], values[r]), dtype), op=op,
+                                name=f"sweep.{dtype.name}.{op}")
+            check(out.dtype == dtype and out.shape == (3, 2), f"{dtype.name} op {op} shape")
+            got = tf.cast(out, tf.float64).numpy()
+            check(np.allclose(got, want, rtol=1e-2), f"{dtype.name} op {op}: {got[0, 0]} vs {want}")
+    for root in range(n):
+        b = hvd.broadcast(tf.constant([r, 10 * r], tf.int64), root_rank=root, name=f"root.{root}")
+        check(list(b.numpy()) == [root, 10 * root], f"broadcast from {root}")
+    for dtype in (tf.bool, tf.int16, tf.uint16):
+        g = hvd.allgather(tf.cast(tf.fill([1], r % 2), dtype), name=f"gather.{dtype.name}")
+        check(list(tf.cast(g, tf.int32).numpy()) == [k % 2 for k in range(n)], dtype.name)
+
+    # 64 tensors in one compiled step: submitted together, fused by the daemon.
+    tensors = [tf.fill([k + 1], float(r + k)) for k in range(64)]
+
+    @tf.function
+    def many(ts):
+        return [hvd.allreduce(t, op=hvd.Sum, name=f"many.{k}") for k, t in enumerate(ts)]
+
+    for k, out in enumerate(many(tensors)):
+        check(np.allclose(out.numpy(), sum(q + k for q in range(n))), f"fused tensor {k}")
+    # Errors: mismatched dtype, mismatched op, bad root, unsupported dtype.
+    cases = [
+        (lambda: hvd.allreduce(tf.ones([2], tf.float32 if r == 0 else tf.float64), name="dt"),
+         tf.errors.FailedPreconditionError, "Mismatched data types"),
+        (lambda: hvd.allreduce(tf.ones([2]), op=hvd.Sum if r == 0 else hvd.Max, name="op"),
+         tf.errors.FailedPreconditionError, "Mismatched"),
+        (lambda: hvd.broadcast(tf.ones([2]), root_rank=n, name="root"),
+         tf.errors.OpError, "root"),
+        (lambda: hvd.allreduce(tf.constant(["a"])), tf.errors.InvalidArgumentError,
+         "not in the list of allowed values"),
+    ]
+    for fn, exc, text in cases:
+        try:
+            fn()
+            check(False, f"no error for the {exc.__name__} case")
+        except exc as e:
+            check(text in str(e), f"{exc.__name__}: {e}")
+    # The job is still usable after rejected collectives.
+    s = hvd.allreduce(tf.ones([1]), op=hvd.Sum, name="after.errors")
+    check(np.allclose(s.numpy(), n), "allreduce after errors")
+    hvd.shutdown()
+
+
+SCENARIOS["semantics"] = semantics_scenario

@@ -40,7 +40,8 @@ def run_workers(sockets, per_host, scenario, extra_env=None):
     return outputs
 
 
-@pytest.mark.parametrize("scenario", ["ops", "more_ops", "grouped_objects", "gradients"])
+@pytest.mark.parametrize("scenario", ["ops", "more_ops", "grouped_objects", "gradients",
+                                      "semantics"])
 @pytest.mark.parametrize("hosts,per_host", [(1, 2), (2, 2)], ids=["1x2", "2x2"])
 def test_ops(hosts, per_host, scenario):
     cluster = Cluster()
