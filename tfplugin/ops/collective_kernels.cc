@@ -239,6 +239,32 @@ class GroupedOp : public AsyncOpKernel {
   std::string tensor_name_;
 };
 
+// rank, size, local_rank or local_size (attr `index` 0..3) of this process, read when the op runs,
+// so graphs built before init() (or saved and restored) see the process's real place.
+class TopologyOp : public ::tensorflow::OpKernel {
+ public:
+  explicit TopologyOp(OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("index", &index_));
+    OP_REQUIRES(c, index_ >= 0 && index_ < 4, absl::InvalidArgumentError("index must be 0..3"));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const char* why = nullptr;
+    ard_client* client = ProcessSetClient(0, &why);
+    OP_REQUIRES(ctx, client != nullptr, absl::FailedPreconditionError(why));
+    ard_topology t;
+    ard_client_topology(client, &t);
+    const int values[4] = {t.rank, t.size, t.local_rank, t.local_size};
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int32_t>()() = values[index_];
+  }
+
+ private:
+  int index_ = 0;
+};
+
+REGISTER_KERNEL_BUILDER(Name("AllreducedTopology").Device(::tensorflow::DEVICE_CPU), TopologyOp);
 REGISTER_KERNEL_BUILDER(Name("AllreducedAllreduce").Device(::tensorflow::DEVICE_CPU),
                         Op<kAllreduce>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedAllgather").Device(::tensorflow::DEVICE_CPU),

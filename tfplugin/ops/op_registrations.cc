@@ -142,3 +142,12 @@ REGISTER_OP("AllreducedGroupedReducescatter")
     .Input("tensors: T")
     .Output("outputs: T")
     .SetShapeFn(FirstDimUnknown);
+
+REGISTER_OP("AllreducedTopology")
+    .Attr("index: int")
+    .Output("value: int32")
+    .SetIsStateful()  // never constant-folded: the value is the running process's
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Scalar());
+      return absl::OkStatus();
+    });

@@ -1,9 +1,7 @@
 """Connecting to the daemon and this process's place in the job (Horovod's init/rank/size...)."""
 import ctypes
 
-import tensorflow as tf
-
-from allreduced.tensorflow.ops_library import library
+from allreduced.tensorflow.ops_library import library, ops
 
 # Horovod's reduce-op objects; the values are the daemon's wire::ReduceOp numbers.
 Sum = 1
@@ -87,12 +85,11 @@ def is_homogeneous():
 
 
 def _topology_op(index, name):
-    return tf.py_function(lambda: tf.constant(_topology()[index], tf.int32), [], tf.int32,
-                          name=name)
+    return ops().allreduced_topology(index=index, name=name)
 
 
 def rank_op(name=None):
-    """The rank as a graph op (evaluated when run, so a tf.function traced before init works)."""
+    """The rank as an op (read when it runs, so a graph built before init() works)."""
     return _topology_op(0, name or "rank_op")
 
 
