@@ -24,6 +24,7 @@
 #include "daemon/rpc/cluster_service.h"
 #include "daemon/rpc/grpc_peer_client.h"
 #include "daemon/rpc/grpc_server.h"
+#include "daemon/rpc/tls.h"
 
 namespace ard {
 namespace {
@@ -56,6 +57,10 @@ Daemon::~Daemon() { Shutdown(); }
 
 absl::Status Daemon::Start() {
   ARD_CHECK(!started_);
+  const rpc::TlsFiles tls{config_.tls_cert_file(), config_.tls_key_file(), config_.tls_ca_file()};
+  ARD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> server_credentials,
+                       rpc::MakeServerCredentials(tls));
+  ARD_ASSIGN_OR_RETURN(channel_credentials_, rpc::MakeChannelCredentials(tls));
   self_.set_name(config_.host_name());
   self_.set_version(kVersion);
   self_.set_instance_id(NewInstanceId());
@@ -96,7 +101,8 @@ absl::Status Daemon::Start() {
     admin_handler = coordinator_.get();
   } else {
     peer_ = std::make_unique<rpc::GrpcPeerClient>(config_.coordinator(),
-                                                  absl::Milliseconds(config_.rpc_timeout_ms()));
+                                                  absl::Milliseconds(config_.rpc_timeout_ms()),
+                                                  channel_credentials_);
     agent_ = std::make_unique<cluster::ClusterAgent>(
         *loop_, *peer_, config_.host_name(),
         cluster::AgentOptions{config_.coordinator(), heartbeat,
@@ -125,7 +131,8 @@ absl::Status Daemon::Start() {
     server_ = std::make_unique<rpc::GrpcServer>();
     ARD_ASSIGN_OR_RETURN(port_, server_->Start(config_.cluster_address(),
                                                {cluster_service_.get(), admin_service_.get(),
-                                                negotiation_service_.get()}));
+                                                negotiation_service_.get()},
+                                               server_credentials));
     self_.set_address(AdvertiseAddress(config_, port_));
     ARD_RETURN_IF_ERROR(StartDataPlane());
     return WritePortFile();
@@ -176,7 +183,7 @@ absl::Status Daemon::StartDataPlane() {
     negotiation_client_ = std::make_unique<cluster::LoopbackNegotiation>(*job_coordinator_);
   } else {
     negotiation_client_ = std::make_unique<rpc::GrpcPeerClient>(
-        config_.coordinator(), absl::Milliseconds(config_.rpc_timeout_ms()));
+        config_.coordinator(), absl::Milliseconds(config_.rpc_timeout_ms()), channel_credentials_);
   }
   cluster::PeerClient* client = negotiation_client_.get();
   dataplane::tcp::DataListener* listener = data_listener_.get();
