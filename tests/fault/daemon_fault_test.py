@@ -95,3 +95,33 @@ def test_daemon_frozen_then_resumed(cluster):
         assert d.proc.poll() is None, f"{d.name} exited:\n" + d.read_log()
     run_job(sockets(cluster), "ds")
     run_job(sockets(cluster), "ds2", steps=2, elems=262144)
+
+
+def test_coordinator_killed_during_collective(cluster):
+    """Promise: SIGKILL of the coordinator's daemon (h-a) while all ranks run allreduces fails
+    the ranks on h-b and h-c within the host timeout (1 s + slack): their data plane loses h-a,
+    or they give up on the silent coordinator; nobody hangs or gets a wrong result. Restarted on
+    its old port, the coordinator is rejoined by both followers and a new job across all three
+    hosts runs."""
+    procs = start_steps(cluster, "ck")
+    victim = cluster.daemons["h-a"]
+    port = victim.port
+    try:
+        killed = time.monotonic()
+        victim.proc.kill()
+        victim.proc.wait()
+        procs.wait(timeout_s=HOST_TIMEOUT_MS / 1000 + SLACK_S + 10)
+        for i in (1, 2):
+            assert procs.line(i, "ERROR step ") and procs.procs[i].returncode == 0, procs.dump()
+            elapsed = procs.exited_at[i] - killed
+            assert elapsed < HOST_TIMEOUT_MS / 1000 + SLACK_S, f"rank {i}: {elapsed:.2f}s"
+        assert "lost connection to allreduced daemon" in (procs.line(0, "ERROR step ") or "")
+    finally:
+        procs.kill()
+    victim.flags = [f if not f.startswith("--cluster_address")
+                    else f"--cluster_address=127.0.0.1:{port}" for f in victim.flags]
+    victim.start()
+    wait_until(lambda: all_up(cluster, NAMES), 15, "h-b and h-c rejoin the restarted coordinator")
+    for d in cluster.daemons.values():
+        assert d.proc.poll() is None, f"{d.name} exited:\n" + d.read_log()
+    run_job(sockets(cluster), "ck")
