@@ -27,11 +27,10 @@
 namespace {
 
 constexpr const char* kCodeNames[] = {
-    "OK",        "CANCELLED",         "UNKNOWN",           "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-    "UNIMPLEMENTED", "INTERNAL",      "UNAVAILABLE",       "DATA_LOSS",
-    "UNAUTHENTICATED"};
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
 
 int Print(const grpc::Status& s) {
   const int code = static_cast<int>(s.error_code());
@@ -121,8 +120,7 @@ int main(int argc, char** argv) {
     ard::HeartbeatResponse response;
     grpc::Status s = cluster->Heartbeat(&context, request, &response);
     if (!s.ok()) return Print(s);
-    std::printf("VERDICT %s %s\n",
-                ard::HeartbeatResponse::Verdict_Name(response.verdict()).c_str(),
+    std::printf("VERDICT %s %s\n", ard::HeartbeatResponse::Verdict_Name(response.verdict()).c_str(),
                 response.detail().c_str());
     return 0;
   }
