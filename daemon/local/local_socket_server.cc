@@ -137,8 +137,14 @@ void LocalSocketServer::Accept() {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         // The pending connection stays queued and the listening socket stays readable: stop
         // watching it for a moment instead of spinning, and say so once per pause.
-        Logger("local")->warn("accept failed error=\"{}\" clients={}; pausing accepts for 100ms",
-                              std::strerror(errno), sessions_.size());
+        const absl::Time now = absl::Now();
+        if (now - last_accept_warning_ > absl::Seconds(10)) {  // at most one line per 10 s
+          last_accept_warning_ = now;
+          Logger("local")->warn(
+              "accept failed error=\"{}\" clients={}; pausing accepts for 100ms (raise the "
+              "open file limit?)",
+              std::strerror(errno), sessions_.size());
+        }
         loop_.UnwatchFd(listen_fd_);
         accept_paused_ = true;
         loop_.PostAfter(absl::Milliseconds(100), [this] {

@@ -82,6 +82,7 @@ class LocalSocketServer {
   ino_t socket_inode_ = 0;  // of the file at path we created
   PeerPolicy policy_;
   bool accept_paused_ = false;  // out of file descriptors: retried after a short pause
+  absl::Time last_accept_warning_ = absl::InfinitePast();
   std::map<int, std::shared_ptr<Session>> sessions_;  // by fd; loop thread
 };
 

@@ -6,6 +6,7 @@ Tests run as root; "another user" is `nobody` in a forked child (os.setuid)."""
 import os
 import resource
 import socket
+import time
 
 import pytest
 
@@ -333,3 +334,38 @@ def test_client_that_never_reads_is_dropped(cluster):
     for rc, out in bystander.wait():
         assert rc == 0 and lines_with(out, "DONE"), "\n".join(out)
     flood.close()
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_out_of_file_descriptors(cluster):
+    """When accept() fails for lack of descriptors (EMFILE), the daemon logs it and pauses accepts
+    instead of spinning on the readable listening socket; queued clients are served once
+    descriptors free up."""
+    d = cluster.add("host-f")
+    limit = open_fds(d) + 10
+    soft, hard = resource.prlimit(d.proc.pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(d.proc.pid, resource.RLIMIT_NOFILE, (limit, hard))  # soft limit only
+    clients = [RawClient(d.socket) for _ in range(30)]  # 20 of them wait in the listen backlog
+    wait_until(lambda: "pausing accepts" in d.read_log(), 10, "the EMFILE log line")
+    start = cpu_seconds(d.proc.pid)
+    time.sleep(1.0)
+    used = cpu_seconds(d.proc.pid) - start
+    assert used < 0.25, f"daemon used {used:.2f} s of CPU in 1 s while out of descriptors (spinning)"
+    for c in clients[:25]:
+        c.close()
+    late = clients[-1]
+    fd = sealed_memfd(1 << 20)
+    late.send(hello(b"late"), [fd])
+    os.close(fd)
+    assert late.recv()[0] == WELCOME
+    for c in clients[25:]:
+        c.close()
+    resource.prlimit(d.proc.pid, resource.RLIMIT_NOFILE, (soft, hard))
+    good = Workers(d.socket, "after-emfile", 2, "many", seed=6)
+    for rc, out in good.wait():
+        assert rc == 0 and lines_with(out, "DONE"), "\n".join(out)
