@@ -201,6 +201,33 @@ void LocalSocketServer::Refuse(int fd, const PeerCredentials& creds, const absl:
   SendMessage(fd, EncodeError(wire::MsgType::kError, 0, static_cast<int32_t>(why.code()),
                               std::string(why.message())),
               -1);
+  // Closing now would fail the HELLO the client is about to send (EPIPE), or reset the
+  // connection before it reads the ERROR if the HELLO was already queued. So: end our side
+  // (the client reads the ERROR, then EOF), discard what it sends, and close once it hangs up or
+  // after a second. Bounded: past kMaxLingering refused sockets, close at once.
+  constexpr size_t kMaxLingering = 256;
+  if (lingering_.size() >= kMaxLingering) {
+    close(fd);
+    return;
+  }
+  shutdown(fd, SHUT_WR);
+  const uint64_t id = ++next_linger_id_;
+  lingering_[fd] = id;
+  loop_.WatchFd(fd, EPOLLIN | EPOLLRDHUP, [this, fd](uint32_t events) {
+    char sink[512];
+    while (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+    }
+    if (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) EndLinger(fd);
+  });
+  loop_.PostAfter(absl::Seconds(1), [this, fd, id] {
+    auto it = lingering_.find(fd);
+    if (it != lingering_.end() && it->second == id) EndLinger(fd);
+  });
+}
+
+void LocalSocketServer::EndLinger(int fd) {
+  if (lingering_.erase(fd) == 0) return;
+  loop_.UnwatchFd(fd);
   close(fd);
 }
 
@@ -311,6 +338,7 @@ void LocalSocketServer::CloseSession(const std::shared_ptr<Session>& session,
 
 void LocalSocketServer::Stop() {
   while (!sessions_.empty()) CloseSession(sessions_.begin()->second, "daemon shutting down");
+  while (!lingering_.empty()) EndLinger(lingering_.begin()->first);
   if (listen_fd_ >= 0) {
     if (!accept_paused_) loop_.UnwatchFd(listen_fd_);
     accept_paused_ = false;

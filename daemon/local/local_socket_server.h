@@ -67,6 +67,7 @@ class LocalSocketServer {
   void Accept();
   // Sends one ERROR frame to a client being turned away at accept, logs it, closes `fd`.
   void Refuse(int fd, const PeerCredentials& creds, const absl::Status& why);
+  void EndLinger(int fd);
   void HelloDeadline(int fd, std::weak_ptr<Session> weak);
   // Closes a session that stopped reading (its outbox overflowed), with a warning.
   void CutOff(const std::shared_ptr<Session>& session);
@@ -83,6 +84,8 @@ class LocalSocketServer {
   PeerPolicy policy_;
   bool accept_paused_ = false;  // out of file descriptors: retried after a short pause
   absl::Time last_accept_warning_ = absl::InfinitePast();
+  std::map<int, uint64_t> lingering_;  // refused sockets (fd -> id) closing after their ERROR
+  uint64_t next_linger_id_ = 0;
   std::map<int, std::shared_ptr<Session>> sessions_;  // by fd; loop thread
 };
 

@@ -229,8 +229,8 @@ def test_thousand_clients_at_once(cluster):
 
 
 def test_max_clients(cluster):
-    """max_clients: one client more is told RESOURCE_EXHAUSTED and disconnected (and logged);
-    once one leaves, a new client is served."""
+    """max_clients: one client more is told RESOURCE_EXHAUSTED and disconnected (and logged; the
+    client library reports that reason); once one leaves, a new client is served."""
     d = cluster.add("host-m", extra_flags=["--max_clients=4"])
     clients = [register(d.socket, b"four", size=4) for _ in range(4)]
     for c in clients:
@@ -240,6 +240,10 @@ def test_max_clients(cluster):
                        code=RESOURCE_EXHAUSTED)
     assert extra.recv() is None
     assert "refused client" in d.read_log()
+    # The client library reports the daemon's reason, not a broken pipe.
+    real = Workers(d.socket, "fifth", 1, "matrix")
+    [(rc, out)] = real.wait()
+    assert rc == 3 and lines_with(out, "INIT_ERROR RESOURCE_EXHAUSTED too many local clients"), out
     for c in clients:
         c.close()
     wait_until(lambda: "job removed job=four" in d.read_log(), 10, "job four to end")
