@@ -31,8 +31,7 @@ absl::StatusOr<PeerPolicy> MakePeerPolicy(const std::string& policy,
     if (!name.empty()) {
       group* g = getgrnam(name.c_str());
       if (g == nullptr) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("allowed_group '", name, "' not found"));
+        return absl::FailedPreconditionError(absl::StrCat("allowed_group '", name, "' not found"));
       }
       p.group = g->gr_gid;
     }
@@ -57,9 +56,9 @@ absl::Status CheckPeer(const PeerPolicy& policy, uid_t uid, gid_t gid,
       policy.kind == PeerPolicy::Kind::kSameUser
           ? absl::StrCat("uid ", uid, " may not use this daemon (peer_policy same_user: only uid ",
                          policy.daemon_uid, " and root)")
-          : absl::StrCat("uid ", uid, " gid ", gid, " may not use this daemon (peer_policy group: ",
-                         "uid ", policy.daemon_uid, ", root, or members of gid ", policy.group,
-                         ")"));
+          : absl::StrCat("uid ", uid, " gid ", gid,
+                         " may not use this daemon (peer_policy group: ", "uid ", policy.daemon_uid,
+                         ", root, or members of gid ", policy.group, ")"));
 }
 
 std::vector<gid_t> PeerGroups(int fd) {

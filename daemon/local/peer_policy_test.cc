@@ -49,8 +49,7 @@ TEST_CASE("MakePeerPolicy parses the config") {
   CHECK(root->group == 0);
   CHECK(MakePeerPolicy("group", "no-such-group-ard", "").status().code() ==
         absl::StatusCode::kFailedPrecondition);
-  CHECK(MakePeerPolicy("everyone", "", "").status().code() ==
-        absl::StatusCode::kInvalidArgument);
+  CHECK(MakePeerPolicy("everyone", "", "").status().code() == absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -42,8 +42,8 @@ void CheckAccepted(const DecodedFrame& f, bool has_fd) {
       Require(ard::ValidHostName(f.hello.job));
       Require(f.hello.segment_bytes > 0);
       Require(f.hello.size == -1 || f.hello.size >= 1);
-      Require(f.hello.rank == -1 || (f.hello.rank >= 0 && (f.hello.size < 1 ||
-                                                           f.hello.rank < f.hello.size)));
+      Require(f.hello.rank == -1 ||
+              (f.hello.rank >= 0 && (f.hello.size < 1 || f.hello.rank < f.hello.size)));
       break;
     case wire::MsgType::kAddSegment:
       Require(has_fd && f.segment.bytes > 0);
