@@ -76,7 +76,9 @@ absl::Status Daemon::Start() {
                                absl::Milliseconds(config_.stall_shutdown_ms()),
                                config_.result_segment_bytes(), config_.max_result_arena_bytes(),
                                absl::Milliseconds(config_.rpc_timeout_ms()),
-                               absl::Milliseconds(config_.cycle_time_ms())});
+                               absl::Milliseconds(config_.cycle_time_ms()),
+                               static_cast<int>(config_.max_jobs()),
+                               static_cast<int>(config_.max_pending_tensors())});
   const cluster::LocalJobsSource local_jobs = [this] { return jobs_->Summaries(); };
 
   const absl::Duration heartbeat = absl::Milliseconds(config_.heartbeat_ms());
@@ -123,8 +125,14 @@ absl::Status Daemon::Start() {
   absl::Status status = [&]() -> absl::Status {
     local_ = std::make_unique<local::LocalSocketServer>(
         *loop_,
-        local::LocalSocketOptions{config_.local_socket(), config_.socket_group(),
-                                  config_.max_input_arena_bytes()},
+        local::LocalSocketOptions{config_.local_socket(),
+                                  config_.socket_group(),
+                                  config_.max_input_arena_bytes(),
+                                  static_cast<int>(config_.max_clients()),
+                                  absl::Milliseconds(config_.hello_timeout_ms()),
+                                  static_cast<size_t>(config_.max_client_outbox_bytes()),
+                                  config_.peer_policy(),
+                                  config_.allowed_group()},
         *jobs_);
     ARD_RETURN_IF_ERROR(local_->Start());  // before the loop runs: it registers fds
     loop_->Start();

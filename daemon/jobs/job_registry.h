@@ -37,6 +37,8 @@ struct JobOptions {
   uint64_t max_result_bytes = 8ull << 30;
   absl::Duration rpc_timeout = absl::Seconds(2);
   absl::Duration cycle_time = absl::ZeroDuration();  // coalescing delay for host-ready tensors
+  int max_jobs = 1024;              // forming or running jobs at once
+  int max_pending_tensors = 65536;  // per job: submitted by some ranks, not yet by all
 };
 
 namespace tcp = dataplane::tcp;

@@ -37,9 +37,10 @@ struct PeerCredentials {
 class Session {
  public:
   // `want_writable` is called (from any thread) when frames are queued and the loop should watch
-  // the socket for EPOLLOUT.
+  // the socket for EPOLLOUT, and when the session is cut off (its outbox would exceed
+  // `max_outbox_bytes`) so the loop closes it.
   Session(int fd, PeerCredentials creds, uint64_t max_input_bytes,
-          std::function<void()> want_writable);
+          std::function<void()> want_writable, size_t max_outbox_bytes = 64 << 20);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -85,6 +86,7 @@ class Session {
   const int fd_;
   const PeerCredentials creds_;
   const std::function<void()> want_writable_;
+  const size_t max_outbox_bytes_;
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool cut_off_ ABSL_GUARDED_BY(mu_) = false;

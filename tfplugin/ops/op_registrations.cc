@@ -151,3 +151,13 @@ REGISTER_OP("AllreducedTopology")
       c->set_output(0, c->Scalar());
       return absl::OkStatus();
     });
+
+// hvd.broadcast_: N resource variables take root_rank's values in place (no outputs).
+REGISTER_OP("AllreducedBroadcastInplace")
+    .Attr("N: int >= 0")
+    .Attr("root_rank: int")
+    .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
+    .Input("variables: N * resource")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) { return absl::OkStatus(); });

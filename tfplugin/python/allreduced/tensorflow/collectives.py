@@ -110,13 +110,15 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
-    """In-place broadcast: assigns every variable `root_rank`'s value; returns the variables."""
+    """In-place broadcast: every variable takes `root_rank`'s value, written into the variable's
+    own buffer by one op. Returns the variables."""
     single = not isinstance(variables, (list, tuple))
     variables = [variables] if single else list(variables)
-    prefix = name or "broadcast_"
-    for i, var in enumerate(variables):
-        var.assign(broadcast(var, root_rank, name=f"{prefix}.{i}.{var.name}",
-                             process_set=process_set))
+    handles = [v.handle for v in variables]
+    if handles:
+        ops().allreduced_broadcast_inplace(handles, root_rank=root_rank,
+                                           tensor_name=name or "broadcast_",
+                                           process_set_id=_id(process_set))
     return variables[0] if single else variables
 
 
