@@ -13,6 +13,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 from harness import Cluster  # noqa: E402
 
+# Four TensorFlow processes on a small machine can starve a daemon's heartbeat thread for a while;
+# these tests are about the plugin, not failure detection (tests/fault covers that), so every
+# cluster here uses Cluster(host_timeout_ms=10000).
+
 PACKAGE_DIR = os.path.join(HERE, "..", "..", "tfplugin", "python")
 
 
@@ -44,7 +48,7 @@ def run_workers(sockets, per_host, scenario, extra_env=None):
                                       "semantics"])
 @pytest.mark.parametrize("hosts,per_host", [(1, 2), (2, 2)], ids=["1x2", "2x2"])
 def test_ops(hosts, per_host, scenario):
-    cluster = Cluster()
+    cluster = Cluster(host_timeout_ms=10000)
     try:
         daemons = [cluster.add(f"tf-{i}") for i in range(hosts)]
         for rc, out in run_workers([d.socket for d in daemons], per_host, scenario):
@@ -54,7 +58,7 @@ def test_ops(hosts, per_host, scenario):
 
 
 def test_distributed_gradient_tape_matches_single_process_training():
-    cluster = Cluster()
+    cluster = Cluster(host_timeout_ms=10000)
     try:
         daemons = [cluster.add(f"tape-{i}") for i in range(2)]
         for rc, out in run_workers([d.socket for d in daemons], 2, "tape"):
@@ -64,7 +68,7 @@ def test_distributed_gradient_tape_matches_single_process_training():
 
 
 def test_keras_fit_with_distributed_optimizer_and_callbacks():
-    cluster = Cluster()
+    cluster = Cluster(host_timeout_ms=10000)
     try:
         daemons = [cluster.add(f"fit-{i}") for i in range(2)]
         for rc, out in run_workers([d.socket for d in daemons], 2, "fit"):
@@ -74,7 +78,7 @@ def test_keras_fit_with_distributed_optimizer_and_callbacks():
 
 
 def run_on_two_hosts(scenario, extra_env=None):
-    cluster = Cluster()
+    cluster = Cluster(host_timeout_ms=10000)
     try:
         daemons = [cluster.add(f"{scenario}-{i}") for i in range(2)]
         return run_workers([d.socket for d in daemons], 2, scenario, extra_env)
@@ -124,7 +128,7 @@ def launch(sockets, np_, command, timeout_s=180):
 
 
 def test_launcher_runs_the_keras_demo_on_two_hosts():
-    cluster = Cluster()
+    cluster = Cluster(host_timeout_ms=10000)
     try:
         daemons = [cluster.add(f"demo-{i}") for i in range(2)]
         demo = os.path.join(HERE, "..", "..", "tfplugin", "examples", "train_keras.py")
@@ -137,7 +141,7 @@ def test_launcher_runs_the_keras_demo_on_two_hosts():
 
 
 def test_launcher_fails_fast_when_a_rank_fails():
-    cluster = Cluster()
+    cluster = Cluster(host_timeout_ms=10000)
     try:
         d = cluster.add("fail-fast")
         script = ("import os, sys, time\n"
