@@ -29,6 +29,8 @@ TEST_CASE("defaults are valid and fill the host name") {
   CHECK(c->heartbeat_ms() == 1000);
   CHECK(c->host_timeout_ms() == 5000);
   CHECK(!c->host_name().empty());
+  CHECK(c->gpu_mode() == "auto");
+  CHECK(c->gpu_fusion_buffer_bytes() == 64ull << 20);
 }
 
 TEST_CASE("file overrides defaults and flags override the file") {
@@ -106,6 +108,7 @@ TEST_CASE("bad input gives one clear error") {
       {{"--log_level=loud"}, "unknown log level 'loud'"},
       {{"--host_name=bad name"}, "must be 1-64 of letters"},
       {{"--host_name"}, "needs a value"},
+      {{"--gpu_mode=fast"}, "gpu_mode: 'fast' is not one of auto, nccl, hierarchical"},
   };
   for (const Case& c : cases) {
     INFO("args: " << c.args[0]);
