@@ -16,9 +16,9 @@ from harness import Cluster  # noqa: E402
 PACKAGE_DIR = os.path.join(HERE, "..", "..", "tfplugin", "python")
 
 
-def run_workers(sockets, per_host, scenario):
+def run_workers(sockets, per_host, scenario, extra_env=None):
     size = len(sockets) * per_host
-    env_base = dict(os.environ, ALLREDUCED_JOB=f"tf-{scenario}-{size}",
+    env_base = dict(os.environ, ALLREDUCED_JOB=f"tf-{scenario}-{size}", **(extra_env or {}),
                     PYTHONPATH=PACKAGE_DIR, TF_CPP_MIN_LOG_LEVEL="3",
                     ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"])
     procs = []
@@ -40,7 +40,8 @@ def run_workers(sockets, per_host, scenario):
     return outputs
 
 
-@pytest.mark.parametrize("scenario", ["ops", "more_ops"])
+@pytest.mark.parametrize("scenario", ["ops", "more_ops", "grouped_objects", "gradients",
+                                      "semantics"])
 @pytest.mark.parametrize("hosts,per_host", [(1, 2), (2, 2)], ids=["1x2", "2x2"])
 def test_ops(hosts, per_host, scenario):
     cluster = Cluster()
@@ -70,6 +71,48 @@ def test_keras_fit_with_distributed_optimizer_and_callbacks():
             assert rc == 0 and "OK fit" in out, out
     finally:
         cluster.close()
+
+
+def run_on_two_hosts(scenario, extra_env=None):
+    cluster = Cluster()
+    try:
+        daemons = [cluster.add(f"{scenario}-{i}") for i in range(2)]
+        return run_workers([d.socket for d in daemons], 2, scenario, extra_env)
+    finally:
+        cluster.close()
+
+
+def test_process_sets_spanning_hosts_and_within_one():
+    for rc, out in run_on_two_hosts("process_sets"):
+        assert rc == 0 and "OK process_sets" in out, out
+
+
+def test_distributed_optimizer_matches_single_process_training():
+    """4 ranks x a quarter batch == 1 process x the whole batch, also with
+    backward_passes_per_step=2 (averaged, and summed)."""
+    for rc, out in run_on_two_hosts("equivalence"):
+        assert rc == 0 and "OK equivalence" in out, out
+
+
+def test_fit_with_warmup_then_save_and_load_the_wrapped_optimizer(tmp_path):
+    for rc, out in run_on_two_hosts("save_load", {"ALLREDUCED_TEST_DIR": str(tmp_path)}):
+        assert rc == 0 and "OK save_load" in out, out
+
+
+def test_sync_batch_norm_partial_tape_and_v1_optimizer():
+    for rc, out in run_on_two_hosts("layers"):
+        assert rc == 0 and "OK layers" in out, out
+
+
+def test_a_rank_that_raises_mid_training_fails_the_others_promptly():
+    """Rank 1 raises in batch 3 and exits; the other three get a TensorFlow error naming rank 1
+    instead of hanging (run_workers kills a worker after 180 s, which fails this test)."""
+    outputs = run_on_two_hosts("raise")
+    raised = [out for rc, out in outputs if "rank 1 raised on purpose" in out]
+    assert len(raised) == 1, outputs
+    for rc, out in outputs:
+        if out not in raised:
+            assert rc == 3 and "ERROR" in out and "rank 1" in out, out
 
 
 def launch(sockets, np_, command, timeout_s=180):

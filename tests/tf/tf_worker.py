@@ -108,17 +108,25 @@ def tape_scenario():
         w = tf.Variable(tf.zeros([3, 1]))
         b = tf.Variable(tf.zeros([1]))
         opt = tf.keras.optimizers.SGD(learning_rate=0.1)
-        for _ in range(20):
-            tape_cls = hvd.DistributedGradientTape if distributed else tf.GradientTape
-            with tape_cls() as tape:
+
+        def step():
+            with tf.GradientTape() as tape:
                 loss = tf.reduce_mean(tf.square(x @ w + b - y))
+            if distributed:
+                tape = hvd.DistributedGradientTape(tape)  # Horovod's idiom: wrap the tape
             grads = tape.gradient(loss, [w, b])
             opt.apply_gradients(zip(grads, [w, b]))
+
+        run = tf.function(step) if compiled else step
+        for _ in range(20):
+            run()
         return np.concatenate([w.numpy().ravel(), b.numpy()])
 
-    distributed = train(x_all[shard], y_all[shard], True)
-    single = train(x_all, y_all, False)
-    check(np.allclose(distributed, single, atol=1e-5), f"weights {distributed} vs {single}")
+    for compiled in (False, True):
+        distributed = train(x_all[shard], y_all[shard], True)
+        single = train(x_all, y_all, False)
+        check(np.allclose(distributed, single, atol=1e-5),
+              f"weights (tf.function={compiled}) {distributed} vs {single}")
     everyone = hvd.allgather(tf.constant(distributed[None, :]), name="weights").numpy()
     check(np.all(everyone == everyone[0]), "weights differ between ranks")
     check(not hvd.mpi_built() and not hvd.nccl_built(), "*_built")
@@ -154,6 +162,11 @@ def fit_scenario():
 
 
 if __name__ == "__main__":
-    {"ops": ops_scenario, "more_ops": more_ops_scenario, "tape": tape_scenario,
-     "fit": fit_scenario}[sys.argv[1]]()
+    import api_scenarios
+    import training_scenarios
+    scenarios = {"ops": ops_scenario, "more_ops": more_ops_scenario, "tape": tape_scenario,
+                 "fit": fit_scenario}
+    scenarios.update(api_scenarios.SCENARIOS)
+    scenarios.update(training_scenarios.SCENARIOS)
+    scenarios[sys.argv[1]]()
     print(f"OK {sys.argv[1]}", flush=True)

@@ -1,4 +1,4 @@
-// TensorFlow ops that forward collectives to the host's allreduced daemon through the client
+// TensorFlow op kernels that forward collectives to the host's allreduced daemon through the client
 // library's C API (DESIGN.md "Thin framework coupling"). CPU kernels: the input is copied into the
 // client's shared-memory arena at submit; the result is copied out of the daemon's result arena
 // when the completion arrives (on the client's receiver thread), then the op finishes.
@@ -10,8 +10,8 @@
 #include "client/allreduced_client.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
 #include "tfplugin/ops/global_client.h"
+#include "tfplugin/ops/requests.h"
 
 namespace ard::tf {
 namespace {
@@ -21,26 +21,6 @@ using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
-
-constexpr int kAllreduce = 1, kAllgather = 2, kBroadcast = 3, kAlltoall = 4, kReducescatter = 5,
-              kBarrier = 6, kJoin = 7;
-
-int WireDtype(::tensorflow::DataType t) {
-  switch (t) {
-    case ::tensorflow::DT_UINT8: return 1;
-    case ::tensorflow::DT_INT8: return 2;
-    case ::tensorflow::DT_UINT16: return 3;
-    case ::tensorflow::DT_INT16: return 4;
-    case ::tensorflow::DT_INT32: return 5;
-    case ::tensorflow::DT_INT64: return 6;
-    case ::tensorflow::DT_HALF: return 7;
-    case ::tensorflow::DT_BFLOAT16: return 8;
-    case ::tensorflow::DT_FLOAT: return 9;
-    case ::tensorflow::DT_DOUBLE: return 10;
-    case ::tensorflow::DT_BOOL: return 11;
-    default: return 0;
-  }
-}
 
 // One submitted op, alive from submit until its completion callback has run.
 struct Pending {
@@ -88,26 +68,12 @@ void OnComplete(void* user, uint64_t handle, const ard_result* result) {
   if (p->remaining == nullptr || p->remaining->fetch_sub(1) == 1) p->done();
 }
 
-// Fills the request fields common to every op.
-void FillRequest(const Tensor& input, int collective, const std::string& name,
-                 std::vector<int64_t>* shape, ard_request* req) {
-  shape->resize(input.dims());
-  for (int d = 0; d < input.dims(); ++d) (*shape)[d] = input.dim_size(d);
-  ard_request_init(req);
-  req->collective = collective;
-  req->dtype = WireDtype(input.dtype());
-  req->name = name.c_str();
-  req->ndims = static_cast<int>(shape->size());
-  req->shape = shape->data();
-  req->data = input.tensor_data().data();
-  req->bytes = input.TotalBytes();
-}
-
 class CollectiveOp : public AsyncOpKernel {
  public:
   CollectiveOp(OpKernelConstruction* c, int collective)
       : AsyncOpKernel(c), collective_(collective) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_));
     if (tensor_name_.empty()) tensor_name_ = name();
     if (collective == kAllreduce || collective == kReducescatter) {
       OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
@@ -119,7 +85,7 @@ class CollectiveOp : public AsyncOpKernel {
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const char* why = nullptr;
-    ard_client* client = GlobalClient(&why);
+    ard_client* client = ProcessSetClient(process_set_, &why);
     OP_REQUIRES_ASYNC(ctx, client != nullptr, absl::FailedPreconditionError(why), done);
     std::vector<int64_t> shape;
     std::vector<int64_t> splits;
@@ -162,6 +128,7 @@ class CollectiveOp : public AsyncOpKernel {
  private:
   const int collective_;
   std::string tensor_name_;
+  int process_set_ = 0;
   int reduce_op_ = 1;
   int root_rank_ = 0;
   float prescale_ = 1.0f;
@@ -175,22 +142,27 @@ class Op : public CollectiveOp {
   explicit Op(OpKernelConstruction* c) : CollectiveOp(c, kCollective) {}
 };
 
-// N tensors reduced as one atomic group (the daemon negotiates them together). All requests are
-// submitted before any completes, so eager execution cannot deadlock on a partial group.
-class GroupedAllreduceOp : public AsyncOpKernel {
+// N tensors as one atomic group (the daemon negotiates them together): grouped allreduce,
+// allgather or reducescatter. All requests are submitted before any completes, so eager execution
+// cannot deadlock on a partial group.
+template <int kCollective>
+class GroupedOp : public AsyncOpKernel {
  public:
-  explicit GroupedAllreduceOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+  explicit GroupedOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    if (kCollective != kAllgather) {
+      OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
+      OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
+      OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+    }
     OP_REQUIRES_OK(c, c->GetAttr("group_id", &group_id_));
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_));
     if (tensor_name_.empty()) tensor_name_ = name();
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const char* why = nullptr;
-    ard_client* client = GlobalClient(&why);
+    ard_client* client = ProcessSetClient(process_set_, &why);
     OP_REQUIRES_ASYNC(ctx, client != nullptr, absl::FailedPreconditionError(why), done);
     const int n = ctx->num_inputs();
     if (n == 0) {
@@ -202,13 +174,15 @@ class GroupedAllreduceOp : public AsyncOpKernel {
       std::vector<int64_t> shape;
       ard_request req;
       const std::string name = tensor_name_ + "." + std::to_string(i);
-      FillRequest(ctx->input(i), kAllreduce, name, &shape, &req);
+      FillRequest(ctx->input(i), kCollective, name, &shape, &req);
+      OP_REQUIRES_ASYNC(ctx, req.dtype != 0,
+                        absl::InvalidArgumentError("allreduced does not support this dtype"), done);
       req.reduce_op = reduce_op_;
       req.prescale = prescale_;
       req.postscale = postscale_;
       req.group_id = group_id_;
       req.group_size = n;
-      auto* pending = new Pending{ctx, done, client, kAllreduce, i, remaining};
+      auto* pending = new Pending{ctx, done, client, kCollective, i, remaining};
       char err[512] = {};
       uint64_t handle = 0;
       const int code = ard_submit(client, &req, &OnComplete, pending, &handle, err, sizeof(err));
@@ -227,9 +201,36 @@ class GroupedAllreduceOp : public AsyncOpKernel {
   int reduce_op_ = 1;
   float prescale_ = 1.0f, postscale_ = 1.0f;
   int group_id_ = -1;
+  int process_set_ = 0;
   std::string tensor_name_;
 };
 
+// rank, size, local_rank or local_size (attr `index` 0..3) of this process, read when the op runs,
+// so graphs built before init() (or saved and restored) see the process's real place.
+class TopologyOp : public ::tensorflow::OpKernel {
+ public:
+  explicit TopologyOp(OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("index", &index_));
+    OP_REQUIRES(c, index_ >= 0 && index_ < 4, absl::InvalidArgumentError("index must be 0..3"));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const char* why = nullptr;
+    ard_client* client = ProcessSetClient(0, &why);
+    OP_REQUIRES(ctx, client != nullptr, absl::FailedPreconditionError(why));
+    ard_topology t;
+    ard_client_topology(client, &t);
+    const int values[4] = {t.rank, t.size, t.local_rank, t.local_size};
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int32_t>()() = values[index_];
+  }
+
+ private:
+  int index_ = 0;
+};
+
+REGISTER_KERNEL_BUILDER(Name("AllreducedTopology").Device(::tensorflow::DEVICE_CPU), TopologyOp);
 REGISTER_KERNEL_BUILDER(Name("AllreducedAllreduce").Device(::tensorflow::DEVICE_CPU),
                         Op<kAllreduce>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedAllgather").Device(::tensorflow::DEVICE_CPU),
@@ -245,104 +246,11 @@ REGISTER_KERNEL_BUILDER(Name("AllreducedBarrier").Device(::tensorflow::DEVICE_CP
 REGISTER_KERNEL_BUILDER(Name("AllreducedJoin").Device(::tensorflow::DEVICE_CPU),
                         Op<kJoin>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedGroupedAllreduce").Device(::tensorflow::DEVICE_CPU),
-                        GroupedAllreduceOp);
+                        GroupedOp<kAllreduce>);
+REGISTER_KERNEL_BUILDER(Name("AllreducedGroupedAllgather").Device(::tensorflow::DEVICE_CPU),
+                        GroupedOp<kAllgather>);
+REGISTER_KERNEL_BUILDER(Name("AllreducedGroupedReducescatter").Device(::tensorflow::DEVICE_CPU),
+                        GroupedOp<kReducescatter>);
 
 }  // namespace
 }  // namespace ard::tf
-
-using ::tensorflow::shape_inference::InferenceContext;
-
-REGISTER_OP("AllreducedAllreduce")
-    .Attr("T: {uint8, int8, int32, int64, half, bfloat16, float, double}")
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
-    .Attr("tensor_name: string = ''")
-    .Input("tensor: T")
-    .Output("reduced: T")
-    .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->input(0));
-      return absl::OkStatus();
-    });
-
-REGISTER_OP("AllreducedAllgather")
-    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}")
-    .Attr("tensor_name: string = ''")
-    .Input("tensor: T")
-    .Output("gathered: T")
-    .SetShapeFn([](InferenceContext* c) {
-      ::tensorflow::shape_inference::ShapeHandle out;
-      TF_RETURN_IF_ERROR(c->ReplaceDim(c->input(0), 0, c->UnknownDim(), &out));
-      c->set_output(0, out);
-      return absl::OkStatus();
-    });
-
-REGISTER_OP("AllreducedBroadcast")
-    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}")
-    .Attr("root_rank: int")
-    .Attr("tensor_name: string = ''")
-    .Input("tensor: T")
-    .Output("output: T")
-    .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->input(0));
-      return absl::OkStatus();
-    });
-
-REGISTER_OP("AllreducedAlltoall")
-    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}")
-    .Attr("Tsplits: {int32, int64} = DT_INT64")
-    .Attr("tensor_name: string = ''")
-    .Input("tensor: T")
-    .Input("splits: Tsplits")
-    .Output("output: T")
-    .Output("received_splits: int64")
-    .SetShapeFn([](InferenceContext* c) {
-      ::tensorflow::shape_inference::ShapeHandle out;
-      TF_RETURN_IF_ERROR(c->ReplaceDim(c->input(0), 0, c->UnknownDim(), &out));
-      c->set_output(0, out);
-      c->set_output(1, c->Vector(c->UnknownDim()));
-      return absl::OkStatus();
-    });
-
-REGISTER_OP("AllreducedReducescatter")
-    .Attr("T: {uint8, int8, int32, int64, half, bfloat16, float, double}")
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
-    .Attr("tensor_name: string = ''")
-    .Input("tensor: T")
-    .Output("output: T")
-    .SetShapeFn([](InferenceContext* c) {
-      ::tensorflow::shape_inference::ShapeHandle out;
-      TF_RETURN_IF_ERROR(c->ReplaceDim(c->input(0), 0, c->UnknownDim(), &out));
-      c->set_output(0, out);
-      return absl::OkStatus();
-    });
-
-REGISTER_OP("AllreducedBarrier")
-    .Attr("tensor_name: string = ''")
-    .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) { return absl::OkStatus(); });
-
-REGISTER_OP("AllreducedJoin")
-    .Attr("tensor_name: string = ''")
-    .Output("last_joined_rank: int32")
-    .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->Scalar());
-      return absl::OkStatus();
-    });
-
-REGISTER_OP("AllreducedGroupedAllreduce")
-    .Attr("T: list({uint8, int8, int32, int64, half, bfloat16, float, double})")
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
-    .Attr("group_id: int")
-    .Attr("tensor_name: string = ''")
-    .Input("tensors: T")
-    .Output("reduced: T")
-    .SetShapeFn([](InferenceContext* c) {
-      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
-      return absl::OkStatus();
-    });

@@ -1,0 +1,143 @@
+"""Connecting to the daemon and this process's place in the job (Horovod's init/rank/size...)."""
+import ctypes
+
+from allreduced.tensorflow.ops_library import library, ops
+
+# Horovod's reduce-op objects; the values are the daemon's wire::ReduceOp numbers.
+Sum = 1
+Average = 2
+Min = 3
+Max = 4
+Product = 5
+# Adasum is not implemented by allreduced; collectives given it raise NotImplementedError.
+Adasum = 6
+
+_initialized = [False]
+
+
+def _check_call(code, err, what):
+    if code != 0:
+        raise RuntimeError(f"allreduced {what} failed: " + err.value.decode(errors="replace"))
+
+
+def init(comm=None, process_sets=None):
+    """Connects to the local daemon and waits until every rank of the job registered. `comm` (an
+    MPI communicator or list of ranks in Horovod) is not supported: ranks come from the launcher's
+    environment. `process_sets` are ProcessSet objects to register right away, collectively."""
+    if comm is not None:
+        raise NotImplementedError("allreduced: init(comm=...) is not supported; the job's ranks "
+                                  "come from the launcher's environment (see README)")
+    err = ctypes.create_string_buffer(512)
+    _check_call(library().allreduced_tf_init(err, ctypes.c_size_t(len(err))), err, "init")
+    _initialized[0] = True
+    if process_sets:
+        from allreduced.tensorflow import process_sets as _ps
+        for ps in process_sets:
+            _ps.add_process_set(ps)
+
+
+def shutdown():
+    from allreduced.tensorflow import process_sets as _ps
+    library().allreduced_tf_shutdown()
+    _ps._forget_all()
+    _initialized[0] = False
+
+
+def is_initialized():
+    return _initialized[0]
+
+
+def _topology():
+    values = (ctypes.c_int * 6)()
+    library().allreduced_tf_topology(values)
+    if values[0] < 0:
+        raise ValueError("allreduced has not been initialized; use allreduced.tensorflow.init().")
+    return list(values)
+
+
+def rank():
+    return _topology()[0]
+
+
+def size():
+    return _topology()[1]
+
+
+def local_rank():
+    return _topology()[2]
+
+
+def local_size():
+    return _topology()[3]
+
+
+def cross_rank():
+    return _topology()[4]
+
+
+def cross_size():
+    return _topology()[5]
+
+
+def is_homogeneous():
+    """True: allreduced requires the same number of ranks on every host of a job."""
+    return True
+
+
+def _topology_op(index, name):
+    return ops().allreduced_topology(index=index, name=name)
+
+
+def rank_op(name=None):
+    """The rank as an op (read when it runs, so a graph built before init() works)."""
+    return _topology_op(0, name or "rank_op")
+
+
+def size_op(name=None):
+    return _topology_op(1, name or "size_op")
+
+
+def local_rank_op(name=None):
+    return _topology_op(2, name or "local_rank_op")
+
+
+def local_size_op(name=None):
+    return _topology_op(3, name or "local_size_op")
+
+
+# What this build has, answered truthfully for allreduced: collectives go through the daemon's
+# own TCP data plane and shared memory, not MPI, Gloo, NCCL (GPU path: the GPU issue) or oneCCL.
+def mpi_built():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def nccl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def mpi_threads_supported():
+    return False
