@@ -80,6 +80,12 @@ void JobRegistry::OnFrame(const std::shared_ptr<Session>& s, local::DecodedFrame
     case wire::MsgType::kGpuSubmit:
       // The GPU orchestration (daemon/gpu: GpuJob, IpcCache) is not connected to the job
       // registry yet; say so to this process only.
+      if (!options_.gpu_unavailable.empty()) {
+        ReplyError(*s, frame.request_id,
+                   absl::FailedPreconditionError(
+                       absl::StrCat("no GPU on this daemon: ", options_.gpu_unavailable)));
+        return;
+      }
       ReplyError(*s, frame.request_id,
                  absl::UnimplementedError("this daemon does not serve the GPU path yet (GPU "
                                           "registration and submits are decoded, not executed)"));

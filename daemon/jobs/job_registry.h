@@ -37,6 +37,8 @@ struct JobOptions {
   uint64_t max_result_bytes = 8ull << 30;
   absl::Duration rpc_timeout = absl::Seconds(2);
   absl::Duration cycle_time = absl::ZeroDuration();  // coalescing delay for host-ready tensors
+  // GPU path: why this daemon has no usable GPU device ("" when it has one).
+  std::string gpu_unavailable;
 };
 
 namespace tcp = dataplane::tcp;
