@@ -7,6 +7,7 @@
 #include <nccl.h>
 
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -251,15 +252,8 @@ class NcclCommunicator : public Communicator {
 
 class CudaDevice : public Device {
  public:
-  explicit CudaDevice(int count) : count_(count) {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found;
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
-                                         &found) == cudaSuccess &&
-        found == cudaDriverEntryPointSuccess) {
-      get_range_ = reinterpret_cast<GetRangeFn>(fn);
-    }
-  }
+  // Touches no GPU: contexts are created by the first call that needs one.
+  explicit CudaDevice(int count) : count_(count) {}
 
   std::string Describe() const override {
     int runtime = 0, nccl = 0;
@@ -304,6 +298,15 @@ class CudaDevice : public Device {
           " (stale handle, or memory this process does not own)"));
     }
     size_t size = 0;
+    std::call_once(range_once_, [this] {
+      void* fn = nullptr;
+      cudaDriverEntryPointQueryResult found;
+      if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                           &found) == cudaSuccess &&
+          found == cudaDriverEntryPointSuccess) {
+        get_range_ = reinterpret_cast<GetRangeFn>(fn);
+      }
+    });
     if (get_range_ != nullptr) {
       CUdeviceptr base = 0;
       if (get_range_(&base, &size, reinterpret_cast<CUdeviceptr>(data)) != CUDA_SUCCESS) size = 0;
@@ -358,12 +361,14 @@ class CudaDevice : public Device {
   }
 
   absl::Status Record(Event& event, Stream& stream) override {
+    ARD_CUDA_RETURN(cudaSetDevice(stream.device()), stream.device());
     ARD_CUDA_RETURN(cudaEventRecord(static_cast<CudaEvent&>(event).get(), StreamOf(stream)),
                     stream.device());
     return absl::OkStatus();
   }
 
   absl::Status Wait(Stream& stream, Event& event) override {
+    ARD_CUDA_RETURN(cudaSetDevice(stream.device()), stream.device());
     ARD_CUDA_RETURN(
         cudaStreamWaitEvent(StreamOf(stream), static_cast<CudaEvent&>(event).get(), 0),
         stream.device());
@@ -371,12 +376,14 @@ class CudaDevice : public Device {
   }
 
   absl::Status CopyAsync(void* dst, const void* src, size_t bytes, Stream& stream) override {
+    ARD_CUDA_RETURN(cudaSetDevice(stream.device()), stream.device());
     ARD_CUDA_RETURN(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, StreamOf(stream)),
                     stream.device());
     return absl::OkStatus();
   }
 
   absl::Status Synchronize(Stream& stream) override {
+    ARD_CUDA_RETURN(cudaSetDevice(stream.device()), stream.device());
     ARD_CUDA_RETURN(cudaStreamSynchronize(StreamOf(stream)), stream.device());
     return absl::OkStatus();
   }
@@ -419,7 +426,8 @@ class CudaDevice : public Device {
   }
 
   const int count_;
-  GetRangeFn get_range_ = nullptr;
+  std::once_flag range_once_;
+  GetRangeFn get_range_ = nullptr;  // set once, under range_once_
 };
 
 absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CudaDevice::InitCommunicators(
