@@ -6,8 +6,7 @@
 
 extern "C" int ard_gpu_probe(int device, char* err, size_t err_len) {
   std::unique_ptr<ard::client::GpuStaging> staging;
-  ard::client::Status status =
-      ard::client::GpuStaging::Create(device, 1 << 20, 1, &staging);
+  ard::client::Status status = ard::client::GpuStaging::Create(device, 1 << 20, 1, &staging);
   if (!status.ok() && err != nullptr && err_len > 0) {
     std::snprintf(err, err_len, "%s", status.message().c_str());
   }

@@ -36,9 +36,9 @@ Status GpuStaging::Create(int device, uint64_t arena_bytes, uint32_t num_events,
   s->device_ = device;
   cuda::CUresult r = d->DeviceGet(&s->cu_device_, device);
   if (r != cuda::kSuccess) {
-    return {wire::Code::kFailedPrecondition,
-            "no CUDA driver/device: GPU " + std::to_string(device) + ": " +
-                d->Error("cuDeviceGet", r).message()};
+    return {wire::Code::kFailedPrecondition, "no CUDA driver/device: GPU " +
+                                                 std::to_string(device) + ": " +
+                                                 d->Error("cuDeviceGet", r).message()};
   }
   if ((r = d->DevicePrimaryCtxRetain(&s->context_, s->cu_device_)) != cuda::kSuccess) {
     s->context_ = nullptr;
@@ -100,8 +100,8 @@ Status GpuStaging::CopyIn(uint64_t offset, const void* src, size_t bytes, uint32
   ARD_CLIENT_RETURN_IF_ERROR(Check(offset, bytes, event));
   ScopedContext ctx(*driver_, context_);
   auto s = static_cast<cuda::CUstream>(stream);
-  cuda::CUresult r = driver_->MemcpyAsync(arena_ + offset,
-                                          reinterpret_cast<cuda::CUdeviceptr>(src), bytes, s);
+  cuda::CUresult r =
+      driver_->MemcpyAsync(arena_ + offset, reinterpret_cast<cuda::CUdeviceptr>(src), bytes, s);
   if (r != cuda::kSuccess) return driver_->Error("cuMemcpyAsync (into staging)", r);
   if ((r = driver_->EventRecord(events_[event], s)) != cuda::kSuccess) {
     return driver_->Error("cuEventRecord", r);
@@ -109,8 +109,7 @@ Status GpuStaging::CopyIn(uint64_t offset, const void* src, size_t bytes, uint32
   return OkStatus();
 }
 
-Status GpuStaging::CopyOut(uint64_t offset, void* dst, size_t bytes, uint32_t event,
-                           void* stream) {
+Status GpuStaging::CopyOut(uint64_t offset, void* dst, size_t bytes, uint32_t event, void* stream) {
   ARD_CLIENT_RETURN_IF_ERROR(Check(offset, bytes, event));
   ScopedContext ctx(*driver_, context_);
   auto s = static_cast<cuda::CUstream>(stream);

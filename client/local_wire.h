@@ -216,10 +216,10 @@ static_assert(sizeof(Error) == 8, "wire layout");
 // and answers GPU_REGISTERED, or ERROR with header.request_id echoed (wrong device, stale handle,
 // memory the process does not own, pool too large): the error goes to that process only.
 // Per tensor: the client copies the input into the arena on the framework's stream, records pool
-// event `event` there, and sends GPU_SUBMIT. The daemon's stream waits on that event, reduces, writes
-// the result in place (same offset) and records the same event, then sends COMPLETE (bytes 0). The
-// client makes the framework's stream wait on the event and copies the result out: the host never
-// waits for the GPU.
+// event `event` there, and sends GPU_SUBMIT. The daemon's stream waits on that event, reduces,
+// writes the result in place (same offset) and records the same event, then sends COMPLETE (bytes
+// 0). The client makes the framework's stream wait on the event and copies the result out: the
+// host never waits for the GPU.
 inline constexpr size_t kIpcHandleBytes = 64;   // CU_IPC_HANDLE_SIZE
 inline constexpr uint32_t kMaxGpuEvents = 1024;  // tail of GPU_REGISTER fits a frame
 

@@ -20,13 +20,12 @@ namespace {
 
 absl::Status CudaError(cudaError_t err, const char* call, int device) {
   cudaGetLastError();  // clear a non-sticky error so later calls start clean
-  return absl::InternalError(
-      absl::StrCat(call, " on GPU ", device, ": ", cudaGetErrorString(err)));
+  return absl::InternalError(absl::StrCat(call, " on GPU ", device, ": ", cudaGetErrorString(err)));
 }
 
-#define ARD_CUDA_RETURN(call, device)                               \
-  do {                                                              \
-    cudaError_t ard_err_ = (call);                                  \
+#define ARD_CUDA_RETURN(call, device)                                       \
+  do {                                                                      \
+    cudaError_t ard_err_ = (call);                                          \
     if (ard_err_ != cudaSuccess) return CudaError(ard_err_, #call, device); \
   } while (0)
 
@@ -51,16 +50,26 @@ bool NcclAccepted(ncclResult_t res) { return res == ncclSuccess || res == ncclIn
 
 absl::StatusOr<ncclDataType_t> NcclType(wire::DataType dtype) {
   switch (dtype) {
-    case wire::DataType::kUint8: return ncclUint8;
-    case wire::DataType::kInt8: return ncclInt8;
-    case wire::DataType::kBool: return ncclUint8;  // data movement only
-    case wire::DataType::kInt32: return ncclInt32;
-    case wire::DataType::kInt64: return ncclInt64;
-    case wire::DataType::kFloat16: return ncclFloat16;
-    case wire::DataType::kBfloat16: return ncclBfloat16;
-    case wire::DataType::kFloat32: return ncclFloat32;
-    case wire::DataType::kFloat64: return ncclFloat64;
-    default: return absl::InvalidArgumentError("dtype not supported by NCCL");
+    case wire::DataType::kUint8:
+      return ncclUint8;
+    case wire::DataType::kInt8:
+      return ncclInt8;
+    case wire::DataType::kBool:
+      return ncclUint8;  // data movement only
+    case wire::DataType::kInt32:
+      return ncclInt32;
+    case wire::DataType::kInt64:
+      return ncclInt64;
+    case wire::DataType::kFloat16:
+      return ncclFloat16;
+    case wire::DataType::kBfloat16:
+      return ncclBfloat16;
+    case wire::DataType::kFloat32:
+      return ncclFloat32;
+    case wire::DataType::kFloat64:
+      return ncclFloat64;
+    default:
+      return absl::InvalidArgumentError("dtype not supported by NCCL");
   }
 }
 
@@ -137,10 +146,18 @@ class NcclCommunicator : public Communicator {
     ncclRedOp_t nccl_op = ncclSum;
     bool custom = false;
     switch (op) {
-      case wire::ReduceOp::kSum: nccl_op = ncclSum; break;
-      case wire::ReduceOp::kMin: nccl_op = ncclMin; break;
-      case wire::ReduceOp::kMax: nccl_op = ncclMax; break;
-      case wire::ReduceOp::kProduct: nccl_op = ncclProd; break;
+      case wire::ReduceOp::kSum:
+        nccl_op = ncclSum;
+        break;
+      case wire::ReduceOp::kMin:
+        nccl_op = ncclMin;
+        break;
+      case wire::ReduceOp::kMax:
+        nccl_op = ncclMax;
+        break;
+      case wire::ReduceOp::kProduct:
+        nccl_op = ncclProd;
+        break;
       case wire::ReduceOp::kAverage:
         if (average_over == size_) {
           nccl_op = ncclAvg;
@@ -159,8 +176,8 @@ class NcclCommunicator : public Communicator {
     return absl::OkStatus();
   }
 
-  absl::Status Broadcast(const void* send, void* recv, size_t count, wire::DataType dtype,
-                         int root, Stream& stream) override {
+  absl::Status Broadcast(const void* send, void* recv, size_t count, wire::DataType dtype, int root,
+                         Stream& stream) override {
     auto type = NcclType(dtype);
     if (!type.ok()) return type.status();
     cudaSetDevice(device_);
@@ -179,8 +196,8 @@ class NcclCommunicator : public Communicator {
     return absl::OkStatus();
   }
 
-  absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count,
-                             wire::DataType dtype, wire::ReduceOp op, Stream& stream) override {
+  absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, wire::DataType dtype,
+                             wire::ReduceOp op, Stream& stream) override {
     auto type = NcclType(dtype);
     if (!type.ok()) return type.status();
     ncclRedOp_t nccl_op = op == wire::ReduceOp::kMin       ? ncclMin
@@ -217,7 +234,9 @@ class NcclCommunicator : public Communicator {
     alignas(8) unsigned char scalar[8] = {};
     double factor = 1.0 / n;
     switch (dtype) {
-      case wire::DataType::kFloat64: std::memcpy(scalar, &factor, 8); break;
+      case wire::DataType::kFloat64:
+        std::memcpy(scalar, &factor, 8);
+        break;
       case wire::DataType::kFloat32: {
         float f = static_cast<float>(factor);
         std::memcpy(scalar, &f, 4);
@@ -259,8 +278,8 @@ class CudaDevice : public Device {
     int runtime = 0, nccl = 0;
     cudaRuntimeGetVersion(&runtime);
     ncclGetVersion(&nccl);
-    return absl::StrCat("cuda ", runtime / 1000, ".", (runtime % 1000) / 10, " nccl ",
-                        nccl / 10000, ".", (nccl / 100) % 100, ".", nccl % 100);
+    return absl::StrCat("cuda ", runtime / 1000, ".", (runtime % 1000) / 10, " nccl ", nccl / 10000,
+                        ".", (nccl / 100) % 100, ".", nccl % 100);
   }
 
   absl::StatusOr<int> DeviceCount() override { return count_; }
@@ -283,8 +302,7 @@ class CudaDevice : public Device {
     return out;
   }
 
-  absl::StatusOr<std::unique_ptr<Memory>> OpenMemory(int device,
-                                                     const IpcHandle& handle) override {
+  absl::StatusOr<std::unique_ptr<Memory>> OpenMemory(int device, const IpcHandle& handle) override {
     ARD_RETURN_IF_ERROR(CheckDevice(device));
     ARD_CUDA_RETURN(cudaSetDevice(device), device);
     cudaIpcMemHandle_t h;
@@ -293,9 +311,9 @@ class CudaDevice : public Device {
     cudaError_t err = cudaIpcOpenMemHandle(&data, h, cudaIpcMemLazyEnablePeerAccess);
     if (err != cudaSuccess) {
       cudaGetLastError();
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cudaIpcOpenMemHandle on GPU ", device, ": ", cudaGetErrorString(err),
-          " (stale handle, or memory this process does not own)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cudaIpcOpenMemHandle on GPU ", device, ": ", cudaGetErrorString(err),
+                       " (stale handle, or memory this process does not own)"));
     }
     size_t size = 0;
     std::call_once(range_once_, [this] {
@@ -346,8 +364,8 @@ class CudaDevice : public Device {
     cudaError_t err = cudaIpcOpenEventHandle(&event, h);
     if (err != cudaSuccess) {
       cudaGetLastError();
-      return absl::InvalidArgumentError(absl::StrCat("cudaIpcOpenEventHandle on GPU ", device,
-                                                     ": ", cudaGetErrorString(err)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cudaIpcOpenEventHandle on GPU ", device, ": ", cudaGetErrorString(err)));
     }
     return std::unique_ptr<Event>(new CudaEvent(event, device));
   }
@@ -369,9 +387,8 @@ class CudaDevice : public Device {
 
   absl::Status Wait(Stream& stream, Event& event) override {
     ARD_CUDA_RETURN(cudaSetDevice(stream.device()), stream.device());
-    ARD_CUDA_RETURN(
-        cudaStreamWaitEvent(StreamOf(stream), static_cast<CudaEvent&>(event).get(), 0),
-        stream.device());
+    ARD_CUDA_RETURN(cudaStreamWaitEvent(StreamOf(stream), static_cast<CudaEvent&>(event).get(), 0),
+                    stream.device());
     return absl::OkStatus();
   }
 
@@ -472,17 +489,17 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CudaDevice::InitCommu
       }
       if (absl::Now() > deadline) {
         abort_all();
-        return absl::DeadlineExceededError(absl::StrCat(
-            "NCCL communicator init (", size, " ranks) not done within ",
-            absl::FormatDuration(timeout), "; aborted"));
+        return absl::DeadlineExceededError(
+            absl::StrCat("NCCL communicator init (", size, " ranks) not done within ",
+                         absl::FormatDuration(timeout), "; aborted"));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
   std::vector<std::unique_ptr<Communicator>> out;
   for (size_t i = 0; i < comms.size(); ++i) {
-    out.push_back(std::make_unique<NcclCommunicator>(comms[i], local[i].rank, size,
-                                                     local[i].device));
+    out.push_back(
+        std::make_unique<NcclCommunicator>(comms[i], local[i].rank, size, local[i].device));
   }
   return out;
 }

@@ -87,9 +87,8 @@ absl::Status GpuJob::CheckInput(int rank, uint64_t offset, uint64_t bytes, uint3
   }
   const Rank& r = it->second;
   if (event >= r.events.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("event pool index ", event,
-                                                   " out of range (pool of ", r.events.size(),
-                                                   ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("event pool index ", event, " out of range (pool of ", r.events.size(), ")"));
   }
   if (offset > r.reg.arena_bytes || bytes > r.reg.arena_bytes - offset) {
     return absl::InvalidArgumentError(absl::StrCat("tensor [", offset, ", +", bytes,
@@ -147,8 +146,8 @@ absl::Status GpuJob::CheckHealth() {
   for (Communicator* comm : comms) {
     absl::Status status = comm->AsyncError();
     if (!status.ok()) {
-      absl::Status failure(status.code(), absl::StrCat("GPU ", comm->device(), " communicator: ",
-                                                       status.message()));
+      absl::Status failure(
+          status.code(), absl::StrCat("GPU ", comm->device(), " communicator: ", status.message()));
       Abort(failure);
       return failure;
     }

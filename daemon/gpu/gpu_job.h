@@ -50,7 +50,7 @@ struct GpuJobOptions {
   std::vector<CommRank> local_comm_ranks;   // this host's ranks of it, one per local GPU
   uint64_t initial_fusion_bytes = 1 << 20;  // per GPU; grows to the largest fused response
   absl::Duration init_timeout = absl::Seconds(60);
-  CrossHostReduce cross_host;               // kHierarchical with several hosts
+  CrossHostReduce cross_host;  // kHierarchical with several hosts
 };
 
 // One process's GPU registration (sent once by the client).

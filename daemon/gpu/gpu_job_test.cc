@@ -109,10 +109,13 @@ TEST_CASE("the daemon's work waits for the process's event, the process's read f
   // once (nothing waits on the host) and still reduces the late input.
   std::promise<void> gate;
   std::shared_future<void> gated = gate.get_future().share();
-  static_cast<void>(p.device().Issue(p.stream(), [gated] {
-    gated.wait();
-    return absl::OkStatus();
-  }, false));
+  static_cast<void>(p.device().Issue(
+      p.stream(),
+      [gated] {
+        gated.wait();
+        return absl::OkStatus();
+      },
+      false));
   p.Submit<float>(0, {2.5f, -1.0f}, 2);
   REQUIRE(job.Allreduce({Tensor(DataType::kFloat32, ReduceOp::kSum, 2, {{0, 0, 2}})}).ok());
   gate.set_value();
@@ -145,7 +148,8 @@ struct TwoHosts {
     ja = std::make_unique<GpuJob>(da, ca, oa);
     jb = std::make_unique<GpuJob>(db, cb, ob);
     for (int r = 0; r < 4; ++r) {
-      procs.push_back(std::make_unique<FakeProcess>(world, r < 2 ? "a" : "b", 100 + r, 2, r % 2, r));
+      procs.push_back(
+          std::make_unique<FakeProcess>(world, r < 2 ? "a" : "b", 100 + r, 2, r % 2, r));
       REQUIRE((r < 2 ? ja : jb)->RegisterRank(procs[r]->Registration()).ok());
     }
     UniqueId ida = *da.NewUniqueId(), idb = mode == GpuMode::kNccl ? ida : *db.NewUniqueId();
@@ -159,8 +163,8 @@ struct TwoHosts {
   void RunAllreduce(ReduceOp op) {
     for (int r = 0; r < 4; ++r) procs[r]->Submit<float>(64, {1.0f + r, 2.0f + 2 * r}, 3);
     auto run = [&](GpuJob& job, int first) {
-      return job.Allreduce({Tensor(DataType::kFloat32, op, 2,
-                                   {{first, 64, 3}, {first + 1, 64, 3}})});
+      return job.Allreduce(
+          {Tensor(DataType::kFloat32, op, 2, {{first, 64, 3}, {first + 1, 64, 3}})});
     };
     auto fb = std::async(std::launch::async, [&] { return run(*jb, 2); });
     REQUIRE(run(*ja, 0).ok());
@@ -191,14 +195,15 @@ TEST_CASE("a failed rank: the asynchronous error aborts the job; later work fail
   // Host b never issues its half: host a's collective stays pending on the GPU (Allreduce itself
   // returned: the host does not wait). Host b's process dies.
   for (int r = 0; r < 2; ++r) hosts.procs[r]->Submit<float>(64, {1, 1}, 3);
-  REQUIRE(hosts.ja->Allreduce({Tensor(DataType::kFloat32, ReduceOp::kSum, 2,
-                                      {{0, 64, 3}, {1, 64, 3}})}).ok());
+  REQUIRE(
+      hosts.ja->Allreduce({Tensor(DataType::kFloat32, ReduceOp::kSum, 2, {{0, 64, 3}, {1, 64, 3}})})
+          .ok());
   hosts.world.FailCommunicator(hosts.id, absl::UnavailableError("rank 2 exited"));
   absl::Status health = hosts.ja->CheckHealth();
   CHECK(health.code() == absl::StatusCode::kUnavailable);
   CHECK(std::string(health.message()).find("rank 2 exited") != std::string::npos);
-  absl::Status later = hosts.ja->Allreduce({Tensor(DataType::kFloat32, ReduceOp::kSum, 2,
-                                                   {{0, 64, 3}, {1, 64, 3}})});
+  absl::Status later = hosts.ja->Allreduce(
+      {Tensor(DataType::kFloat32, ReduceOp::kSum, 2, {{0, 64, 3}, {1, 64, 3}})});
   CHECK(later.code() == absl::StatusCode::kUnavailable);
 }
 
@@ -206,8 +211,8 @@ TEST_CASE("abort from the control loop unblocks a collective waiting for a silen
   TwoHosts hosts(GpuMode::kHierarchical, nullptr);  // no exchange: local communicator of 2 GPUs
   // Only GPU 0's rank gets work: GPU 1's rank is silent; the job is aborted (host went DOWN).
   hosts.ja->Abort(absl::UnavailableError("host b is DOWN"));
-  absl::Status status = hosts.ja->Allreduce({Tensor(DataType::kFloat32, ReduceOp::kSum, 2,
-                                                    {{0, 64, 3}, {1, 64, 3}})});
+  absl::Status status = hosts.ja->Allreduce(
+      {Tensor(DataType::kFloat32, ReduceOp::kSum, 2, {{0, 64, 3}, {1, 64, 3}})});
   CHECK(status.code() == absl::StatusCode::kUnavailable);
   CHECK(hosts.ja->CheckHealth().code() == absl::StatusCode::kUnavailable);
   // Host b's job is unaffected.

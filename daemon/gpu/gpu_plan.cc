@@ -39,9 +39,9 @@ absl::StatusOr<GpuPlan> PlanGpuJob(const std::string& setting, const std::vector
     plan.mode = GpuMode::kNccl;
     plan.reason = absl::StrCat("NCCL ", hosts[0].nccl_version, " on every host");
   } else if (setting == "nccl") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gpu_mode=nccl, but NCCL cannot span the job's hosts: ", hosts[0].host, " runs ",
-        hosts[0].nccl_version, " and another host a different version"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu_mode=nccl, but NCCL cannot span the job's hosts: ", hosts[0].host,
+                     " runs ", hosts[0].nccl_version, " and another host a different version"));
   } else {
     plan.mode = GpuMode::kHierarchical;
     plan.reason = "hosts run different NCCL versions, so NCCL cannot span them";

@@ -9,8 +9,8 @@ namespace ard::gpu {
 absl::Status IpcCache::CheckOwner(uint32_t pid, const IpcHandle& handle) {
   auto it = owner_.find(handle);
   if (it != owner_.end() && it->second != pid) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "IPC handle was registered by process ", it->second, "; pid ", pid, " does not own it"));
+    return absl::PermissionDeniedError(absl::StrCat("IPC handle was registered by process ",
+                                                    it->second, "; pid ", pid, " does not own it"));
   }
   return absl::OkStatus();
 }
@@ -43,9 +43,9 @@ absl::StatusOr<std::shared_ptr<Event>> IpcCache::OpenEvent(uint32_t pid, int dev
   if (it != events_.end()) return it->second;
   auto opened = device_.OpenEvent(device, handle);
   if (!opened.ok()) {
-    return absl::Status(opened.status().code(),
-                        absl::StrCat("event of pid ", pid, " on GPU ", device, ": ",
-                                     opened.status().message()));
+    return absl::Status(
+        opened.status().code(),
+        absl::StrCat("event of pid ", pid, " on GPU ", device, ": ", opened.status().message()));
   }
   std::shared_ptr<Event> event = std::move(*opened);
   events_.emplace(key, event);

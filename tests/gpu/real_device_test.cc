@@ -20,34 +20,55 @@ double Value(int r, size_t i) { return static_cast<double>((r + 1) * ((i % 5) + 
 
 void Encode(DataType dtype, double v, void* out) {
   switch (dtype) {
-    case DataType::kUint8: *static_cast<uint8_t*>(out) = static_cast<uint8_t>(v); break;
-    case DataType::kInt8: *static_cast<int8_t*>(out) = static_cast<int8_t>(v); break;
-    case DataType::kInt32: *static_cast<int32_t*>(out) = static_cast<int32_t>(v); break;
-    case DataType::kInt64: *static_cast<int64_t*>(out) = static_cast<int64_t>(v); break;
+    case DataType::kUint8:
+      *static_cast<uint8_t*>(out) = static_cast<uint8_t>(v);
+      break;
+    case DataType::kInt8:
+      *static_cast<int8_t*>(out) = static_cast<int8_t>(v);
+      break;
+    case DataType::kInt32:
+      *static_cast<int32_t*>(out) = static_cast<int32_t>(v);
+      break;
+    case DataType::kInt64:
+      *static_cast<int64_t*>(out) = static_cast<int64_t>(v);
+      break;
     case DataType::kFloat16:
       *static_cast<uint16_t*>(out) = collectives::FloatToHalf(static_cast<float>(v));
       break;
     case DataType::kBfloat16:
       *static_cast<uint16_t*>(out) = collectives::FloatToBfloat16(static_cast<float>(v));
       break;
-    case DataType::kFloat32: *static_cast<float*>(out) = static_cast<float>(v); break;
-    case DataType::kFloat64: *static_cast<double*>(out) = v; break;
-    default: break;
+    case DataType::kFloat32:
+      *static_cast<float*>(out) = static_cast<float>(v);
+      break;
+    case DataType::kFloat64:
+      *static_cast<double*>(out) = v;
+      break;
+    default:
+      break;
   }
 }
 
 double Decode(DataType dtype, const void* in) {
   switch (dtype) {
-    case DataType::kUint8: return *static_cast<const uint8_t*>(in);
-    case DataType::kInt8: return *static_cast<const int8_t*>(in);
-    case DataType::kInt32: return *static_cast<const int32_t*>(in);
-    case DataType::kInt64: return static_cast<double>(*static_cast<const int64_t*>(in));
-    case DataType::kFloat16: return collectives::HalfToFloat(*static_cast<const uint16_t*>(in));
+    case DataType::kUint8:
+      return *static_cast<const uint8_t*>(in);
+    case DataType::kInt8:
+      return *static_cast<const int8_t*>(in);
+    case DataType::kInt32:
+      return *static_cast<const int32_t*>(in);
+    case DataType::kInt64:
+      return static_cast<double>(*static_cast<const int64_t*>(in));
+    case DataType::kFloat16:
+      return collectives::HalfToFloat(*static_cast<const uint16_t*>(in));
     case DataType::kBfloat16:
       return collectives::Bfloat16ToFloat(*static_cast<const uint16_t*>(in));
-    case DataType::kFloat32: return *static_cast<const float*>(in);
-    case DataType::kFloat64: return *static_cast<const double*>(in);
-    default: return NAN;
+    case DataType::kFloat32:
+      return *static_cast<const float*>(in);
+    case DataType::kFloat64:
+      return *static_cast<const double*>(in);
+    default:
+      return NAN;
   }
 }
 
@@ -92,8 +113,8 @@ TEST_CASE("allreduce of every dtype and op across every local GPU") {
       std::vector<std::vector<char>> host(l.n, std::vector<char>(kCount * es));
       for (int r = 0; r < l.n; ++r) {
         for (size_t i = 0; i < kCount; ++i) Encode(dtype, Value(r, i), &host[r][i * es]);
-        REQUIRE(l.device->CopyAsync(l.bufs[r]->data(), host[r].data(), kCount * es,
-                                    *l.streams[r]).ok());
+        REQUIRE(l.device->CopyAsync(l.bufs[r]->data(), host[r].data(), kCount * es, *l.streams[r])
+                    .ok());
       }
       REQUIRE(l.device->GroupStart().ok());
       for (int r = 0; r < l.n; ++r) {
@@ -102,8 +123,8 @@ TEST_CASE("allreduce of every dtype and op across every local GPU") {
       }
       REQUIRE(l.device->GroupEnd().ok());
       for (int r = 0; r < l.n; ++r) {
-        REQUIRE(l.device->CopyAsync(host[r].data(), l.bufs[r]->data(), kCount * es,
-                                    *l.streams[r]).ok());
+        REQUIRE(l.device->CopyAsync(host[r].data(), l.bufs[r]->data(), kCount * es, *l.streams[r])
+                    .ok());
         REQUIRE(l.device->Synchronize(*l.streams[r]).ok());
         for (size_t i = 0; i < kCount; i += 97) {
           double sum = 0, mn = 1e9, mx = -1e9;
@@ -112,8 +133,10 @@ TEST_CASE("allreduce of every dtype and op across every local GPU") {
             mn = std::min(mn, Value(s, i));
             mx = std::max(mx, Value(s, i));
           }
-          double want = op == ReduceOp::kSum ? sum : op == ReduceOp::kMin ? mn
-                        : op == ReduceOp::kMax ? mx : sum / l.n;
+          double want = op == ReduceOp::kSum   ? sum
+                        : op == ReduceOp::kMin ? mn
+                        : op == ReduceOp::kMax ? mx
+                                               : sum / l.n;
           INFO("dtype " << static_cast<int>(dtype) << " op " << static_cast<int>(op));
           CHECK(Decode(dtype, &host[r][i * es]) == Approx(want).epsilon(0.01));
         }
@@ -131,8 +154,8 @@ TEST_CASE("broadcast, allgather and reducescatter across every local GPU") {
   std::vector<std::unique_ptr<Memory>> out;
   for (int r = 0; r < l.n; ++r) {
     for (size_t i = 0; i < in[r].size(); ++i) in[r][i] = static_cast<float>(r * 1000 + i);
-    REQUIRE(l.device->CopyAsync(l.bufs[r]->data(), in[r].data(), in[r].size() * 4,
-                                *l.streams[r]).ok());
+    REQUIRE(
+        l.device->CopyAsync(l.bufs[r]->data(), in[r].data(), in[r].size() * 4, *l.streams[r]).ok());
     out.push_back(*l.device->Allocate(r, count * l.n * 4));
   }
   auto run = [&](auto issue) {
@@ -155,8 +178,8 @@ TEST_CASE("broadcast, allgather and reducescatter across every local GPU") {
     for (int s = 0; s < l.n; ++s) CHECK(v[s * count + 3] == in[s][3]);
   }
   run([&](int r) {
-    return l.comms[r]->ReduceScatter(l.bufs[r]->data(), out[r]->data(), count,
-                                     DataType::kFloat32, ReduceOp::kSum, *l.streams[r]);
+    return l.comms[r]->ReduceScatter(l.bufs[r]->data(), out[r]->data(), count, DataType::kFloat32,
+                                     ReduceOp::kSum, *l.streams[r]);
   });
   for (int r = 0; r < l.n; ++r) {
     float want = 0;

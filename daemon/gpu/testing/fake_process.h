@@ -41,9 +41,9 @@ class FakeProcess {
   // Copies `values` into the arena at `offset` on the framework stream, then records `event`.
   template <typename T>
   void Submit(uint64_t offset, const std::vector<T>& values, uint32_t event) {
-    staged_.push_back(std::vector<char>(reinterpret_cast<const char*>(values.data()),
-                                        reinterpret_cast<const char*>(values.data()) +
-                                            values.size() * sizeof(T)));
+    staged_.push_back(std::vector<char>(
+        reinterpret_cast<const char*>(values.data()),
+        reinterpret_cast<const char*>(values.data()) + values.size() * sizeof(T)));
     static_cast<void>(dev_.CopyAsync(static_cast<char*>(arena_->data()) + offset,
                                      staged_.back().data(), staged_.back().size(), *stream_));
     static_cast<void>(dev_.Record(*events_[event], *stream_));

@@ -79,19 +79,19 @@ class HostCommunicator : public Communicator {
     }
     return Enqueue(Spec{Kind::kAllreduce, dtype, op, average_over, 0, count}, send, recv, stream);
   }
-  absl::Status Broadcast(const void* send, void* recv, size_t count, wire::DataType dtype,
-                         int root, Stream& stream) override {
+  absl::Status Broadcast(const void* send, void* recv, size_t count, wire::DataType dtype, int root,
+                         Stream& stream) override {
     if (root < 0 || root >= size()) return absl::InvalidArgumentError("broadcast root");
-    return Enqueue(Spec{Kind::kBroadcast, dtype, wire::ReduceOp::kSum, 1, root, count}, send,
-                   recv, stream);
+    return Enqueue(Spec{Kind::kBroadcast, dtype, wire::ReduceOp::kSum, 1, root, count}, send, recv,
+                   stream);
   }
   absl::Status Allgather(const void* send, void* recv, size_t send_count, wire::DataType dtype,
                          Stream& stream) override {
     return Enqueue(Spec{Kind::kAllgather, dtype, wire::ReduceOp::kSum, 1, 0, send_count}, send,
                    recv, stream);
   }
-  absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count,
-                             wire::DataType dtype, wire::ReduceOp op, Stream& stream) override {
+  absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, wire::DataType dtype,
+                             wire::ReduceOp op, Stream& stream) override {
     return Enqueue(Spec{Kind::kReduceScatter, dtype, op, size(), 0, recv_count}, send, recv,
                    stream);
   }
@@ -125,26 +125,29 @@ class HostCommunicator : public Communicator {
     auto group = group_;
     int rank = rank_;
     auto aborted = aborted_;
-    return device_.Issue(stream, [group, rank, seq, spec, send, recv, aborted] {
-      std::unique_lock<std::mutex> lock(group->mu);
-      CollectiveSlot& slot = group->slots[seq];
-      if (slot.sends.empty()) slot.sends.assign(group->size, nullptr);
-      slot.sends[rank] = send;
-      if (++slot.arrived == group->size && group->failure.ok()) {
-        Compute(spec, slot, group->size);
-        slot.done = true;
-        group->cv.notify_all();
-      }
-      group->cv.wait(lock, [&] { return slot.done || !group->failure.ok() || *aborted; });
-      if (!slot.done) {
-        return absl::UnavailableError(absl::StrCat(
-            "collective failed: ", group->failure.ok() ? "aborted" : group->failure.message()));
-      }
-      const std::vector<uint8_t>& out = slot.results[rank];
-      std::memcpy(recv, out.data(), out.size());
-      if (++slot.departed == group->size) group->slots.erase(seq);
-      return absl::OkStatus();
-    }, true);
+    return device_.Issue(
+        stream,
+        [group, rank, seq, spec, send, recv, aborted] {
+          std::unique_lock<std::mutex> lock(group->mu);
+          CollectiveSlot& slot = group->slots[seq];
+          if (slot.sends.empty()) slot.sends.assign(group->size, nullptr);
+          slot.sends[rank] = send;
+          if (++slot.arrived == group->size && group->failure.ok()) {
+            Compute(spec, slot, group->size);
+            slot.done = true;
+            group->cv.notify_all();
+          }
+          group->cv.wait(lock, [&] { return slot.done || !group->failure.ok() || *aborted; });
+          if (!slot.done) {
+            return absl::UnavailableError(absl::StrCat(
+                "collective failed: ", group->failure.ok() ? "aborted" : group->failure.message()));
+          }
+          const std::vector<uint8_t>& out = slot.results[rank];
+          std::memcpy(recv, out.data(), out.size());
+          if (++slot.departed == group->size) group->slots.erase(seq);
+          return absl::OkStatus();
+        },
+        true);
   }
 
  public:
@@ -220,9 +223,9 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> HostDevice::InitCommu
     if (!formed) {
       group->failure = absl::DeadlineExceededError("communicator init timed out");
       group->cv.notify_all();
-      return absl::DeadlineExceededError(absl::StrCat(
-          "communicator init: ", group->joined, " of ", size, " ranks joined within ",
-          absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(absl::StrCat("communicator init: ", group->joined, " of ",
+                                                      size, " ranks joined within ",
+                                                      absl::FormatDuration(timeout)));
     }
     if (!group->failure.ok()) return group->failure;
   }

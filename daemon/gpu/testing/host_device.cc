@@ -46,8 +46,13 @@ class HostMemory : public Memory {
  public:
   HostMemory(void* data, size_t size, int device, uint64_t id, int fd,
              std::shared_ptr<std::atomic<int>> mappings, HostWorld::State* world)
-      : data_(data), size_(size), device_(device), id_(id), fd_(fd),
-        mappings_(std::move(mappings)), world_(world) {
+      : data_(data),
+        size_(size),
+        device_(device),
+        id_(id),
+        fd_(fd),
+        mappings_(std::move(mappings)),
+        world_(world) {
     if (mappings_) ++*mappings_;
   }
   ~HostMemory() override {
@@ -211,8 +216,8 @@ absl::StatusOr<std::unique_ptr<Memory>> HostDevice::OpenMemory(int device,
     return absl::InvalidArgumentError("an IPC memory handle cannot be opened by its exporter");
   }
   if (it->second.device != device) {
-    return absl::InvalidArgumentError(absl::StrCat("IPC memory handle is for device ",
-                                                   it->second.device, ", not ", device));
+    return absl::InvalidArgumentError(
+        absl::StrCat("IPC memory handle is for device ", it->second.device, ", not ", device));
   }
   void* data =
       mmap(nullptr, it->second.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, it->second.fd, 0);
@@ -274,12 +279,15 @@ absl::Status HostDevice::Record(Event& event, Stream& stream) {
     std::lock_guard<std::mutex> lock(state->mu);
     generation = ++state->recorded;
   }
-  return Issue(stream, [state, generation] {
-    std::lock_guard<std::mutex> lock(state->mu);
-    if (state->completed < generation) state->completed = generation;
-    state->cv.notify_all();
-    return absl::OkStatus();
-  }, false);
+  return Issue(
+      stream,
+      [state, generation] {
+        std::lock_guard<std::mutex> lock(state->mu);
+        if (state->completed < generation) state->completed = generation;
+        state->cv.notify_all();
+        return absl::OkStatus();
+      },
+      false);
 }
 
 absl::Status HostDevice::Wait(Stream& stream, Event& event) {
@@ -290,20 +298,26 @@ absl::Status HostDevice::Wait(Stream& stream, Event& event) {
     target = state->recorded;  // the most recent Record issued before this Wait
   }
   auto* host_stream = static_cast<HostStream*>(&stream);
-  return Issue(stream, [state, target, host_stream] {
-    std::unique_lock<std::mutex> lock(state->mu);
-    while (state->completed < target && !host_stream->stopping()) {
-      state->cv.wait_for(lock, std::chrono::milliseconds(10));
-    }
-    return absl::OkStatus();
-  }, false);
+  return Issue(
+      stream,
+      [state, target, host_stream] {
+        std::unique_lock<std::mutex> lock(state->mu);
+        while (state->completed < target && !host_stream->stopping()) {
+          state->cv.wait_for(lock, std::chrono::milliseconds(10));
+        }
+        return absl::OkStatus();
+      },
+      false);
 }
 
 absl::Status HostDevice::CopyAsync(void* dst, const void* src, size_t bytes, Stream& stream) {
-  return Issue(stream, [dst, src, bytes] {
-    std::memmove(dst, src, bytes);
-    return absl::OkStatus();
-  }, false);
+  return Issue(
+      stream,
+      [dst, src, bytes] {
+        std::memmove(dst, src, bytes);
+        return absl::OkStatus();
+      },
+      false);
 }
 
 absl::Status HostDevice::Synchronize(Stream& stream) {

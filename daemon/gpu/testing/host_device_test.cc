@@ -1,11 +1,11 @@
 // The test double itself must keep the CUDA/NCCL rules the orchestration relies on.
 #include "daemon/gpu/testing/host_device.h"
 
-#include "catch2/catch.hpp"
-
 #include <cstring>
 #include <future>
 #include <thread>
+
+#include "catch2/catch.hpp"
 
 namespace ard::gpu::testing {
 namespace {
@@ -54,17 +54,23 @@ TEST_CASE("stream wait on an IPC event waits for the record issued before the wa
   std::atomic<int> order{0};
   int client_step = -1, daemon_step = -1;
   REQUIRE(client.CopyAsync(&order, &order, 0, *client_stream).ok());
-  static_cast<void>(client.Issue(*client_stream, [&] {
-    gate_future.wait();
-    client_step = order++;
-    return absl::OkStatus();
-  }, false));
+  static_cast<void>(client.Issue(
+      *client_stream,
+      [&] {
+        gate_future.wait();
+        client_step = order++;
+        return absl::OkStatus();
+      },
+      false));
   REQUIRE(client.Record(**ev, *client_stream).ok());
   REQUIRE(daemon.Wait(*daemon_stream, **opened).ok());
-  static_cast<void>(daemon.Issue(*daemon_stream, [&] {
-    daemon_step = order++;
-    return absl::OkStatus();
-  }, false));
+  static_cast<void>(daemon.Issue(
+      *daemon_stream,
+      [&] {
+        daemon_step = order++;
+        return absl::OkStatus();
+      },
+      false));
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(daemon_step == -1);  // still waiting on the event
   gate.set_value();
@@ -88,16 +94,20 @@ TEST_CASE("communicator ranks in two processes allreduce; several local ranks ne
   auto s0 = *a.CreateStream(0), s1 = *a.CreateStream(1), s2 = *b.CreateStream(0);
   float x0[2] = {1, 2}, x1[2] = {10, 20}, x2[2] = {100, 200};
   // Outside a group, a process holding two ranks is refused (NCCL would deadlock).
-  CHECK((*a_comms)[0]->Allreduce(x0, x0, 2, wire::DataType::kFloat32, wire::ReduceOp::kSum, 3,
-                                 *s0).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK((*a_comms)[0]
+            ->Allreduce(x0, x0, 2, wire::DataType::kFloat32, wire::ReduceOp::kSum, 3, *s0)
+            .code() == absl::StatusCode::kFailedPrecondition);
   REQUIRE(a.GroupStart().ok());
-  REQUIRE((*a_comms)[0]->Allreduce(x0, x0, 2, wire::DataType::kFloat32,
-                                   wire::ReduceOp::kAverage, 3, *s0).ok());
-  REQUIRE((*a_comms)[1]->Allreduce(x1, x1, 2, wire::DataType::kFloat32,
-                                   wire::ReduceOp::kAverage, 3, *s1).ok());
+  REQUIRE((*a_comms)[0]
+              ->Allreduce(x0, x0, 2, wire::DataType::kFloat32, wire::ReduceOp::kAverage, 3, *s0)
+              .ok());
+  REQUIRE((*a_comms)[1]
+              ->Allreduce(x1, x1, 2, wire::DataType::kFloat32, wire::ReduceOp::kAverage, 3, *s1)
+              .ok());
   REQUIRE(a.GroupEnd().ok());
-  REQUIRE((*b_comms)[0]->Allreduce(x2, x2, 2, wire::DataType::kFloat32,
-                                   wire::ReduceOp::kAverage, 3, *s2).ok());
+  REQUIRE((*b_comms)[0]
+              ->Allreduce(x2, x2, 2, wire::DataType::kFloat32, wire::ReduceOp::kAverage, 3, *s2)
+              .ok());
   REQUIRE(a.Synchronize(*s0).ok());
   REQUIRE(a.Synchronize(*s1).ok());
   REQUIRE(b.Synchronize(*s2).ok());
@@ -130,8 +140,8 @@ TEST_CASE("duplicate GPU, init timeout, and abort failing a peer's pending colle
   auto sa = *a.CreateStream(0);
   int32_t v = 5;
   // Rank 1 never joins this collective; rank 1 aborts, rank 0's pending one fails.
-  REQUIRE((*ac)[0]->Allreduce(&v, &v, 1, wire::DataType::kInt32, wire::ReduceOp::kSum, 2,
-                              *sa).ok());
+  REQUIRE(
+      (*ac)[0]->Allreduce(&v, &v, 1, wire::DataType::kInt32, wire::ReduceOp::kSum, 2, *sa).ok());
   CHECK((*ac)[0]->AsyncError().ok());
   (*bc)[0]->Abort();
   absl::Status done = a.Synchronize(*sa);

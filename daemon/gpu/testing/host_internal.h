@@ -79,8 +79,8 @@ struct HostWorld::State {
     int device = 0;
     uint32_t owner_pid = 0;
   };
-  std::map<uint64_t, Region> regions;                      // live allocations
-  std::map<uint64_t, std::weak_ptr<EventState>> events;    // live interprocess events
+  std::map<uint64_t, Region> regions;                    // live allocations
+  std::map<uint64_t, std::weak_ptr<EventState>> events;  // live interprocess events
   std::map<std::vector<uint8_t>, std::shared_ptr<CommGroup>> groups;
 };
 
