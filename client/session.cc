@@ -42,7 +42,19 @@ Status Session::Start() {
       config_.arena_segment_bytes, config_.arena_max_bytes,
       [this](uint32_t index, int fd, uint64_t bytes) { return PublishSegment(index, fd, bytes); },
       &arena_));
-  ARD_CLIENT_RETURN_IF_ERROR(SendHello());
+  if (Status hello = SendHello(); !hello.ok()) {
+    // A daemon that refuses this process (peer_policy, max_clients) sends an ERROR at once and
+    // may hang up before our HELLO: report its reason rather than the broken pipe.
+    Frame frame;
+    if (connection_->Receive(100, &frame).ok() &&
+        static_cast<MsgType>(frame.header.type) == MsgType::kError) {
+      int32_t code;
+      std::string message;
+      ARD_CLIENT_RETURN_IF_ERROR(DecodeError(frame.payload, frame.payload_bytes, &code, &message));
+      return WireStatus(code, message);
+    }
+    return hello;
+  }
   ARD_CLIENT_RETURN_IF_ERROR(AwaitWelcome());
   receiver_ = std::thread(&Session::ReceiveLoop, this);
   return OkStatus();

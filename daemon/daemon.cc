@@ -25,6 +25,7 @@
 #include "daemon/rpc/cluster_service.h"
 #include "daemon/rpc/grpc_peer_client.h"
 #include "daemon/rpc/grpc_server.h"
+#include "daemon/rpc/tls.h"
 
 namespace ard {
 namespace {
@@ -57,6 +58,10 @@ Daemon::~Daemon() { Shutdown(); }
 
 absl::Status Daemon::Start() {
   ARD_CHECK(!started_);
+  const rpc::TlsFiles tls{config_.tls_cert_file(), config_.tls_key_file(), config_.tls_ca_file()};
+  ARD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> server_credentials,
+                       rpc::MakeServerCredentials(tls));
+  ARD_ASSIGN_OR_RETURN(channel_credentials_, rpc::MakeChannelCredentials(tls));
   self_.set_name(config_.host_name());
   self_.set_version(kVersion);
   self_.set_instance_id(NewInstanceId());
@@ -78,7 +83,10 @@ absl::Status Daemon::Start() {
                                absl::Milliseconds(config_.stall_shutdown_ms()),
                                config_.result_segment_bytes(), config_.max_result_arena_bytes(),
                                absl::Milliseconds(config_.rpc_timeout_ms()),
-                               absl::Milliseconds(config_.cycle_time_ms()), gpu_unavailable});
+                               absl::Milliseconds(config_.cycle_time_ms()),
+                               static_cast<int>(config_.max_jobs()),
+                               static_cast<int>(config_.max_pending_tensors()),
+                               gpu_unavailable});
   const cluster::LocalJobsSource local_jobs = [this] { return jobs_->Summaries(); };
 
   const absl::Duration heartbeat = absl::Milliseconds(config_.heartbeat_ms());
@@ -89,7 +97,9 @@ absl::Status Daemon::Start() {
         *loop_, cluster::JobCoordinatorOptions{
                     config_.fusion_threshold_bytes(),
                     static_cast<uint64_t>(absl::ToUnixSeconds(absl::Now())),
-                    absl::Milliseconds(config_.stall_warning_ms()), config_.cache_capacity()});
+                    absl::Milliseconds(config_.stall_warning_ms()), config_.cache_capacity(),
+                    absl::Milliseconds(config_.stall_shutdown_ms()),
+                    [this](const std::string& host) { return coordinator_->IsUp(host); }});
     coordinator_ = std::make_unique<cluster::Coordinator>(
         *loop_, config_.host_name(),
         cluster::CoordinatorOptions{heartbeat, absl::Milliseconds(config_.host_timeout_ms()),
@@ -101,12 +111,17 @@ absl::Status Daemon::Start() {
     admin_handler = coordinator_.get();
   } else {
     peer_ = std::make_unique<rpc::GrpcPeerClient>(config_.coordinator(),
-                                                  absl::Milliseconds(config_.rpc_timeout_ms()));
+                                                  absl::Milliseconds(config_.rpc_timeout_ms()),
+                                                  channel_credentials_);
     agent_ = std::make_unique<cluster::ClusterAgent>(
         *loop_, *peer_, config_.host_name(),
         cluster::AgentOptions{config_.coordinator(), heartbeat,
                               absl::Milliseconds(config_.join_backoff_initial_ms()),
-                              absl::Milliseconds(config_.join_backoff_max_ms()), local_jobs});
+                              absl::Milliseconds(config_.join_backoff_max_ms()), local_jobs,
+                              absl::Milliseconds(config_.host_timeout_ms()),
+                              [this](const absl::Status& status) {
+                                jobs_->FailCrossHostJobs(status);
+                              }});
     cluster_handler = agent_.get();
     admin_handler = agent_.get();
   }
@@ -118,15 +133,22 @@ absl::Status Daemon::Start() {
   absl::Status status = [&]() -> absl::Status {
     local_ = std::make_unique<local::LocalSocketServer>(
         *loop_,
-        local::LocalSocketOptions{config_.local_socket(), config_.socket_group(),
-                                  config_.max_input_arena_bytes()},
+        local::LocalSocketOptions{config_.local_socket(),
+                                  config_.socket_group(),
+                                  config_.max_input_arena_bytes(),
+                                  static_cast<int>(config_.max_clients()),
+                                  absl::Milliseconds(config_.hello_timeout_ms()),
+                                  static_cast<size_t>(config_.max_client_outbox_bytes()),
+                                  config_.peer_policy(),
+                                  config_.allowed_group()},
         *jobs_);
     ARD_RETURN_IF_ERROR(local_->Start());  // before the loop runs: it registers fds
     loop_->Start();
     server_ = std::make_unique<rpc::GrpcServer>();
     ARD_ASSIGN_OR_RETURN(port_, server_->Start(config_.cluster_address(),
                                                {cluster_service_.get(), admin_service_.get(),
-                                                negotiation_service_.get()}));
+                                                negotiation_service_.get()},
+                                               server_credentials));
     self_.set_address(AdvertiseAddress(config_, port_));
     ARD_RETURN_IF_ERROR(StartDataPlane());
     return WritePortFile();
@@ -180,7 +202,7 @@ absl::Status Daemon::StartDataPlane() {
     negotiation_client_ = std::make_unique<cluster::LoopbackNegotiation>(*job_coordinator_);
   } else {
     negotiation_client_ = std::make_unique<rpc::GrpcPeerClient>(
-        config_.coordinator(), absl::Milliseconds(config_.rpc_timeout_ms()));
+        config_.coordinator(), absl::Milliseconds(config_.rpc_timeout_ms()), channel_credentials_);
   }
   cluster::PeerClient* client = negotiation_client_.get();
   dataplane::tcp::DataListener* listener = data_listener_.get();

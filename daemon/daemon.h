@@ -18,6 +18,10 @@
 #include "proto/common.pb.h"
 #include "proto/config.pb.h"
 
+namespace grpc {
+class ChannelCredentials;
+}  // namespace grpc
+
 namespace ard {
 
 namespace cluster {
@@ -81,6 +85,7 @@ class Daemon {
   std::unique_ptr<cluster::JobCoordinator> job_coordinator_;  // coordinator role only
   std::unique_ptr<cluster::Coordinator> coordinator_;    // coordinator role only
   std::unique_ptr<cluster::ClusterAgent> agent_;         // follower role only
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;  // plaintext or mutual TLS
   std::unique_ptr<rpc::GrpcPeerClient> peer_;            // to the coordinator; follower only
   std::unique_ptr<rpc::ClusterService> cluster_service_;
   std::unique_ptr<rpc::AdminService> admin_service_;

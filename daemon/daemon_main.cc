@@ -1,6 +1,7 @@
 #include "daemon/daemon_main.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <string>
@@ -11,6 +12,28 @@
 #include "daemon/daemon.h"
 
 namespace ard {
+namespace {
+
+// Every local client and peer connection is a file descriptor: raise the soft limit to the hard
+// one (often 1024 vs 1M) and warn when it cannot hold max_clients plus room for the rest.
+void RaiseFileLimit(uint32_t max_clients) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+    getrlimit(RLIMIT_NOFILE, &lim);
+  }
+  const rlim_t want = static_cast<rlim_t>(max_clients) * 2 + 256;
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < want) {
+    Logger("daemon")->warn(
+        "open file limit {} is low for max_clients {} (want about {}; a client holds a socket "
+        "and, briefly, its arena memfds); raise LimitNOFILE / ulimit -n",
+        lim.rlim_cur, max_clients, want);
+  }
+}
+
+}  // namespace
 
 int DaemonMain(int argc, char** argv) {
   bool help = false;
@@ -27,6 +50,7 @@ int DaemonMain(int argc, char** argv) {
   spdlog::level::level_enum level;
   ParseLogLevel(config->log_level(), &level).IgnoreError();  // validated by LoadConfig
   SetLogLevel(level);
+  RaiseFileLimit(config->max_clients());
 
   // Block the shutdown signals in every thread (threads inherit the mask); main waits for them.
   sigset_t signals;

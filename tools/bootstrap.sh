@@ -13,6 +13,8 @@ APT_PACKAGES=(
   python3 python3-pytest python3-venv
   systemd
   iproute2 procps
+  clang libclang-rt-14-dev   # hostile local clients: libFuzzer + ASan/UBSan (tests/fuzz/)
+  openssl util-linux   # fault suite (issue 7): test certificates; unshare/nsenter for link cuts
 )
 
 missing=()

@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "client/cli/bench_main.h"
+#include "daemon/rpc/tls.h"
 #include "client/cli/status_format.h"
 #include "grpcpp/create_channel.h"
 #include "proto/admin.grpc.pb.h"
@@ -24,13 +25,16 @@ constexpr char kUsage[] =
     "                    the daemons' local sockets; takes its own options (bench --help)\n"
     "\n"
     "--daemon defaults to $ALLREDUCED_DAEMON, else 127.0.0.1:7070. Any daemon of the cluster\n"
-    "answers; a non-coordinator forwards to the coordinator.\n";
+    "answers; a non-coordinator forwards to the coordinator.\n"
+    "--tls_cert FILE --tls_key FILE --tls_ca FILE: mutual TLS, for daemons configured with\n"
+    "tls_cert_file/tls_key_file/tls_ca_file (PEM; all three or none).\n";
 
 struct Options {
   std::string daemon;
   int timeout_ms = 5000;
   std::string command;
   bool json = false;
+  rpc::TlsFiles tls;
   std::vector<std::string> rest;  // bench, bench-worker: the arguments after the command
 };
 
@@ -62,6 +66,9 @@ int Parse(const std::vector<std::string>& args, Options* o) {
       std::fputs(kUsage, stdout);
       return 0;
     } else if (value("--daemon", &o->daemon)) {
+    } else if (value("--tls_cert", &o->tls.cert_file)) {
+    } else if (value("--tls_key", &o->tls.key_file)) {
+    } else if (value("--tls_ca", &o->tls.ca_file)) {
     } else if (value("--timeout_ms", &v)) {
       if (!absl::SimpleAtoi(v, &o->timeout_ms) || o->timeout_ms <= 0) {
         return Usage("--timeout_ms needs a positive integer");
@@ -86,7 +93,12 @@ int Parse(const std::vector<std::string>& args, Options* o) {
 }
 
 int RunStatus(const Options& o) {
-  auto channel = grpc::CreateChannel(o.daemon, grpc::InsecureChannelCredentials());
+  auto credentials = rpc::MakeChannelCredentials(o.tls);
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "allreducectl: %s\n", std::string(credentials.status().message()).c_str());
+    return 2;
+  }
+  auto channel = grpc::CreateChannel(o.daemon, *credentials);
   auto stub = ard::Admin::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o.timeout_ms));

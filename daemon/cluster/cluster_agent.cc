@@ -14,7 +14,8 @@ ClusterAgent::ClusterAgent(EventLoop& loop, PeerClient& coordinator, std::string
       self_name_(std::move(self_name)),
       options_(std::move(options)),
       heartbeat_(options_.heartbeat),
-      backoff_(options_.backoff_initial) {}
+      backoff_(options_.backoff_initial),
+      host_timeout_(options_.host_timeout) {}
 
 void ClusterAgent::Start(const HostInfo& self) {
   loop_.Post([this, self] {
@@ -54,6 +55,11 @@ void ClusterAgent::OnJoined(absl::StatusOr<JoinResponse> response) {
   join_attempts_ = 0;
   coordinator_reachable_ = true;
   if (response->heartbeat_ms() > 0) heartbeat_ = absl::Milliseconds(response->heartbeat_ms());
+  if (response->host_timeout_ms() > 0) {
+    host_timeout_ = absl::Milliseconds(response->host_timeout_ms());
+  }
+  last_contact_ = absl::Now();
+  cut_off_reported_ = false;
   Logger("cluster")->info("joined cluster coordinator={} address={} incarnation={} epoch={}",
                           response->coordinator(), options_.coordinator_address, incarnation_,
                           response->membership_epoch());
@@ -63,6 +69,7 @@ void ClusterAgent::OnJoined(absl::StatusOr<JoinResponse> response) {
 
 void ClusterAgent::HeartbeatOnLoop(uint64_t generation) {
   if (state_ != State::kJoined || generation != generation_) return;
+  CheckCutOff(absl::DeadlineExceededError("no answer to heartbeats"));
   HeartbeatRequest request;
   request.set_host_name(self_.name());
   request.set_incarnation(incarnation_);
@@ -83,9 +90,12 @@ void ClusterAgent::OnHeartbeat(uint64_t generation, absl::StatusOr<HeartbeatResp
   if (state_ != State::kJoined || generation != generation_) return;
   if (!response.ok()) {
     NoteCoordinatorUnreachable(response.status(), "heartbeat");
+    CheckCutOff(response.status());
     loop_.PostAfter(heartbeat_, [this, generation] { HeartbeatOnLoop(generation); });
     return;
   }
+  last_contact_ = absl::Now();
+  cut_off_reported_ = false;
   if (!coordinator_reachable_) {
     coordinator_reachable_ = true;
     Logger("cluster")->info("coordinator reachable again coordinator={}",
@@ -103,6 +113,12 @@ void ClusterAgent::OnHeartbeat(uint64_t generation, absl::StatusOr<HeartbeatResp
       return;
     default:
       Logger("cluster")->warn("coordinator asked to rejoin reason=\"{}\"", response->detail());
+      // The coordinator no longer counts us in: it aborted our cross-host jobs.
+      if (options_.on_cut_off) {
+        options_.on_cut_off(absl::UnavailableError(absl::StrCat(
+            "host ", self_.name(), " was dropped by the coordinator (", response->detail(),
+            ") and is rejoining")));
+      }
       state_ = State::kJoining;
       JoinOnLoop();
       return;
@@ -114,6 +130,20 @@ void ClusterAgent::NoteCoordinatorUnreachable(const absl::Status& status, const 
   coordinator_reachable_ = false;
   Logger("cluster")->warn("coordinator unreachable coordinator={} call={} error=\"{}\"",
                           options_.coordinator_address, call, status.message());
+}
+
+void ClusterAgent::CheckCutOff(const absl::Status& last_error) {
+  const absl::Duration silent = absl::Now() - last_contact_;
+  if (cut_off_reported_ || silent < host_timeout_) return;
+  cut_off_reported_ = true;
+  const absl::Status status = absl::UnavailableError(absl::StrCat(
+      "host ", self_.name(), " lost contact with the coordinator at ",
+      options_.coordinator_address, " for ", absl::ToInt64Milliseconds(silent),
+      " ms (the cluster marks it DOWN): ", last_error.message()));
+  Logger("cluster")->warn("cut off from the coordinator coordinator={} silent_ms={} error=\"{}\"",
+                          options_.coordinator_address, absl::ToInt64Milliseconds(silent),
+                          last_error.message());
+  if (options_.on_cut_off) options_.on_cut_off(status);
 }
 
 void ClusterAgent::LeaveAsync(std::function<void()> done) {

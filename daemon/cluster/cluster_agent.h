@@ -24,6 +24,12 @@ struct AgentOptions {
   absl::Duration backoff_initial = absl::Milliseconds(100);
   absl::Duration backoff_max = absl::Seconds(5);
   LocalJobsSource local_jobs;  // reported with every heartbeat; may be empty
+  // The coordinator's host timeout until its JoinResponse says otherwise.
+  absl::Duration host_timeout = absl::Seconds(10);
+  // Called (loop thread) once this host has had no answer from the coordinator for a host
+  // timeout, or the coordinator asked it to rejoin: the cluster has marked it DOWN and aborted
+  // its cross-host jobs, so their local ranks must fail too. May be empty.
+  std::function<void(const absl::Status&)> on_cut_off;
 };
 
 class ClusterAgent : public ClusterHandler, public AdminHandler {
@@ -50,6 +56,9 @@ class ClusterAgent : public ClusterHandler, public AdminHandler {
   void HeartbeatOnLoop(uint64_t generation);
   void OnHeartbeat(uint64_t generation, absl::StatusOr<HeartbeatResponse> response);
   void NoteCoordinatorUnreachable(const absl::Status& status, const char* call);
+  // Reports the cut-off (once per loss of contact) when the coordinator has been silent for a
+  // host timeout; `last_error` is the latest failed call's status.
+  void CheckCutOff(const absl::Status& last_error);
   absl::Status NotCoordinator() const;
 
   EventLoop& loop_;
@@ -66,6 +75,9 @@ class ClusterAgent : public ClusterHandler, public AdminHandler {
   absl::Duration backoff_;
   int join_attempts_ = 0;
   bool coordinator_reachable_ = true;
+  absl::Duration host_timeout_;
+  absl::Time last_contact_ = absl::InfinitePast();  // last answer from the coordinator
+  bool cut_off_reported_ = false;
 };
 
 }  // namespace ard::cluster

@@ -190,5 +190,37 @@ TEST_CASE("status requests are forwarded and marked; an unreachable coordinator 
   loop.Stop();
 }
 
+TEST_CASE("a coordinator silent for a host timeout is reported once as a cut-off") {
+  FakePeerClient peer;
+  JoinResponse joined = Joined(1);
+  joined.set_host_timeout_ms(40);
+  peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(joined));
+  for (int i = 0; i < 3; ++i) {
+    peer.Script(&peer.heartbeat_script_,
+                absl::StatusOr<HeartbeatResponse>(Verdict(HeartbeatResponse::OK)));
+  }
+  // Then every heartbeat fails (empty script: UNAVAILABLE).
+  absl::Mutex mu;
+  std::vector<std::string> cut_offs;
+  AgentOptions options = Options();
+  options.on_cut_off = [&](const absl::Status& s) {
+    absl::MutexLock lock(&mu);
+    cut_offs.push_back(std::string(s.message()));
+  };
+  EventLoop loop("test");
+  ClusterAgent agent(loop, peer, "b", options);
+  loop.Start();
+  agent.Start(Self());
+  REQUIRE(Eventually([&] {
+    absl::MutexLock lock(&mu);
+    return !cut_offs.empty();
+  }));
+  const int beats = peer.heartbeats();
+  REQUIRE(Eventually([&] { return peer.heartbeats() >= beats + 5; }));
+  loop.Stop();
+  REQUIRE(cut_offs.size() == 1);  // once per loss of contact, however many beats fail
+  CHECK(cut_offs[0].rfind("host b lost contact with the coordinator at coord:7070 for ", 0) == 0);
+}
+
 }  // namespace
 }  // namespace ard::cluster

@@ -33,6 +33,8 @@ class Coordinator : public ClusterHandler, public AdminHandler {
   Coordinator(EventLoop& loop, std::string self_name, CoordinatorOptions options);
 
   void Start(const HostInfo& self);
+  // Loop thread: whether `host` is a cluster member that is UP (false before Start ran).
+  bool IsUp(const std::string& host) const { return Ready() && table_->IsUp(host); }
 
   void HandleJoin(const JoinRequest& request, Done<JoinResponse> done) override;
   void HandleHeartbeat(const HeartbeatRequest& request, Done<HeartbeatResponse> done) override;

@@ -4,9 +4,12 @@
 #include <deque>
 #include <set>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "daemon/common/logging.h"
+#include "daemon/common/status_macros.h"
 #include "daemon/negotiation/fusion_planner.h"
 #include "daemon/negotiation/meta_convert.h"
 #include "daemon/negotiation/response_cache.h"
@@ -52,8 +55,33 @@ JobCoordinator::~JobCoordinator() {
   }
 }
 
+namespace {
+// Bounds on what a peer may ask for: a job of more ranks, or a formation wait longer than this,
+// is a bug or an attack, not a training job.
+constexpr int kMaxJobSize = 1 << 20;
+constexpr uint32_t kMaxFormTimeoutMs = 3600 * 1000;
+constexpr size_t kMaxNameBytes = 256;
+}  // namespace
+
+absl::Status JobCoordinator::CheckMember(const std::string& host, const char* call) const {
+  if (!options_.is_up || options_.is_up(host)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      call, " from host '", absl::CHexEscape(host.substr(0, 64)),
+      "', which is not an UP member of the cluster"));
+}
+
 void JobCoordinator::HandleRegisterRanks(const RegisterRanksRequest& request,
                                          Done<RegisterRanksResponse> done) {
+  if (auto s = CheckMember(request.host(), "RegisterRanks"); !s.ok()) return done(s);
+  if (request.job().empty() || request.job().size() > kMaxNameBytes ||
+      request.size() > kMaxJobSize || request.timeout_ms() > kMaxFormTimeoutMs) {
+    done(absl::InvalidArgumentError(absl::StrCat(
+        "RegisterRanks from host ", request.host(), ": job name of ", request.job().size(),
+        " bytes (1 to ", kMaxNameBytes, "), size ", request.size(), " (at most ", kMaxJobSize,
+        ") or timeout_ms ", request.timeout_ms(), " (at most ", kMaxFormTimeoutMs,
+        ") out of range")));
+    return;
+  }
   if (request.size() < 1 || request.ranks_size() < 1 || request.ranks_size() > request.size()) {
     done(absl::InvalidArgumentError(absl::StrCat("job ", request.job(), ": host ", request.host(),
                                                  " registered ", request.ranks_size(),
@@ -170,12 +198,26 @@ void JobCoordinator::HandleNegotiate(const NegotiateRequest& request,
   }
   Job& job = *it->second;
   const std::string& host = request.host();
+  if (auto s = CheckMember(host, "Negotiate"); !s.ok()) return done(s);
   const bool member = std::any_of(job.layout.hosts().begin(), job.layout.hosts().end(),
                                   [&](const auto& h) { return h.name() == host; });
   if (!member) {
     done(absl::PermissionDeniedError(absl::StrCat("host ", host, " is not part of job ",
                                                   job.layout.job())));
     return;
+  }
+  // Malformed metadata is refused to the caller; the job cannot go on without that host's
+  // tensors, so it is aborted too, naming the host.
+  for (const HostReadyTensor& t : request.ready()) {
+    for (const TensorMeta& meta : t.ranks()) {
+      if (auto r = negotiation::FromMeta(meta, t.name(), job.layout.size()); !r.ok()) {
+        const absl::Status bad = absl::InvalidArgumentError(
+            absl::StrCat("host ", host, " sent an invalid request: ", r.status().message()));
+        done(bad);
+        Abort(request.job_id(), absl::InternalError(bad.message()));
+        return;
+      }
+    }
   }
   done(NegotiateResponse());
   if (!request.failure().empty()) {
@@ -203,6 +245,7 @@ void JobCoordinator::HandleNegotiate(const NegotiateRequest& request,
     }
   }
   if (request.left()) job.left.insert(host);
+  if (AbortIfNeedsLeftHost(request.job_id(), job)) return;
   if (!ready.empty()) {
     JobEvent event;
     const std::vector<Response> plan =
@@ -228,6 +271,27 @@ void JobCoordinator::HandleNegotiate(const NegotiateRequest& request,
     for (auto& [h, sink] : job.sinks) sink->Finish(absl::OkStatus());
     jobs_.erase(it);
   }
+}
+
+bool JobCoordinator::AbortIfNeedsLeftHost(uint64_t job_id, Job& job) {
+  if (job.left.empty()) return false;
+  std::map<int, std::string> host_of;
+  for (const auto& h : job.layout.hosts()) {
+    for (int r : h.ranks()) host_of[r] = h.name();
+  }
+  for (const auto& w : job.table->WaitingLongerThan(absl::Now(), absl::ZeroDuration())) {
+    std::vector<std::string> gone;
+    for (int r : w.missing) {
+      if (job.left.count(host_of[r])) gone.push_back(absl::StrCat(r, " on ", host_of[r]));
+    }
+    if (gone.empty()) continue;
+    Abort(job_id, absl::AbortedError(absl::StrCat(
+                      "tensor ", w.name, " of job ", job.layout.job(), " needs ranks ",
+                      absl::StrJoin(gone, ", "),
+                      ", which ended (their processes exited); it can never complete")));
+    return true;
+  }
+  return false;
 }
 
 bool JobCoordinator::Expand(uint64_t job_id, Job& job, const NegotiateRequest& request,
@@ -290,6 +354,12 @@ absl::Status JobCoordinator::Watch(uint64_t job_id, const std::string& host,
   const bool member = std::any_of(job.layout.hosts().begin(), job.layout.hosts().end(),
                                   [&](const auto& h) { return h.name() == host; });
   if (!member) return absl::PermissionDeniedError(absl::StrCat("host ", host, " not in job"));
+  ARD_RETURN_IF_ERROR(CheckMember(host, "WatchJob"));
+  // One stream per host: a second one would silently take the events from the first.
+  if (job.sinks.count(host)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("host ", host, " is already watching job ", job.layout.job()));
+  }
   for (const JobEvent& e : job.backlog[host]) sink->Send(e);
   job.backlog.erase(host);
   job.sinks[host] = std::move(sink);
@@ -323,6 +393,7 @@ void JobCoordinator::Abort(uint64_t job_id, const absl::Status& status) {
 
 std::vector<JobSummary> JobCoordinator::Summaries() {
   std::vector<JobSummary> out;
+  std::map<uint64_t, std::string> doomed;  // stall shutdown reports, aborted after the loop
   const absl::Time now = absl::Now();
   for (auto& [id, job] : jobs_) {
     JobSummary s;
@@ -366,8 +437,22 @@ std::vector<JobSummary> JobCoordinator::Summaries() {
     for (auto it = job->stall_warned.begin(); it != job->stall_warned.end();) {
       it = still.count(*it) ? std::next(it) : job->stall_warned.erase(it);
     }
+    for (const auto& t : s.stalled()) {
+      if (options_.stall_shutdown <= absl::ZeroDuration() ||
+          t.waiting_s() < absl::ToDoubleSeconds(options_.stall_shutdown) || doomed.count(id)) {
+        continue;
+      }
+      std::vector<std::string> missing;
+      for (int i = 0; i < t.missing_ranks_size(); ++i) {
+        missing.push_back(absl::StrCat(t.missing_ranks(i), " on ", t.missing_hosts(i)));
+      }
+      doomed[id] = absl::StrCat("stall shutdown: tensor ", t.name(), " waited ",
+                                absl::StrFormat("%.1fs", t.waiting_s()), " for ranks ",
+                                absl::StrJoin(missing, ", "));
+    }
     out.push_back(std::move(s));
   }
+  for (const auto& [id, report] : doomed) Abort(id, absl::AbortedError(report));
   return out;
 }
 

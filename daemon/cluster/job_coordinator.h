@@ -11,6 +11,7 @@
 // before it subscribed are kept for it); 4. a job ends when aborted or when every host left.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,6 +40,11 @@ struct JobCoordinatorOptions {
   uint64_t id_prefix = 0;  // makes job ids unique across coordinator restarts
   absl::Duration stall_warning = absl::Seconds(60);
   size_t cache_capacity = 1024;  // response cache entries per job (Horovod's default)
+  // A tensor stalled this long aborts its job with the stall report; zero: never.
+  absl::Duration stall_shutdown = absl::ZeroDuration();
+  // Whether a host is an UP member of the cluster (the membership table); calls from any other
+  // host are refused. Empty: no check (tests).
+  std::function<bool(const std::string&)> is_up;
 };
 
 class JobCoordinator {
@@ -58,7 +64,7 @@ class JobCoordinator {
 
   // One summary per cross-host job: its hosts, ranks per host and the tensors some ranks have
   // been waiting on for longer than stall_warning, naming the missing ranks and their hosts. Logs
-  // each newly stalled tensor once.
+  // each newly stalled tensor once; aborts jobs with a tensor stalled for stall_shutdown.
   std::vector<JobSummary> Summaries();
 
  private:
@@ -68,6 +74,11 @@ class JobCoordinator {
   void TryForm(const std::string& name);
   void FormTimeout(const std::string& name, uint64_t generation);
   void Abort(uint64_t job_id, const absl::Status& status);
+  // Aborts the job when a tensor still needs ranks of a host whose ranks all left (they exited
+  // cleanly): it can never complete. True when aborted.
+  bool AbortIfNeedsLeftHost(uint64_t job_id, Job& job);
+  // PermissionDenied unless `host` is an UP member of the cluster.
+  absl::Status CheckMember(const std::string& host, const char* call) const;
   void Broadcast(Job& job, const JobEvent& event);
   // Resolves a host's cached ids into metadata; false (job aborted) for an unknown id.
   bool Expand(uint64_t job_id, Job& job, const NegotiateRequest& request,

@@ -215,5 +215,81 @@ TEST_CASE("GPU path: the first host's ncclUniqueId and every rank's GPU reach ev
   }
 }
 
+TEST_CASE("a host whose ranks all left fails a tensor that still needs them") {
+  Fixture f;
+  f.Form();
+  f.Negotiate("b", {{"extra", {Meta(2, {4}), Meta(3, {4})}}});
+  NegotiateRequest left;
+  left.set_job_id(f.job_id);
+  left.set_host("a");
+  left.set_left(true);
+  f.coordinator.HandleNegotiate(left, [](absl::StatusOr<NegotiateResponse>) {});
+  REQUIRE(f.b->events().size() == 1);
+  CHECK(f.b->events()[0].abort() ==
+        "tensor extra of job train needs ranks 0 on a, 1 on a, which ended (their processes "
+        "exited); it can never complete");
+  CHECK(f.coordinator.job_count() == 0);
+}
+
+TEST_CASE("stall_shutdown aborts a cross-host job with the stall report") {
+  EventLoop loop{"test"};
+  JobCoordinatorOptions options{1 << 20, 1, absl::ZeroDuration(), 2, absl::Nanoseconds(1)};
+  JobCoordinator coordinator{loop, options};
+  absl::StatusOr<RegisterRanksResponse> ra, rb;
+  coordinator.HandleRegisterRanks(Registration("a", 1, 2), [&](auto r) { ra = r; });
+  coordinator.HandleRegisterRanks(Registration("b", 1, 2), [&](auto r) { rb = r; });
+  REQUIRE(ra.ok());
+  auto b = std::make_shared<FakeSink>();
+  REQUIRE(coordinator.Watch(ra->layout().job_id(), "b", b).ok());
+  NegotiateRequest request;
+  request.set_job_id(ra->layout().job_id());
+  request.set_host("b");
+  auto* t = request.add_ready();
+  t->set_name("slow");
+  *t->add_ranks() = Meta(1, {4});
+  coordinator.HandleNegotiate(request, [](absl::StatusOr<NegotiateResponse>) {});
+  absl::SleepFor(absl::Milliseconds(2));
+  coordinator.Summaries();
+  REQUIRE(b->events().size() == 1);
+  CHECK(b->events()[0].abort().rfind("stall shutdown: tensor slow waited ", 0) == 0);
+  CHECK(b->events()[0].abort().find("for ranks 0 on a") != std::string::npos);
+  CHECK(coordinator.job_count() == 0);
+}
+
+TEST_CASE("peers outside the cluster, second streams and absurd requests are refused") {
+  EventLoop loop{"test"};
+  JobCoordinatorOptions options{1 << 20, 1, absl::Seconds(60), 2};
+  options.is_up = [](const std::string& host) { return host == "a" || host == "b"; };
+  JobCoordinator coordinator{loop, options};
+  absl::StatusOr<RegisterRanksResponse> r;
+  coordinator.HandleRegisterRanks(Registration("intruder", 1, 2), [&](auto x) { r = x; });
+  CHECK(r.status().code() == absl::StatusCode::kPermissionDenied);
+  RegisterRanksRequest huge = Registration("a", 1, 2);
+  huge.set_size(2000000000);
+  coordinator.HandleRegisterRanks(huge, [&](auto x) { r = x; });
+  CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+  RegisterRanksRequest forever = Registration("a", 1, 2);
+  forever.set_timeout_ms(4000000000u);
+  coordinator.HandleRegisterRanks(forever, [&](auto x) { r = x; });
+  CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(coordinator.job_count() == 0);
+
+  Fixture f;
+  f.Form();
+  CHECK(f.coordinator.Watch(f.job_id, "b", std::make_shared<FakeSink>()).code() ==
+        absl::StatusCode::kAlreadyExists);
+  NegotiateRequest garbage;
+  garbage.set_job_id(f.job_id);
+  garbage.set_host("b");
+  auto* t = garbage.add_ready();
+  t->set_name("x");
+  *t->add_ranks() = Meta(1 << 30, {4});
+  absl::Status status;
+  f.coordinator.HandleNegotiate(garbage, [&](auto x) { status = x.status(); });
+  CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(f.a->events().size() == 1);
+  CHECK(f.a->events()[0].abort().rfind("host b sent an invalid request: rank 1073741824", 0) == 0);
+}
+
 }  // namespace
 }  // namespace ard::cluster

@@ -84,6 +84,11 @@ MembershipTable::MembershipTable(const HostInfo& self, absl::Duration host_timeo
   e.last_heartbeat = now;
 }
 
+bool MembershipTable::IsUp(const std::string& name) const {
+  auto it = hosts_.find(name);
+  return it != hosts_.end() && it->second.state == UP;
+}
+
 absl::StatusOr<uint32_t> MembershipTable::Join(const HostInfo& host, absl::Time now) {
   if (!ValidHostName(host.name())) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -45,6 +45,8 @@ class MembershipTable {
   ClusterView View(absl::Time now, const std::vector<JobSummary>& own_jobs = {}) const;
 
   uint64_t epoch() const { return epoch_; }
+  // Whether `name` is a member that is UP now (the coordinator itself always is).
+  bool IsUp(const std::string& name) const;
 
  private:
   struct Entry {

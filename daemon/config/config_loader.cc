@@ -116,6 +116,12 @@ DaemonConfig Defaults() {
   c.set_fusion_threshold_bytes(128ull << 20);
   c.set_cache_capacity(1024);
   c.set_cycle_time_ms(0);
+  c.set_max_clients(4096);
+  c.set_max_jobs(1024);
+  c.set_max_pending_tensors(65536);
+  c.set_hello_timeout_ms(10000);
+  c.set_peer_policy("same_user");
+  c.set_max_client_outbox_bytes(64ull << 20);
   c.set_gpu_mode("auto");
   c.set_gpu_fusion_buffer_bytes(64ull << 20);
   c.set_gpu_comm_init_timeout_ms(60000);
@@ -268,6 +274,19 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
   }
   if (c->max_input_arena_bytes() < (1 << 20)) {
     return absl::InvalidArgumentError("max_input_arena_bytes must be >= 1 MiB");
+  }
+  if (c->max_clients() == 0 || c->max_jobs() == 0 || c->max_pending_tensors() == 0 ||
+      c->hello_timeout_ms() == 0) {
+    return absl::InvalidArgumentError(
+        "max_clients, max_jobs, max_pending_tensors and hello_timeout_ms must be > 0");
+  }
+  if (c->peer_policy() != "same_user" && c->peer_policy() != "group" &&
+      c->peer_policy() != "any") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "peer_policy '", c->peer_policy(), "' must be same_user, group or any"));
+  }
+  if (c->max_client_outbox_bytes() < (64 << 10)) {
+    return absl::InvalidArgumentError("max_client_outbox_bytes must be >= 64 KiB");
   }
   spdlog::level::level_enum level;
   if (auto s = ParseLogLevel(c->log_level(), &level); !s.ok()) return field_error("log_level", s);

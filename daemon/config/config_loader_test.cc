@@ -108,6 +108,10 @@ TEST_CASE("bad input gives one clear error") {
       {{"--log_level=loud"}, "unknown log level 'loud'"},
       {{"--host_name=bad name"}, "must be 1-64 of letters"},
       {{"--host_name"}, "needs a value"},
+      {{"--max_clients=0"}, "max_clients, max_jobs, max_pending_tensors and hello_timeout_ms"},
+      {{"--max_pending_tensors=0"}, "must be > 0"},
+      {{"--peer_policy=everyone"}, "peer_policy 'everyone' must be same_user, group or any"},
+      {{"--max_client_outbox_bytes=1000"}, "max_client_outbox_bytes must be >= 64 KiB"},
       {{"--gpu_mode=fast"}, "gpu_mode: 'fast' is not one of auto, nccl, hierarchical"},
   };
   for (const Case& c : cases) {

@@ -13,6 +13,12 @@ namespace ard::dataplane {
 using negotiation::Response;
 using negotiation::TensorRequest;
 
+namespace {
+// How long a host whose data plane broke waits for the job's real failure (reported by the host
+// where it happened, through the coordinator: about one round trip) before reporting its own.
+constexpr absl::Duration kCauseGrace = absl::Milliseconds(500);
+}  // namespace
+
 Executor::Executor(std::shared_ptr<JobContext> job) : job_(std::move(job)) {
   thread_ = std::thread([this] { Run(); });
 }
@@ -132,8 +138,12 @@ void Executor::Execute(const Response& response) {
       const absl::Status failure = absl::UnavailableError(
           absl::StrCat("data plane of job ", job_->name, " failed: ", s.message(), " (hosts ",
                        absl::StrJoin(hosts, ", "), ")"));
-      if (job_->report_failure) job_->report_failure(failure);
-      CompleteAll(response, job_->failure().ok() ? failure : job_->failure());
+      // A peer's connection usually breaks because that host failed the job for a reason of its
+      // own (one of its ranks died), which the coordinator is about to tell every host: wait a
+      // moment for it, so ranks get the cause rather than this symptom.
+      absl::Status cause = job_->AwaitFailure(kCauseGrace);
+      if (cause.ok() && job_->report_failure) job_->report_failure(failure);
+      CompleteAll(response, cause.ok() ? failure : cause);
       return;
     }
   }

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "daemon/dataplane/tcp/tcp_mesh.h"
 #include "daemon/local/session.h"
 #include "daemon/shm/result_arena.h"
@@ -62,6 +63,15 @@ struct JobContext {
   }
   absl::Status failure() const {
     absl::MutexLock lock(&mu_);
+    return failure_;
+  }
+  // Waits up to `timeout` for the job to fail (Fail() from another thread); returns the failure,
+  // or OK when none came.
+  absl::Status AwaitFailure(absl::Duration timeout) const {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](const absl::Status* f) { return !f->ok(); }, &failure_),
+                         timeout);
     return failure_;
   }
 

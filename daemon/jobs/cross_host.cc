@@ -24,6 +24,14 @@ void JobRegistry::EnableCrossHost(cluster::PeerClient* coordinator, tcp::DataLis
   data_address_ = std::move(data_address);
 }
 
+void JobRegistry::FailCrossHostJobs(const absl::Status& status) {
+  for (auto& [name, job] : jobs_) {
+    if (job->cross_host && job->state == LocalJob::State::kRunning) {
+      FailJob(*job, status, /*tell_coordinator=*/false);
+    }
+  }
+}
+
 LocalJob* JobRegistry::FindJob(const std::string& name, uint32_t local_id) {
   auto it = jobs_.find(name);
   return it != jobs_.end() && it->second->id == local_id ? it->second.get() : nullptr;

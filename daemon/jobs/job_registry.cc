@@ -114,11 +114,25 @@ void JobRegistry::HandleHello(const std::shared_ptr<Session>& s, const wire::Hel
                           hello.local_size, ") but cross-host jobs are not enabled here")));
     return;
   }
+  auto it = jobs_.find(name);
+  if (it == jobs_.end() && static_cast<int>(jobs_.size()) >= options_.max_jobs) {
+    close(fd);
+    ReplyError(*s, 0, absl::ResourceExhaustedError(absl::StrCat(
+                          "cannot start job ", name, ": this daemon already has ", jobs_.size(),
+                          " jobs (max_jobs ", options_.max_jobs, ")")));
+    return;
+  }
+  if (it != jobs_.end() && it->second->uid != s->creds().uid) {
+    close(fd);
+    ReplyError(*s, 0, absl::PermissionDeniedError(absl::StrCat(
+                          "job ", name, " belongs to uid ", it->second->uid,
+                          "; a process of uid ", s->creds().uid, " cannot join it")));
+    return;
+  }
   if (auto st = s->input.AddSegment(0, fd, hello.segment_bytes); !st.ok()) {
     ReplyError(*s, 0, st);
     return;
   }
-  auto it = jobs_.find(name);
   if (it != jobs_.end() && it->second->state != LocalJob::State::kForming) {
     LocalJob& old = *it->second;
     ReplyError(*s, 0, absl::AlreadyExistsError(
@@ -138,6 +152,7 @@ void JobRegistry::HandleHello(const std::shared_ptr<Session>& s, const wire::Hel
     job->cross_host = cross_host;
     job->local_size = cross_host ? hello.local_size : size;
     job->created = absl::Now();
+    job->uid = s->creds().uid;
     const uint64_t id = job->id;
     loop_.PostAfter(options_.form_timeout, [this, name, id] { FormTimeout(name, id); });
     it = jobs_.emplace(name, std::move(job)).first;
@@ -272,6 +287,18 @@ void JobRegistry::HandleSubmit(const std::shared_ptr<Session>& s, local::Decoded
   };
   if (job.state == LocalJob::State::kRunning && !job.departed.ok()) FailJob(job, job.departed);
   if (job.state == LocalJob::State::kFailed) return reject(job.context->failure());
+  if (job.table->pending_tensors() >= options_.max_pending_tensors &&
+      !job.table->is_pending(request.name())) {
+    const absl::Status full = absl::ResourceExhaustedError(absl::StrCat(
+        "job ", job.name, " already has ", job.table->pending_tensors(),
+        " tensors submitted by some ranks but not all (max_pending_tensors); tensor ",
+        request.name(), " from rank ", s->rank, " refused"));
+    if (!job.pending_cap_logged) {
+      job.pending_cap_logged = true;
+      Logger("local")->warn("{} (logged once per job)", full.message());
+    }
+    return reject(full);
+  }
   auto input = s->input.Resolve(frame.submit.segment, frame.submit.offset, frame.submit.bytes);
   if (!input.ok()) return reject(input.status());
   request.input = *std::move(input);

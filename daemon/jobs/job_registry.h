@@ -37,6 +37,8 @@ struct JobOptions {
   uint64_t max_result_bytes = 8ull << 30;
   absl::Duration rpc_timeout = absl::Seconds(2);
   absl::Duration cycle_time = absl::ZeroDuration();  // coalescing delay for host-ready tensors
+  int max_jobs = 1024;              // forming or running jobs at once
+  int max_pending_tensors = 65536;  // per job: submitted by some ranks, not yet by all
   // GPU path: why this daemon has no usable GPU device ("" when it has one).
   std::string gpu_unavailable;
 };
@@ -61,6 +63,10 @@ class JobRegistry : public local::SessionHandler {
                int fd) override;
   void OnClosed(const std::shared_ptr<local::Session>& session, bool graceful,
                 const std::string& why) override;
+
+  // This host is cut off from the cluster (the coordinator dropped it): fails every running
+  // cross-host job with `status`.
+  void FailCrossHostJobs(const absl::Status& status);
 
   // For status: one summary per job on this host.
   std::vector<JobSummary> Summaries() const;

@@ -3,6 +3,8 @@
 // loop; JobContext is the part shared with the executor thread.
 #pragma once
 
+#include <sys/types.h>
+
 #include <map>
 #include <memory>
 #include <set>
@@ -30,6 +32,8 @@ struct LocalJob {
   int size = 0;
   State state = State::kForming;
   absl::Time created;
+  uid_t uid = 0;  // of its first process: processes of other users cannot join it
+  bool pending_cap_logged = false;  // max_pending_tensors was hit (logged once)
   // kForming: in arrival order; then index = rank (null for ranks on other hosts). Sessions stay
   // listed after they close (so reports can name them) until the job is removed.
   std::vector<std::shared_ptr<local::Session>> members;

@@ -92,7 +92,8 @@ absl::Status CheckSubmit(const wire::Submit& s, const std::vector<int64_t>& spli
     int64_t total = 0;
     for (int64_t v : splits) {
       if (v < 0) return Bad("negative split");
-      total += v;
+      // Huge splits must not overflow the sum (undefined behaviour; found by tests/fuzz).
+      if (__builtin_add_overflow(total, v, &total)) return Bad("splits sum overflows");
     }
     if (total != s.shape[0]) {
       return Bad(absl::StrCat("splits sum to ", total, " but the first dimension is ", s.shape[0]));

@@ -146,6 +146,12 @@ TEST_CASE("SUBMIT field errors") {
         s.collective = static_cast<uint32_t>(wire::Collective::kAlltoall);
       },
       "negative split", {3, -1});
+  // Found by tests/fuzz: splits whose sum overflows int64 (undefined behaviour before).
+  check(
+      [](wire::Submit& s) {
+        s.collective = static_cast<uint32_t>(wire::Collective::kAlltoall);
+      },
+      "splits sum overflows", {INT64_MAX - 1, INT64_MAX - 1});
   // A num_splits that disagrees with the frame length.
   wire::Submit s = GoodSubmit();
   s.num_splits = 2;

@@ -101,6 +101,9 @@ absl::Status LocalSocketServer::Start() {
     }
     gid = g->gr_gid;
   }
+  auto policy = MakePeerPolicy(options_.peer_policy, options_.allowed_group, options_.group);
+  if (!policy.ok()) return policy.status();
+  policy_ = *policy;
   const std::string temp = absl::StrCat(path, ".tmp.", getpid());
   sockaddr_un addr;
   if (!FillAddress(temp, &addr)) {
@@ -131,7 +134,25 @@ void LocalSocketServer::Accept() {
   for (;;) {
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
-      if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // The pending connection stays queued and the listening socket stays readable: stop
+        // watching it for a moment instead of spinning, and say so once per pause.
+        const absl::Time now = absl::Now();
+        if (now - last_accept_warning_ > absl::Seconds(10)) {  // at most one line per 10 s
+          last_accept_warning_ = now;
+          Logger("local")->warn(
+              "accept failed error=\"{}\" clients={}; pausing accepts for 100ms (raise the "
+              "open file limit?)",
+              std::strerror(errno), sessions_.size());
+        }
+        loop_.UnwatchFd(listen_fd_);
+        accept_paused_ = true;
+        loop_.PostAfter(absl::Milliseconds(100), [this] {
+          if (!accept_paused_ || listen_fd_ < 0) return;
+          accept_paused_ = false;
+          loop_.WatchFd(listen_fd_, EPOLLIN, [this](uint32_t) { Accept(); });
+        });
+      } else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
         Logger("local")->warn("accept failed error=\"{}\"", std::strerror(errno));
       }
       return;
@@ -139,20 +160,106 @@ void LocalSocketServer::Accept() {
     ucred cred{};
     socklen_t len = sizeof(cred);
     getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
-    // The session asks for EPOLLOUT (from any thread) when its outbox fills.
+    const PeerCredentials creds{cred.pid, cred.uid, cred.gid};
+    if (auto allowed = CheckPeer(policy_, cred.uid, cred.gid, PeerGroups(fd)); !allowed.ok()) {
+      Refuse(fd, creds, allowed);
+      continue;
+    }
+    if (static_cast<int>(sessions_.size()) >= options_.max_clients) {
+      Refuse(fd, creds, absl::ResourceExhaustedError(absl::StrCat(
+                            "too many local clients: this daemon serves at most ",
+                            options_.max_clients, " (max_clients)")));
+      continue;
+    }
+    // The session asks the loop for EPOLLOUT (from any thread) when its outbox fills, or to be
+    // closed when it was cut off for not reading.
     auto want_writable = [this, fd]() {
       loop_.Post([this, fd] {
         auto it = sessions_.find(fd);
-        if (it != sessions_.end()) Watch(it->second, /*writable=*/true);
+        if (it == sessions_.end()) return;
+        if (it->second->cut_off()) {
+          CutOff(it->second);
+        } else {
+          Watch(it->second, /*writable=*/true);
+        }
       });
     };
-    auto session = std::make_shared<Session>(
-        fd, PeerCredentials{cred.pid, cred.uid, cred.gid},
-        options_.max_input_bytes_per_process, std::move(want_writable));
+    auto session = std::make_shared<Session>(fd, creds, options_.max_input_bytes_per_process,
+                                             std::move(want_writable), options_.max_outbox_bytes);
     sessions_[fd] = session;
     Watch(session, /*writable=*/false);
+    std::weak_ptr<Session> weak = session;
+    loop_.PostAfter(options_.hello_timeout, [this, fd, weak] { HelloDeadline(fd, weak); });
     Logger("local")->debug("client connected pid={} uid={} gid={}", cred.pid, cred.uid, cred.gid);
   }
+}
+
+void LocalSocketServer::Refuse(int fd, const PeerCredentials& creds, const absl::Status& why) {
+  Logger("local")->warn("refused client pid={} uid={} gid={} error=\"{}\"", creds.pid, creds.uid,
+                        creds.gid, why.message());
+  // A fresh socket's send buffer is empty: this cannot block or be short.
+  SendMessage(fd, EncodeError(wire::MsgType::kError, 0, static_cast<int32_t>(why.code()),
+                              std::string(why.message())),
+              -1);
+  // Closing now would fail the HELLO the client is about to send (EPIPE), or reset the
+  // connection before it reads the ERROR if the HELLO was already queued. So: end our side
+  // (the client reads the ERROR, then EOF), discard what it sends, and close once it hangs up or
+  // after a second. Bounded: past kMaxLingering refused sockets, close at once.
+  constexpr size_t kMaxLingering = 256;
+  if (lingering_.size() >= kMaxLingering) {
+    close(fd);
+    return;
+  }
+  shutdown(fd, SHUT_WR);
+  const uint64_t id = ++next_linger_id_;
+  lingering_[fd] = id;
+  loop_.WatchFd(fd, EPOLLIN | EPOLLRDHUP, [this, fd](uint32_t events) {
+    char sink[512];
+    while (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+    }
+    if (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) EndLinger(fd);
+  });
+  loop_.PostAfter(absl::Seconds(1), [this, fd, id] {
+    auto it = lingering_.find(fd);
+    if (it != lingering_.end() && it->second == id) EndLinger(fd);
+  });
+}
+
+void LocalSocketServer::EndLinger(int fd) {
+  if (lingering_.erase(fd) == 0) return;
+  loop_.UnwatchFd(fd);
+  close(fd);
+}
+
+void LocalSocketServer::CutOff(const std::shared_ptr<Session>& session) {
+  if (sessions_.count(session->fd()) == 0) return;
+  // A send that failed because the process died is not a slow reader: say which it was.
+  if (session->peer_gone()) {
+    CloseSession(session, "exited or closed its connection");
+    return;
+  }
+  const std::string why = absl::StrCat("stopped reading its completions (more than ",
+                                       options_.max_outbox_bytes, " bytes queued)");
+  Logger("local")->warn("dropping client pid={} job={} rank={}: {}", session->creds().pid,
+                        session->job.empty() ? "-" : session->job, session->rank, why);
+  CloseSession(session, why);
+}
+
+void LocalSocketServer::HelloDeadline(int fd, std::weak_ptr<Session> weak) {
+  auto session = weak.lock();
+  if (session == nullptr) return;
+  auto it = sessions_.find(fd);
+  if (it == sessions_.end() || it->second != session || !session->job.empty() ||
+      session->welcomed) {
+    return;
+  }
+  const std::string why = absl::StrCat("did not register (HELLO) within ",
+                                       absl::FormatDuration(options_.hello_timeout));
+  Logger("local")->warn("dropping client pid={} uid={}: {}", session->creds().pid,
+                        session->creds().uid, why);
+  session->Send(EncodeError(wire::MsgType::kError, 0,
+                            static_cast<int32_t>(absl::StatusCode::kDeadlineExceeded), why));
+  CloseSession(session, why);
 }
 
 void LocalSocketServer::Watch(const std::shared_ptr<Session>& session, bool writable) {
@@ -168,7 +275,7 @@ void LocalSocketServer::OnReadable(const std::shared_ptr<Session>& session, uint
     if (session->FlushOutbox()) Watch(session, /*writable=*/false);
   }
   if (session->cut_off()) {
-    CloseSession(session, "stopped reading its completions (outbox full)");
+    CutOff(session);
     return;
   }
   // Bounded batch per wake-up, so one busy client cannot starve the loop (level-triggered epoll
@@ -236,8 +343,10 @@ void LocalSocketServer::CloseSession(const std::shared_ptr<Session>& session,
 
 void LocalSocketServer::Stop() {
   while (!sessions_.empty()) CloseSession(sessions_.begin()->second, "daemon shutting down");
+  while (!lingering_.empty()) EndLinger(lingering_.begin()->first);
   if (listen_fd_ >= 0) {
-    loop_.UnwatchFd(listen_fd_);
+    if (!accept_paused_) loop_.UnwatchFd(listen_fd_);
+    accept_paused_ = false;
     // Unlink only if the path is still our socket (another daemon may have replaced it).
     struct stat on_disk;
     if (stat(options_.path.c_str(), &on_disk) == 0 && on_disk.st_ino == socket_inode_) {

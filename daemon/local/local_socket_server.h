@@ -19,8 +19,10 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "daemon/common/event_loop.h"
 #include "daemon/local/frame_codec.h"
+#include "daemon/local/peer_policy.h"
 #include "daemon/local/session.h"
 
 namespace ard::local {
@@ -39,6 +41,12 @@ struct LocalSocketOptions {
   std::string path;
   std::string group;  // owns the socket; empty keeps the daemon's primary group
   uint64_t max_input_bytes_per_process = 16ull << 30;
+  // Limits on hostile or broken clients (DaemonConfig fields 30-39).
+  int max_clients = 4096;
+  absl::Duration hello_timeout = absl::Seconds(10);  // to register (a valid HELLO)
+  size_t max_outbox_bytes = 64 << 20;
+  std::string peer_policy = "same_user";
+  std::string allowed_group;
 };
 
 class LocalSocketServer {
@@ -57,6 +65,12 @@ class LocalSocketServer {
  private:
   absl::Status CheckExistingPath() const;
   void Accept();
+  // Sends one ERROR frame to a client being turned away at accept, logs it, closes `fd`.
+  void Refuse(int fd, const PeerCredentials& creds, const absl::Status& why);
+  void EndLinger(int fd);
+  void HelloDeadline(int fd, std::weak_ptr<Session> weak);
+  // Closes a session that stopped reading (its outbox overflowed), with a warning.
+  void CutOff(const std::shared_ptr<Session>& session);
   void OnReadable(const std::shared_ptr<Session>& session, uint32_t events);
   void Watch(const std::shared_ptr<Session>& session, bool writable);
   void CloseSession(const std::shared_ptr<Session>& session, const std::string& why,
@@ -67,6 +81,11 @@ class LocalSocketServer {
   SessionHandler& handler_;  // Not owned.
   int listen_fd_ = -1;
   ino_t socket_inode_ = 0;  // of the file at path we created
+  PeerPolicy policy_;
+  bool accept_paused_ = false;  // out of file descriptors: retried after a short pause
+  absl::Time last_accept_warning_ = absl::InfinitePast();
+  std::map<int, uint64_t> lingering_;  // refused sockets (fd -> id) closing after their ERROR
+  uint64_t next_linger_id_ = 0;
   std::map<int, std::shared_ptr<Session>> sessions_;  // by fd; loop thread
 };
 

@@ -7,20 +7,15 @@
 #include "daemon/local/seqpacket.h"
 
 namespace ard::local {
-namespace {
-
-// A client this far behind on reading its completions is cut off (its job fails).
-constexpr size_t kMaxOutboxBytes = 64 << 20;
-
-}  // namespace
 
 Session::Session(int fd, PeerCredentials creds, uint64_t max_input_bytes,
-                 std::function<void()> want_writable)
+                 std::function<void()> want_writable, size_t max_outbox_bytes)
     : input(max_input_bytes),
       last_activity(absl::Now()),
       fd_(fd),
       creds_(creds),
-      want_writable_(std::move(want_writable)) {}
+      want_writable_(std::move(want_writable)),
+      max_outbox_bytes_(max_outbox_bytes) {}
 
 Session::~Session() {
   Close();
@@ -29,24 +24,34 @@ Session::~Session() {
 
 bool Session::Send(const std::string& frame, int pass_fd) {
   bool wake = false;
+  bool cut = false;
   {
     absl::MutexLock lock(&mu_);
     if (closed_ || cut_off_) return false;
     if (outbox_.empty() && SendMessage(fd_, frame, pass_fd)) return true;
     if (outbox_.empty() && errno != EAGAIN && errno != EWOULDBLOCK) {
       cut_off_ = true;  // peer gone; the loop sees the hang-up
+      peer_gone_ = true;
       return false;
     }
-    if (outbox_bytes_ + frame.size() > kMaxOutboxBytes) {
+    if (outbox_bytes_ + frame.size() > max_outbox_bytes_) {
+      // A client this far behind on reading its completions is cut off (its job fails): drop
+      // what is queued, and have the loop close it now, even if it never sends another frame.
       cut_off_ = true;
-      return false;
+      cut = true;
+      for (Queued& q : outbox_) {
+        if (q.fd >= 0) close(q.fd);
+      }
+      outbox_.clear();
+      outbox_bytes_ = 0;
+    } else {
+      wake = outbox_.empty();
+      outbox_.push_back(Queued{frame, pass_fd >= 0 ? dup(pass_fd) : -1});
+      outbox_bytes_ += frame.size();
     }
-    wake = outbox_.empty();
-    outbox_.push_back(Queued{frame, pass_fd >= 0 ? dup(pass_fd) : -1});
-    outbox_bytes_ += frame.size();
   }
-  if (wake) want_writable_();
-  return true;
+  if (wake || cut) want_writable_();
+  return !cut;
 }
 
 bool Session::FlushOutbox() {
@@ -56,6 +61,7 @@ bool Session::FlushOutbox() {
     if (!SendMessage(fd_, q.frame, q.fd)) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
       cut_off_ = true;
+      peer_gone_ = true;
       break;
     }
     if (q.fd >= 0) close(q.fd);
@@ -93,6 +99,11 @@ bool Session::closed() const {
 bool Session::cut_off() const {
   absl::MutexLock lock(&mu_);
   return cut_off_;
+}
+
+bool Session::peer_gone() const {
+  absl::MutexLock lock(&mu_);
+  return peer_gone_;
 }
 
 bool Session::BeginRequest(uint64_t request_id, const std::string& name) {

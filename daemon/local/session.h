@@ -37,9 +37,10 @@ struct PeerCredentials {
 class Session {
  public:
   // `want_writable` is called (from any thread) when frames are queued and the loop should watch
-  // the socket for EPOLLOUT.
+  // the socket for EPOLLOUT, and when the session is cut off (its outbox would exceed
+  // `max_outbox_bytes`) so the loop closes it.
   Session(int fd, PeerCredentials creds, uint64_t max_input_bytes,
-          std::function<void()> want_writable);
+          std::function<void()> want_writable, size_t max_outbox_bytes = 64 << 20);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -56,6 +57,8 @@ class Session {
   void Close();
   bool closed() const;
   bool cut_off() const;
+  // Why it was cut off: the peer is gone (a send failed: it exited) rather than not reading.
+  bool peer_gone() const;
 
   // A SUBMIT's name becomes in flight. False (with no change) when it already is.
   bool BeginRequest(uint64_t request_id, const std::string& name);
@@ -83,9 +86,11 @@ class Session {
   const int fd_;
   const PeerCredentials creds_;
   const std::function<void()> want_writable_;
+  const size_t max_outbox_bytes_;
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool cut_off_ ABSL_GUARDED_BY(mu_) = false;
+  bool peer_gone_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Queued> outbox_ ABSL_GUARDED_BY(mu_);
   size_t outbox_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, std::string> in_flight_ ABSL_GUARDED_BY(mu_);  // request id -> name

@@ -46,6 +46,7 @@ class ReadinessTable {
   std::vector<Waiting> WaitingLongerThan(absl::Time now, absl::Duration min_wait) const;
 
   int pending_tensors() const { return static_cast<int>(pending_.size()); }
+  bool is_pending(const std::string& name) const { return pending_.count(name) > 0; }
   int size() const { return size_; }
 
  private:

@@ -5,13 +5,15 @@
 
 namespace ard::rpc {
 
-GrpcPeerClient::GrpcPeerClient(const std::string& address, absl::Duration timeout)
+GrpcPeerClient::GrpcPeerClient(const std::string& address, absl::Duration timeout,
+                               std::shared_ptr<grpc::ChannelCredentials> credentials)
     : timeout_(timeout) {
   grpc::ChannelArguments args;
   // Reconnect quickly after a peer restarts (defaults back off up to 120 s).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  channel_ = grpc::CreateCustomChannel(
+      address, credentials ? credentials : grpc::InsecureChannelCredentials(), args);
   cluster_ = ard::Cluster::NewStub(channel_);
   admin_ = ard::Admin::NewStub(channel_);
   negotiation_ = ard::Negotiation::NewStub(channel_);

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/cluster/peer_client.h"
+#include "grpcpp/security/credentials.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/cluster.grpc.pb.h"
 #include "proto/negotiation.grpc.pb.h"
@@ -17,7 +18,9 @@ namespace ard::rpc {
 
 class GrpcPeerClient : public cluster::PeerClient {
  public:
-  GrpcPeerClient(const std::string& address, absl::Duration timeout);
+  // `credentials`: plaintext when null (see rpc/tls.h for mutual TLS).
+  GrpcPeerClient(const std::string& address, absl::Duration timeout,
+                 std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   ~GrpcPeerClient() override;
 
   void JoinAsync(const JoinRequest& request, Done<JoinResponse> done) override;

@@ -71,14 +71,16 @@ void RouteGrpcLogs() {
 GrpcServer::~GrpcServer() { Shutdown(absl::ZeroDuration()); }
 
 absl::StatusOr<int> GrpcServer::Start(const std::string& listen_address,
-                                      const std::vector<grpc::Service*>& services) {
+                                      const std::vector<grpc::Service*>& services,
+                                      std::shared_ptr<grpc::ServerCredentials> credentials) {
   if (std::string why = WhyBindFails(listen_address); !why.empty()) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen_address, ": ", why));
   }
   RouteGrpcLogs();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen_address,
+                           credentials ? credentials : grpc::InsecureServerCredentials(), &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   for (grpc::Service* service : services) builder.RegisterService(service);
   server_ = builder.BuildAndStart();

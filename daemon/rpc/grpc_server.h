@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 
 namespace ard::rpc {
@@ -18,9 +19,11 @@ class GrpcServer {
   GrpcServer() = default;
   ~GrpcServer();
 
-  // Returns the bound port. `services` are not owned and must outlive Shutdown().
+  // Returns the bound port. `services` are not owned and must outlive Shutdown(). `credentials`:
+  // plaintext when null (see rpc/tls.h for mutual TLS).
   absl::StatusOr<int> Start(const std::string& listen_address,
-                            const std::vector<grpc::Service*>& services);
+                            const std::vector<grpc::Service*>& services,
+                            std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
   // Stops accepting, cancels calls still running after `grace`, waits for handlers to finish.
   void Shutdown(absl::Duration grace);
 

@@ -10,7 +10,9 @@
 //   DONE <cases checked>
 // Exit status: 0 when every check passed, 1 on a wrong result (with a MISMATCH line), 2 on usage.
 //
-// Scenarios: matrix, many, mismatch, join, stuck (submit one tensor and report how it ends).
+// Scenarios: matrix, many, mismatch, join, stuck (submit one tensor and report how it ends),
+// latency, soak (ARD_SOAK_STEPS steps, default 500), and the fault scenarios of
+// worker_faults.h (steps, slow, uneven, after).
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "client/allreduced_client.h"
+#include "tests/integration/worker_faults.h"
 #include "tests/integration/worker_reference.h"
 
 namespace ard::testing {
@@ -246,6 +249,49 @@ int Join(ard_client* client, const ard_topology& topo, uint64_t seed) {
 
 // Round trips of a 4-byte allreduce through the whole stack; prints percentiles (informational:
 // no assertion on time).
+// A training loop for the daemon soak test: `steps` steps of `per_step` small allreduces under the
+// same names every step (as a model's gradients), each checked; "STEP k" every 100 steps so the
+// test can sample the daemon's memory while it runs.
+int Soak(ard_client* client, const ard_topology& topo, int steps, int per_step, uint64_t seed) {
+  std::vector<Case> cases;
+  std::vector<Inputs> inputs;
+  std::vector<Expected> expected;
+  for (int i = 0; i < per_step; ++i) {
+    Case c = SmallAllreduce(i);
+    c.name = "grad." + std::to_string(i);
+    inputs.push_back(MakeInputs(c, topo.size, seed));
+    expected.push_back(ComputeExpected(c, inputs.back(), topo.rank, topo.size, {}, topo.local_size));
+    cases.push_back(std::move(c));
+  }
+  std::vector<uint64_t> handles(per_step);
+  for (int step = 1; step <= steps; ++step) {
+    for (int i = 0; i < per_step; ++i) {
+      ard_request req;
+      ard_request_init(&req);
+      FillRequest(cases[i], inputs[i].per_rank[topo.rank], cases[i].name, topo.rank, &req);
+      char err[512];
+      if (ard_submit(client, &req, nullptr, nullptr, &handles[i], err, sizeof(err)) != 0) {
+        return Fail(cases[i].name + " submit: " + err);
+      }
+    }
+    for (int i = 0; i < per_step; ++i) {
+      ard_result r;
+      if (ard_wait(client, handles[i], -1, &r) != 0) {
+        return Fail(cases[i].name + " " + (r.message ? r.message : ""));
+      }
+      std::string why;
+      if (!CheckResult(expected[i], r, &why)) return Fail(cases[i].name + " " + why);
+      ard_release(client, handles[i]);
+    }
+    if (step % 100 == 0) {
+      std::printf("STEP %d\n", step);
+      std::fflush(stdout);
+    }
+  }
+  std::printf("DONE %d\n", steps * per_step);
+  return 0;
+}
+
 int Latency(ard_client* client, const ard_topology& topo, int iterations) {
   std::vector<double> us;
   float value = 1.0f;
@@ -332,6 +378,11 @@ int main(int argc, char** argv) {
   if (mode == "join") rc = Join(client, t, seed);
   if (mode == "stuck") rc = Stuck(worker);
   if (mode == "latency") rc = Latency(client, t, 2000);
+  if (mode == "soak") {
+    const char* steps = std::getenv("ARD_SOAK_STEPS");
+    rc = Soak(client, t, steps != nullptr ? std::atoi(steps) : 500, 8, seed);
+  }
+  if (const int fault = RunFaultMode(mode, client, t); fault >= 0) rc = fault;
   std::fflush(stdout);
   ard_client_destroy(client);
   return rc;

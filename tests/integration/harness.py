@@ -36,7 +36,7 @@ class Daemon:
     """One allreduced process acting as one host."""
 
     def __init__(self, workdir, name, coordinator=None, heartbeat_ms=100, host_timeout_ms=1000,
-                 extra_flags=(), env=None):
+                 extra_flags=(), env=None, command_prefix=()):
         self.workdir = workdir
         self.name = name
         self.coordinator = coordinator
@@ -54,6 +54,7 @@ class Daemon:
             "--join_backoff_max_ms=300",
         ] + ([f"--coordinator={coordinator}"] if coordinator else []) + list(extra_flags)
         self.env = env
+        self.command_prefix = list(command_prefix)  # e.g. ["ip", "netns", "exec", NAME]
         self.proc = None
         self.port = None
 
@@ -61,7 +62,8 @@ class Daemon:
         if os.path.exists(self.port_file):
             os.remove(self.port_file)
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([binary("allreduced")] + self.flags, stdout=self.log,
+        self.proc = subprocess.Popen(self.command_prefix + [binary("allreduced")] + self.flags,
+                                     stdout=self.log,
                                      stderr=subprocess.STDOUT, env=self.env)
         if wait:
             self.wait_serving()

@@ -1,0 +1,117 @@
+"""Optional mutual TLS on the cluster and admin gRPC port (tls_cert_file, tls_key_file,
+tls_ca_file), with certificates this test makes with openssl: a CA for the cluster and a rogue
+CA that nobody trusts."""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+from fault_util import (HOST_TIMEOUT_MS, STALL_WARNING_MS, harness, run_job, wait_until)
+
+if shutil.which("openssl") is None:
+    pytest.skip("openssl is not installed", allow_module_level=True)
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def make_pki(d):
+    """CA `ca` signing h-a, h-b and ctl; rogue CA `rogue` signing `intruder`. Every certificate
+    names 127.0.0.1 (peers verify the address they dial) and may serve and be a client."""
+    with open(os.path.join(d, "ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                "extendedKeyUsage=serverAuth,clientAuth\n")
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for ca in ("ca", "rogue"):
+        openssl("req", "-x509", *key, "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-days", "2",
+                "-subj", f"/CN=ard-test-{ca}", cwd=d)
+    for name, ca in (("h-a", "ca"), ("h-b", "ca"), ("ctl", "ca"), ("intruder", "rogue")):
+        openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj",
+                f"/CN={name}", cwd=d)
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", "ext", cwd=d)
+
+
+@pytest.fixture(scope="module")
+def pki():
+    d = tempfile.mkdtemp(prefix="ard-pki.", dir="/tmp")
+    make_pki(d)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def tls_flags(pki, name, ca="ca"):
+    return [f"--tls_cert_file={pki}/{name}.pem", f"--tls_key_file={pki}/{name}.key",
+            f"--tls_ca_file={pki}/{ca}.pem"]
+
+
+def ctl_tls(pki, address, name="ctl", ca="ca"):
+    args = [] if name is None else ["--tls_cert", f"{pki}/{name}.pem", "--tls_key",
+                                    f"{pki}/{name}.key", "--tls_ca", f"{pki}/{ca}.pem"]
+    return harness.ctl("--daemon", address, "--timeout_ms", "2000", *args, "status", "--json")
+
+
+def hosts_up(pki, address):
+    r = ctl_tls(pki, address)
+    if r.returncode != 0:
+        return set()
+    return {h["name"] for h in json.loads(r.stdout)["hosts"] if h["state"] == "UP"}
+
+
+@pytest.fixture
+def cluster(pki):
+    c = harness.Cluster(heartbeat_ms=100, host_timeout_ms=HOST_TIMEOUT_MS)
+    flags = [f"--stall_warning_ms={STALL_WARNING_MS}", "--job_form_timeout_ms=8000"]
+    c.add("h-a", extra_flags=flags + tls_flags(pki, "h-a"))
+    c.add("h-b", extra_flags=flags + tls_flags(pki, "h-b"))
+    wait_until(lambda: hosts_up(pki, c.daemons["h-a"].address) == {"h-a", "h-b"}, 15,
+               "h-a and h-b UP over TLS")
+    yield c
+    c.close()
+
+
+def test_mutual_tls_cluster_serves_only_certified_peers(pki, cluster):
+    """Promise: with mutual TLS configured, daemons join and heartbeat over TLS, a cross-host job
+    runs, and allreducectl with a certificate from the cluster CA gets status (also forwarded by a
+    follower); allreducectl without TLS, allreducectl with a certificate from another CA, and a
+    plaintext gRPC peer (hostile_peer) are all refused (UNAVAILABLE: the handshake fails) and the
+    cluster is unaffected."""
+    a, b = cluster.daemons["h-a"], cluster.daemons["h-b"]
+    run_job([a.socket, b.socket], "tls")
+    assert hosts_up(pki, b.address) == {"h-a", "h-b"}  # forwarded by the follower over TLS
+    plain = ctl_tls(pki, a.address, name=None)
+    assert plain.returncode == 1 and "cannot reach daemon" in plain.stderr, plain.stderr
+    rogue = ctl_tls(pki, a.address, name="intruder", ca="rogue")
+    assert rogue.returncode == 1, rogue.stdout
+    r = subprocess.run([harness.binary("hostile_peer"), a.address, "negotiate", "1", "h-b"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.stdout.startswith("STATUS 14 UNAVAILABLE"), r.stdout + r.stderr
+    assert hosts_up(pki, a.address) == {"h-a", "h-b"}
+    assert a.proc.poll() is None and b.proc.poll() is None
+
+
+def test_daemon_with_untrusted_certificate_cannot_join(pki, cluster):
+    """Promise: a daemon whose certificate comes from another CA cannot join a TLS cluster: it
+    keeps retrying (log: join failed) and never shows up in status, while the members stay UP."""
+    intruder = cluster.add("intruder", extra_flags=tls_flags(pki, "intruder", ca="rogue"))
+    wait_until(lambda: "join failed" in intruder.read_log(), 10, "the intruder's join to fail")
+    assert hosts_up(pki, cluster.daemons["h-a"].address) == {"h-a", "h-b"}
+    assert intruder.proc.poll() is None  # it retries; it is not let in
+
+
+def test_partial_tls_config_is_refused_at_startup(pki):
+    """Promise: a daemon given only some of the three TLS files exits at startup with one line
+    naming the three settings (no plaintext fallback)."""
+    d = harness.Daemon(tempfile.mkdtemp(prefix="ard-it.", dir="/tmp"), "half",
+                       extra_flags=[f"--tls_cert_file={pki}/h-a.pem"])
+    d.start(wait=False)
+    try:
+        assert d.wait_exit(10) != 0
+        assert "tls_cert_file, tls_key_file and tls_ca_file" in d.read_log()
+    finally:
+        d.kill()
+        shutil.rmtree(d.workdir, ignore_errors=True)
