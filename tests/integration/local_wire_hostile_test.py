@@ -8,7 +8,7 @@ import pytest
 
 from harness import Cluster, Workers, lines_with
 from local_wire import (ADD_SEGMENT, COMPLETE, HELLO, HELLO_FMT, NOTIFY, RELEASE, SUBMIT, WELCOME,
-                        BYE, RawClient, frame, hello, sealed_memfd, submit)
+                        BYE, ERROR, ERROR_FMT, RawClient, frame, hello, sealed_memfd, submit)
 
 
 @pytest.fixture(scope="module")
