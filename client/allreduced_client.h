@@ -180,6 +180,13 @@ ARD_API void ard_client_destroy(ard_client* client);
  * is static. */
 ARD_API const char* ard_code_name(int code);
 
+/* GPU path (issue 6): whether this process can use CUDA device `device` for the GPU path. Loads
+ * the CUDA driver at run time (dlopen "libcuda.so.1"; the library never links CUDA), allocates a
+ * small staging arena and one interprocess event and exports their IPC handles, then frees them.
+ * ARD_OK, or ARD_FAILED_PRECONDITION with "no CUDA driver/device: ..." in err when there is no
+ * driver or GPU (another code when a CUDA call fails). Any thread. */
+ARD_API int ard_gpu_probe(int device, char* err, size_t err_len);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

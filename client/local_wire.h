@@ -63,6 +63,10 @@ enum class MsgType : uint16_t {
   kBye = 8,
   kError = 9,
   kResultSegment = 10,
+  // GPU path (issue 6; see "GPU path" below). Numbers from 20.
+  kGpuRegister = 20,    // client -> daemon, once per process: staging arena + event pool
+  kGpuRegistered = 21,  // daemon -> client: the GPU_REGISTER was accepted (no payload)
+  kGpuSubmit = 22,      // client -> daemon: a SUBMIT whose input lies in the GPU staging arena
 };
 
 enum class Collective : uint32_t {
@@ -203,6 +207,39 @@ struct Error {
   uint32_t message_bytes;
 };
 static_assert(sizeof(Error) == 8, "wire layout");
+
+// ---- GPU path (issue 6) ----
+// A process on a GPU host, after WELCOME, sends one GPU_REGISTER: its device staging arena
+// (cuMemAlloc, exported with cuIpcGetMemHandle) and a pool of interprocess events (cuEventCreate
+// with CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING, exported with cuIpcGetEventHandle). The
+// daemon opens them once (cached per pid, device and handle bytes; closed when the process leaves)
+// and answers GPU_REGISTERED, or ERROR with header.request_id echoed (wrong device, stale handle,
+// memory the process does not own, pool too large): the error goes to that process only.
+// Per tensor: the client copies the input into the arena on the framework's stream, records pool
+// event `event` there, and sends GPU_SUBMIT. The daemon's stream waits on that event, reduces,
+// writes the result in place (same offset) and records the same event, then sends COMPLETE (bytes
+// 0). The client makes the framework's stream wait on the event and copies the result out: the
+// host never waits for the GPU.
+inline constexpr size_t kIpcHandleBytes = 64;   // CU_IPC_HANDLE_SIZE
+inline constexpr uint32_t kMaxGpuEvents = 1024;  // tail of GPU_REGISTER fits a frame
+
+// GPU_REGISTER, client -> daemon. Tail: num_events handles of kIpcHandleBytes each.
+struct GpuRegister {
+  int32_t device;       // CUDA ordinal, as the daemon numbers it (same CUDA_VISIBLE_DEVICES)
+  uint32_t num_events;  // 1..kMaxGpuEvents
+  uint64_t arena_bytes;
+  uint8_t arena_handle[kIpcHandleBytes];
+  char pci_bus_id[16];  // "0000:3b:00.0" NUL-padded: lets the daemon check the ordinal's GPU
+};
+static_assert(sizeof(GpuRegister) == 96, "wire layout");
+
+// GPU_SUBMIT, client -> daemon: a Submit (its segment field unused) then this placement.
+struct GpuPlacement {
+  uint64_t offset;  // of the input (and result) in the staging arena, kSlotAlignment-aligned
+  uint32_t event;   // pool index recorded after the input copy
+  uint32_t reserved;
+};
+static_assert(sizeof(GpuPlacement) == 16, "wire layout");
 
 // Bytes per element of a dtype, 0 for an unknown one.
 inline constexpr size_t DataTypeSize(uint32_t dtype) {

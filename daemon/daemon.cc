@@ -14,6 +14,7 @@
 #include "daemon/common/status_macros.h"
 #include "daemon/common/version.h"
 #include "daemon/config/config_loader.h"
+#include "daemon/gpu/cuda_device.h"
 #include "daemon/gpu/device_query.h"
 #include "daemon/cluster/job_coordinator.h"
 #include "daemon/cluster/loopback_negotiation.h"
@@ -67,6 +68,12 @@ absl::Status Daemon::Start() {
   self_.set_start_time_unix_ms(absl::ToUnixMillis(absl::Now()));
   self_.set_pid(getpid());
   gpu::DescribeDevices(&self_);
+  std::string gpu_unavailable;
+  if (auto device = gpu::NewCudaDevice(); device.ok()) {
+    gpu_device_ = std::move(*device);
+  } else {
+    gpu_unavailable = std::string(device.status().message());
+  }
 
   loop_ = std::make_unique<EventLoop>("ard-control");
   jobs_ = std::make_unique<jobs::JobRegistry>(
@@ -78,7 +85,8 @@ absl::Status Daemon::Start() {
                                absl::Milliseconds(config_.rpc_timeout_ms()),
                                absl::Milliseconds(config_.cycle_time_ms()),
                                static_cast<int>(config_.max_jobs()),
-                               static_cast<int>(config_.max_pending_tensors())});
+                               static_cast<int>(config_.max_pending_tensors()),
+                               gpu_unavailable});
   const cluster::LocalJobsSource local_jobs = [this] { return jobs_->Summaries(); };
 
   const absl::Duration heartbeat = absl::Milliseconds(config_.heartbeat_ms());
@@ -164,6 +172,9 @@ absl::Status Daemon::Start() {
       kVersion, self_.name(), self_.address(), is_coordinator() ? "coordinator" : "follower",
       config_.local_socket(), self_.gpus_size(),
       self_.nccl_version().empty() ? "none" : self_.nccl_version(), self_.pid());
+  Logger("daemon")->info("gpu device={}", gpu_device_ != nullptr
+                                              ? gpu_device_->Describe()
+                                              : absl::StrCat("none (", gpu_unavailable, ")"));
   notifier_.Ready(absl::StrCat("serving on ", self_.address()));
   return absl::OkStatus();
 }

@@ -33,6 +33,9 @@ class JobCoordinator;
 namespace dataplane::tcp {
 class DataListener;
 }  // namespace dataplane::tcp
+namespace gpu {
+class Device;
+}  // namespace gpu
 namespace jobs {
 class JobRegistry;
 }  // namespace jobs
@@ -75,6 +78,7 @@ class Daemon {
   systemd::Notifier notifier_;
 
   // Declared in construction order; destroyed in reverse.
+  std::unique_ptr<gpu::Device> gpu_device_;  // GPU path: null without a usable GPU
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<jobs::JobRegistry> jobs_;
   std::unique_ptr<dataplane::tcp::DataListener> data_listener_;

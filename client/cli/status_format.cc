@@ -82,7 +82,20 @@ std::string FormatStatusTable(const GetClusterStatusResponse& status) {
                     FormatDuration(h.last_heartbeat_age_s()) + " ago", GpuSummary(h),
                     h.nccl_version().empty() ? "-" : h.nccl_version(), h.version(), note});
   }
-  absl::StrAppend(&out, RenderTable(rows), "\nJobs:\n");
+  absl::StrAppend(&out, RenderTable(rows));
+  // GPU details: model, memory and PCI bus of every GPU, with the host's NCCL/CUDA versions.
+  std::string gpus;
+  for (const Host& h : view.hosts()) {
+    for (const GpuInfo& g : h.gpus()) {
+      absl::StrAppend(&gpus, "  ", h.name(), " gpu ", g.index(), ": ", g.model(), ", ",
+                      FormatBytes(g.memory_bytes()), g.pci_bus_id().empty() ? "" : ", ",
+                      g.pci_bus_id(), " (NCCL ", h.nccl_version().empty() ? "-" : h.nccl_version(),
+                      ", CUDA ", h.cuda_runtime_version().empty() ? "-" : h.cuda_runtime_version(),
+                      ")\n");
+    }
+  }
+  if (!gpus.empty()) absl::StrAppend(&out, "\nGPUs:\n", gpus);
+  absl::StrAppend(&out, "\nJobs:\n");
   if (view.jobs_size() == 0) {
     absl::StrAppend(&out, "  (none)\n");
     return out;
@@ -93,7 +106,12 @@ std::string FormatStatusTable(const GetClusterStatusResponse& status) {
   for (const JobSummary& j : view.jobs()) {
     std::vector<std::string> placement;
     for (const auto& hr : j.ranks()) {
-      placement.push_back(absl::StrCat(hr.host(), ":[", absl::StrJoin(hr.ranks(), ","), "]"));
+      std::string devices;
+      if (hr.gpu_devices_size() > 0) {  // GPU path: "a:[0,1] gpu[0,1]"
+        devices = absl::StrCat(" gpu[", absl::StrJoin(hr.gpu_devices(), ","), "]");
+      }
+      placement.push_back(
+          absl::StrCat(hr.host(), ":[", absl::StrJoin(hr.ranks(), ","), "]", devices));
     }
     std::string note = j.failure();
     if (j.state() == "forming") {

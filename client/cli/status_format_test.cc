@@ -86,6 +86,27 @@ TEST_CASE("jobs show placement, progress and stalls") {
                "1m04s ago)") != std::string::npos);
 }
 
+TEST_CASE("GPU path: each host's GPUs with memory and NCCL version, each job's devices") {
+  GetClusterStatusResponse r = Sample();
+  Host* b = r.mutable_view()->mutable_hosts(1);
+  b->set_nccl_version("2.28.3");
+  b->set_cuda_runtime_version("13.0");
+  b->mutable_gpus(0)->set_memory_bytes(80ull << 30);
+  b->mutable_gpus(0)->set_pci_bus_id("0000:3b:00.0");
+  JobSummary* j = r.mutable_view()->add_jobs();
+  j->set_name("train");
+  auto* hr = j->add_ranks();
+  hr->set_host("b");
+  hr->add_ranks(0);
+  hr->add_gpu_devices(0);
+  std::string t = FormatStatusTable(r);
+  CHECK(t.find("GPUs:\n  b gpu 0: NVIDIA H100, 80.0 GiB, 0000:3b:00.0 (NCCL 2.28.3, CUDA 13.0)") !=
+        std::string::npos);
+  CHECK(t.find("b:[0] gpu[0]") != std::string::npos);
+  // A CPU-only cluster prints no GPU section.
+  CHECK(FormatStatusTable(GetClusterStatusResponse()).find("GPUs:") == std::string::npos);
+}
+
 TEST_CASE("durations are compact") {
   CHECK(FormatDuration(1.25) == "1.2s");
   CHECK(FormatDuration(250) == "4m10s");

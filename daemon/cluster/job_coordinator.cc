@@ -146,6 +146,8 @@ void JobCoordinator::TryForm(const std::string& name) {
     JobLayout::JobHost* h = layout.add_hosts();
     h->set_name(host);
     h->set_data_address(reg.first.data_address());
+    h->set_nccl_version(reg.first.nccl_version());
+    if (layout.nccl_unique_id().empty()) layout.set_nccl_unique_id(reg.first.nccl_unique_id());
     for (const auto& lr : ranks) {
       int rank = lr.rank();
       if (rank < 0) {
@@ -155,6 +157,7 @@ void JobCoordinator::TryForm(const std::string& name) {
       }
       h->add_ranks(rank);
       h->add_pids(lr.pid());
+      h->add_gpu_devices(lr.has_gpu_device() ? lr.gpu_device() : -1);
     }
   }
   job->table = std::make_unique<ReadinessTable>(f.size);

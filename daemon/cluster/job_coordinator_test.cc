@@ -192,6 +192,29 @@ TEST_CASE("a rank failure reported by one host aborts the job everywhere") {
   CHECK(f.a->events()[0].abort() == "rank 3 (pid 7) on host b exited");
 }
 
+TEST_CASE("GPU path: the first host's ncclUniqueId and every rank's GPU reach every host") {
+  EventLoop loop{"test"};
+  JobCoordinator coordinator{loop, JobCoordinatorOptions{1 << 20, 1, absl::Seconds(60), 2}};
+  RegisterRanksRequest rb = Registration("b", 1, 2), ra = Registration("a", 1, 2);
+  rb.set_nccl_unique_id("id-from-b");
+  ra.set_nccl_unique_id("id-from-a");
+  rb.set_nccl_version("2.28.3");
+  ra.set_nccl_version("2.28.3");
+  rb.mutable_ranks(0)->set_gpu_device(1);
+  absl::StatusOr<RegisterRanksResponse> got_a, got_b;
+  coordinator.HandleRegisterRanks(rb, [&](absl::StatusOr<RegisterRanksResponse> r) { got_b = r; });
+  coordinator.HandleRegisterRanks(ra, [&](absl::StatusOr<RegisterRanksResponse> r) { got_a = r; });
+  REQUIRE(got_a.ok());
+  REQUIRE(got_b.ok());
+  for (const auto* r : {&got_a, &got_b}) {
+    const JobLayout& layout = (*r)->layout();
+    CHECK(layout.nccl_unique_id() == "id-from-a");
+    CHECK(layout.hosts(0).gpu_devices(0) == -1);  // a's rank registered no GPU
+    CHECK(layout.hosts(1).gpu_devices(0) == 1);
+    CHECK(layout.hosts(1).nccl_version() == "2.28.3");
+  }
+}
+
 TEST_CASE("a host whose ranks all left fails a tensor that still needs them") {
   Fixture f;
   f.Form();

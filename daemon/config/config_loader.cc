@@ -122,6 +122,10 @@ DaemonConfig Defaults() {
   c.set_hello_timeout_ms(10000);
   c.set_peer_policy("same_user");
   c.set_max_client_outbox_bytes(64ull << 20);
+  c.set_gpu_mode("auto");
+  c.set_gpu_fusion_buffer_bytes(64ull << 20);
+  c.set_gpu_comm_init_timeout_ms(60000);
+  c.set_max_gpu_event_pool(1024);
   return c;
 }
 
@@ -240,6 +244,11 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
         "local_socket: path must be 1-", kMaxUnixPath, " bytes, got ", c->local_socket().size()));
   }
   if (c->heartbeat_ms() == 0) return absl::InvalidArgumentError("heartbeat_ms must be > 0");
+  if (c->gpu_mode().empty()) c->set_gpu_mode("auto");
+  if (c->gpu_mode() != "auto" && c->gpu_mode() != "nccl" && c->gpu_mode() != "hierarchical") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpu_mode: '", c->gpu_mode(), "' is not one of auto, nccl, hierarchical"));
+  }
   if (c->host_timeout_ms() < 2 * c->heartbeat_ms()) {
     return absl::InvalidArgumentError(
         absl::StrCat("host_timeout_ms (", c->host_timeout_ms(), ") must be at least twice ",

@@ -29,6 +29,8 @@ TEST_CASE("defaults are valid and fill the host name") {
   CHECK(c->heartbeat_ms() == 1000);
   CHECK(c->host_timeout_ms() == 5000);
   CHECK(!c->host_name().empty());
+  CHECK(c->gpu_mode() == "auto");
+  CHECK(c->gpu_fusion_buffer_bytes() == 64ull << 20);
 }
 
 TEST_CASE("file overrides defaults and flags override the file") {
@@ -110,6 +112,7 @@ TEST_CASE("bad input gives one clear error") {
       {{"--max_pending_tensors=0"}, "must be > 0"},
       {{"--peer_policy=everyone"}, "peer_policy 'everyone' must be same_user, group or any"},
       {{"--max_client_outbox_bytes=1000"}, "max_client_outbox_bytes must be >= 64 KiB"},
+      {{"--gpu_mode=fast"}, "gpu_mode: 'fast' is not one of auto, nccl, hierarchical"},
   };
   for (const Case& c : cases) {
     INFO("args: " << c.args[0]);

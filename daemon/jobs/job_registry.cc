@@ -76,6 +76,20 @@ void JobRegistry::OnFrame(const std::shared_ptr<Session>& s, local::DecodedFrame
     case wire::MsgType::kRelease:
       HandleRelease(s, frame.request_id);
       return;
+    case wire::MsgType::kGpuRegister:
+    case wire::MsgType::kGpuSubmit:
+      // The GPU orchestration (daemon/gpu: GpuJob, IpcCache) is not connected to the job
+      // registry yet; say so to this process only.
+      if (!options_.gpu_unavailable.empty()) {
+        ReplyError(*s, frame.request_id,
+                   absl::FailedPreconditionError(
+                       absl::StrCat("no GPU on this daemon: ", options_.gpu_unavailable)));
+        return;
+      }
+      ReplyError(*s, frame.request_id,
+                 absl::UnimplementedError("this daemon does not serve the GPU path yet (GPU "
+                                          "registration and submits are decoded, not executed)"));
+      return;
     default:
       if (fd >= 0) close(fd);
       ReplyError(*s, frame.request_id, absl::InvalidArgumentError("unexpected frame"));

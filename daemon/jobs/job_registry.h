@@ -39,6 +39,8 @@ struct JobOptions {
   absl::Duration cycle_time = absl::ZeroDuration();  // coalescing delay for host-ready tensors
   int max_jobs = 1024;              // forming or running jobs at once
   int max_pending_tensors = 65536;  // per job: submitted by some ranks, not yet by all
+  // GPU path: why this daemon has no usable GPU device ("" when it has one).
+  std::string gpu_unavailable;
 };
 
 namespace tcp = dataplane::tcp;

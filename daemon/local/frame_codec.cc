@@ -185,6 +185,42 @@ absl::StatusOr<DecodedFrame> DecodeFrame(const uint8_t* data, size_t size, bool 
       if (auto s = CheckSubmit(f.submit, f.splits); !s.ok()) return s;
       break;
     }
+    case MsgType::kGpuRegister: {
+      if (n < sizeof(wire::GpuRegister)) return Bad("truncated GPU_REGISTER");
+      wire::GpuRegister& g = f.gpu_register;
+      memcpy(&g, payload, sizeof(g));
+      if (g.device < 0) return Bad("GPU_REGISTER device < 0");
+      if (g.num_events == 0 || g.num_events > wire::kMaxGpuEvents) {
+        return Bad(absl::StrCat("GPU_REGISTER num_events ", g.num_events, " not in 1..",
+                                wire::kMaxGpuEvents));
+      }
+      if (g.arena_bytes == 0) return Bad("GPU_REGISTER arena_bytes 0");
+      if (n != sizeof(g) + size_t{g.num_events} * wire::kIpcHandleBytes) {
+        return Bad("GPU_REGISTER length does not match num_events");
+      }
+      f.gpu_events.resize(g.num_events);
+      memcpy(f.gpu_events.data(), payload + sizeof(g), n - sizeof(g));
+      break;
+    }
+    case MsgType::kGpuSubmit: {
+      if (n < sizeof(wire::Submit) + sizeof(wire::GpuPlacement)) return Bad("truncated GPU_SUBMIT");
+      memcpy(&f.submit, payload, sizeof(f.submit));
+      if (f.submit.num_splits > wire::kMaxSplits) return Bad("too many splits");
+      const size_t split_bytes = f.submit.num_splits * sizeof(int64_t);
+      if (n != sizeof(wire::Submit) + split_bytes + sizeof(wire::GpuPlacement)) {
+        return Bad("GPU_SUBMIT length does not match num_splits");
+      }
+      f.splits.resize(f.submit.num_splits);
+      if (!f.splits.empty()) memcpy(f.splits.data(), payload + sizeof(wire::Submit), split_bytes);
+      memcpy(&f.gpu_placement, payload + sizeof(wire::Submit) + split_bytes,
+             sizeof(f.gpu_placement));
+      if (auto s = CheckSubmit(f.submit, f.splits); !s.ok()) return s;
+      if (f.gpu_placement.offset % wire::kSlotAlignment != 0 || f.gpu_placement.reserved != 0 ||
+          f.gpu_placement.event >= wire::kMaxGpuEvents) {
+        return Bad("GPU_SUBMIT placement (offset alignment, event index, reserved)");
+      }
+      break;
+    }
     case MsgType::kRelease:
     case MsgType::kBye:
       if (auto s = expect_size(0); !s.ok()) return s;

@@ -4,6 +4,7 @@
 // checked where the arena and job are known). Pure functions; any thread.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,7 +20,11 @@ struct DecodedFrame {
   wire::Hello hello{};          // kHello
   wire::Segment segment{};      // kAddSegment
   wire::Submit submit{};        // kSubmit
-  std::vector<int64_t> splits;  // kSubmit tail
+  std::vector<int64_t> splits;  // kSubmit / kGpuSubmit tail
+  // GPU path: kGpuRegister and its event handles; kGpuSubmit's placement (its Submit is `submit`).
+  wire::GpuRegister gpu_register{};
+  std::vector<std::array<uint8_t, wire::kIpcHandleBytes>> gpu_events;
+  wire::GpuPlacement gpu_placement{};
 };
 
 // `has_fd`: whether the message carried exactly one file descriptor. A frame that needs an fd

@@ -177,5 +177,42 @@ TEST_CASE("encoders produce frames with the right header and tail") {
   CHECK(e.size() == sizeof(h) + sizeof(wire::Error) + wire::kMaxMessageBytes);
 }
 
+TEST_CASE("GPU_REGISTER and GPU_SUBMIT decode with their tails; bad fields are named") {
+  std::string payload(sizeof(wire::GpuRegister) + 2 * wire::kIpcHandleBytes, '\0');
+  wire::GpuRegister g{};
+  g.device = 1;
+  g.num_events = 2;
+  g.arena_bytes = 1 << 20;
+  g.arena_handle[0] = 7;
+  memcpy(payload.data(), &g, sizeof(g));
+  payload[sizeof(g) + wire::kIpcHandleBytes] = 9;  // second event handle
+  auto f = Decode(Raw(MsgType::kGpuRegister, payload.data(), payload.size()));
+  REQUIRE(f.ok());
+  CHECK(f->gpu_register.device == 1);
+  REQUIRE(f->gpu_events.size() == 2);
+  CHECK(f->gpu_events[1][0] == 9);
+  // A tail that does not match num_events, and an empty pool.
+  CHECK(Error(Decode(Raw(MsgType::kGpuRegister, payload.data(), payload.size() - 1)))
+            .find("num_events") != std::string::npos);
+  g.num_events = 0;
+  memcpy(payload.data(), &g, sizeof(g));
+  CHECK(Error(Decode(Raw(MsgType::kGpuRegister, payload.data(), payload.size())))
+            .find("num_events 0") != std::string::npos);
+
+  std::string submit(sizeof(wire::Submit) + sizeof(wire::GpuPlacement), '\0');
+  wire::Submit s = GoodSubmit();
+  wire::GpuPlacement p{128, 3, 0};
+  memcpy(submit.data(), &s, sizeof(s));
+  memcpy(submit.data() + sizeof(s), &p, sizeof(p));
+  auto gs = Decode(Raw(MsgType::kGpuSubmit, submit.data(), submit.size()));
+  REQUIRE(gs.ok());
+  CHECK(gs->gpu_placement.offset == 128);
+  CHECK(gs->gpu_placement.event == 3);
+  p.offset = 100;  // not kSlotAlignment-aligned
+  memcpy(submit.data() + sizeof(s), &p, sizeof(p));
+  CHECK(Error(Decode(Raw(MsgType::kGpuSubmit, submit.data(), submit.size())))
+            .find("placement") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace ard::local

@@ -8,7 +8,7 @@ import pytest
 
 from harness import Cluster, Workers, lines_with
 from local_wire import (ADD_SEGMENT, COMPLETE, HELLO, HELLO_FMT, NOTIFY, RELEASE, SUBMIT, WELCOME,
-                        BYE, RawClient, frame, hello, sealed_memfd, submit)
+                        BYE, ERROR, ERROR_FMT, RawClient, frame, hello, sealed_memfd, submit)
 
 
 @pytest.fixture(scope="module")
@@ -168,4 +168,28 @@ def test_silent_and_vanishing_clients_do_not_disturb(daemon):
     half.expect_error("truncated header")
     half.close()
     for c in silent[25:]:
+        c.close()
+
+
+GPU_REGISTER = 20
+GPU_REGISTER_FMT = struct.Struct("=iIQ64s16s")
+
+
+def test_gpu_register_gets_a_clear_answer(daemon):
+    # GPU path (issue 6): a malformed GPU_REGISTER is refused by the decoder; a well-formed one is
+    # answered to that process only: "no GPU on this daemon" here (no GPU), or "not served yet"
+    # on a GPU host until the GPU path is connected. The bystander job runs on regardless.
+    c = RawClient(daemon.socket).welcome(b"gpu-probe")
+    try:
+        c.send(frame(GPU_REGISTER, GPU_REGISTER_FMT.pack(0, 0, 1 << 20, b"", b""), request_id=5))
+        c.expect_error("num_events 0")
+        payload = GPU_REGISTER_FMT.pack(0, 1, 1 << 20, b"\x01" * 64, b"") + b"\x02" * 64
+        c.send(frame(GPU_REGISTER, payload, request_id=6))
+        msg_type, request_id, body = c.recv()
+        assert (msg_type, request_id) == (ERROR, 6), (msg_type, request_id)
+        code, n = ERROR_FMT.unpack_from(body)
+        text = body[ERROR_FMT.size:ERROR_FMT.size + n].decode()
+        assert (code == 9 and "no GPU on this daemon" in text) or \
+            (code == 12 and "does not serve the GPU path yet" in text), (code, text)
+    finally:
         c.close()

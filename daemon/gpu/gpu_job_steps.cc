@@ -1,0 +1,161 @@
+// GpuJob's per-allreduce steps (see gpu_job.h): gather inputs into the fusion buffers, reduce
+// across GPUs (and hosts), scatter results back. Executor thread, under GpuJob::mu_.
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/collectives/reduce_kernels.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/gpu/gpu_job.h"
+
+namespace ard::gpu {
+namespace {
+
+size_t Bytes(const FusionTensor& t) {
+  return t.count * wire::DataTypeSize(static_cast<uint32_t>(t.dtype));
+}
+
+char* At(const Memory& m, uint64_t offset) { return static_cast<char*>(m.data()) + offset; }
+
+const GpuTensorInput* InputOf(const GpuTensor& t, int rank) {
+  for (const GpuTensorInput& in : t.inputs) {
+    if (in.rank == rank) return &in;
+  }
+  return nullptr;
+}
+
+// Sum within the host before the communicator divides by the job's size.
+wire::ReduceOp LocalOp(wire::ReduceOp op) {
+  return op == wire::ReduceOp::kAverage ? wire::ReduceOp::kSum : op;
+}
+
+}  // namespace
+
+absl::Status GpuJob::Gather(LocalGpu& gpu, const std::vector<GpuTensor>& tensors,
+                            const FusionLayout& layout) {
+  // Make the stream wait until each process has its inputs in place.
+  for (int rank : gpu.ranks) {
+    std::set<uint32_t> events;
+    for (const GpuTensor& t : tensors) {
+      if (const GpuTensorInput* in = InputOf(t, rank)) events.insert(in->event);
+    }
+    for (uint32_t e : events) {
+      ARD_RETURN_IF_ERROR(device_.Wait(*gpu.stream, *ranks_.at(rank).events[e]));
+    }
+  }
+  if (gpu.ranks.size() == 1) {  // the common case: device to device, no host involvement
+    const Rank& r = ranks_.at(gpu.ranks[0]);
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const GpuTensorInput* in = InputOf(tensors[i], gpu.ranks[0]);
+      if (in == nullptr) return absl::InternalError("a local rank has no input");
+      ARD_RETURN_IF_ERROR(device_.CopyAsync(At(*gpu.fusion, layout.offsets[i]),
+                                            At(*r.arena, in->offset), Bytes(tensors[i].meta),
+                                            *gpu.stream));
+    }
+    return absl::OkStatus();
+  }
+  // Several processes share this GPU: reduce their inputs in host memory, in rank order.
+  std::vector<char> sum(layout.total_bytes), part(layout.total_bytes);
+  for (size_t k = 0; k < gpu.ranks.size(); ++k) {
+    const Rank& r = ranks_.at(gpu.ranks[k]);
+    char* dst = k == 0 ? sum.data() : part.data();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const GpuTensorInput* in = InputOf(tensors[i], gpu.ranks[k]);
+      if (in == nullptr) return absl::InternalError("a local rank has no input");
+      ARD_RETURN_IF_ERROR(device_.CopyAsync(dst + layout.offsets[i], At(*r.arena, in->offset),
+                                            Bytes(tensors[i].meta), *gpu.stream));
+    }
+    ARD_RETURN_IF_ERROR(device_.Synchronize(*gpu.stream));
+    if (k == 0) continue;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const FusionTensor& m = tensors[i].meta;
+      collectives::ReduceInto(sum.data() + layout.offsets[i], part.data() + layout.offsets[i],
+                              m.count, m.dtype, LocalOp(m.op));
+    }
+  }
+  ARD_RETURN_IF_ERROR(
+      device_.CopyAsync(gpu.fusion->data(), sum.data(), layout.total_bytes, *gpu.stream));
+  return device_.Synchronize(*gpu.stream);  // `sum` dies here
+}
+
+absl::Status GpuJob::Reduce(const FusionLayout& layout) {
+  ARD_RETURN_IF_ERROR(device_.GroupStart());
+  absl::Status status;
+  for (LocalGpu& gpu : gpus_) {
+    for (const FusionRun& run : layout.runs) {
+      if (!status.ok()) break;
+      char* buf = At(*gpu.fusion, run.offset);
+      status = gpu.comm->Allreduce(buf, buf, run.count, run.dtype, run.op, options_.world_ranks,
+                                   *gpu.stream);
+    }
+  }
+  absl::Status end = device_.GroupEnd();  // always close the group
+  ARD_RETURN_IF_ERROR(status);
+  return end;
+}
+
+absl::Status GpuJob::ReduceHierarchical(const FusionLayout& layout) {
+  // 1. Within the host: every local GPU holds the host's reduction.
+  ARD_RETURN_IF_ERROR(device_.GroupStart());
+  absl::Status status;
+  for (LocalGpu& gpu : gpus_) {
+    for (const FusionRun& run : layout.runs) {
+      if (!status.ok()) break;
+      char* buf = At(*gpu.fusion, run.offset);
+      status = gpu.comm->Allreduce(buf, buf, run.count, run.dtype, LocalOp(run.op),
+                                   options_.world_ranks, *gpu.stream);
+    }
+  }
+  absl::Status end = device_.GroupEnd();
+  ARD_RETURN_IF_ERROR(status);
+  ARD_RETURN_IF_ERROR(end);
+  // 2. Between hosts, from host memory, over the TCP data plane; Average divides here.
+  LocalGpu& root = gpus_[0];
+  std::vector<char> host(layout.total_bytes);
+  ARD_RETURN_IF_ERROR(
+      device_.CopyAsync(host.data(), root.fusion->data(), layout.total_bytes, *root.stream));
+  ARD_RETURN_IF_ERROR(device_.Synchronize(*root.stream));
+  for (const FusionRun& run : layout.runs) {
+    ARD_RETURN_IF_ERROR(
+        options_.cross_host(host.data() + run.offset, run.count, run.dtype, LocalOp(run.op)));
+    if (run.op == wire::ReduceOp::kAverage) {
+      collectives::Scale(host.data() + run.offset, run.count, run.dtype,
+                         1.0 / options_.world_ranks);
+    }
+  }
+  ARD_RETURN_IF_ERROR(
+      device_.CopyAsync(root.fusion->data(), host.data(), layout.total_bytes, *root.stream));
+  ARD_RETURN_IF_ERROR(device_.Synchronize(*root.stream));
+  // 3. Back to every local GPU.
+  if (gpus_.size() == 1) return absl::OkStatus();
+  ARD_RETURN_IF_ERROR(device_.GroupStart());
+  for (LocalGpu& gpu : gpus_) {
+    if (!status.ok()) break;
+    status = gpu.comm->Broadcast(gpu.fusion->data(), gpu.fusion->data(), layout.total_bytes,
+                                 wire::DataType::kUint8, root.comm->rank(), *gpu.stream);
+  }
+  end = device_.GroupEnd();
+  ARD_RETURN_IF_ERROR(status);
+  return end;
+}
+
+absl::Status GpuJob::Scatter(LocalGpu& gpu, const std::vector<GpuTensor>& tensors,
+                             const FusionLayout& layout) {
+  for (int rank : gpu.ranks) {
+    Rank& r = ranks_.at(rank);
+    std::set<uint32_t> events;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const GpuTensorInput* in = InputOf(tensors[i], rank);
+      if (in == nullptr) continue;
+      ARD_RETURN_IF_ERROR(device_.CopyAsync(At(*r.arena, in->offset),
+                                            At(*gpu.fusion, layout.offsets[i]),
+                                            Bytes(tensors[i].meta), *gpu.stream));
+      events.insert(in->event);
+    }
+    // The process's stream waits on these once it gets COMPLETE.
+    for (uint32_t e : events) ARD_RETURN_IF_ERROR(device_.Record(*r.events[e], *gpu.stream));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ard::gpu

@@ -1,0 +1,44 @@
+// Which GPU mode a job runs in and which communicator ranks this host holds (DESIGN.md "GPU
+// path"). Pure function of the job's layout and the config; control loop, at job formation.
+//
+// A communicator rank is one (host, GPU): NCCL refuses two ranks on one GPU, so processes that
+// share a GPU share its rank (GpuJob reduces them first). kNccl numbers ranks host by host in
+// cross-rank order, GPUs ascending within a host; kHierarchical numbers only this host's GPUs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/gpu/device.h"
+#include "daemon/gpu/gpu_job.h"
+#include "proto/negotiation.pb.h"
+
+namespace ard::gpu {
+
+struct HostGpus {
+  std::string host;
+  std::string nccl_version;       // HostInfo.nccl_version ("" when built without NCCL)
+  std::vector<int> rank_devices;  // GPU of each of this host's job ranks (local rank order)
+};
+
+struct GpuPlan {
+  GpuMode mode = GpuMode::kNccl;
+  std::string reason;  // why this mode (for the log and status)
+  int comm_size = 0;
+  std::vector<CommRank> local_comm_ranks;
+};
+
+// `setting` is DaemonConfig.gpu_mode ("auto", "nccl", "hierarchical"); `hosts` is indexed by cross
+// rank; `cross_rank` is this host's. InvalidArgument for a host without NCCL or a rank without a
+// GPU, or "nccl" forced across hosts whose NCCL versions differ.
+absl::StatusOr<GpuPlan> PlanGpuJob(const std::string& setting, const std::vector<HostGpus>& hosts,
+                                   int cross_rank);
+
+// The per-host GPUs of a formed job (JobLayout from the coordinator), indexed by cross rank.
+std::vector<HostGpus> HostGpusFromLayout(const JobLayout& layout);
+
+// JobLayout.nccl_unique_id as a UniqueId; InvalidArgument when it is not one.
+absl::StatusOr<UniqueId> UniqueIdFromLayout(const JobLayout& layout);
+
+}  // namespace ard::gpu

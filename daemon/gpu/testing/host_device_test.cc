@@ -1,0 +1,155 @@
+// The test double itself must keep the CUDA/NCCL rules the orchestration relies on.
+#include "daemon/gpu/testing/host_device.h"
+
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "catch2/catch.hpp"
+
+namespace ard::gpu::testing {
+namespace {
+
+TEST_CASE("IPC memory maps the exporter's allocation; stale, wrong-device and own handles fail") {
+  HostWorld world;
+  HostDevice client(world, "h", 100, 2), daemon(world, "h", 1, 2);
+  auto mem = client.Allocate(1, 4096);
+  REQUIRE(mem.ok());
+  auto handle = client.ExportMemory(**mem);
+  REQUIRE(handle.ok());
+  auto opened = daemon.OpenMemory(1, *handle);
+  REQUIRE(opened.ok());
+  CHECK((*opened)->data() != (*mem)->data());
+  std::memcpy((*mem)->data(), "hello", 6);
+  CHECK(std::strcmp(static_cast<char*>((*opened)->data()), "hello") == 0);
+  CHECK((*opened)->size() == 4096);
+
+  CHECK(daemon.OpenMemory(0, *handle).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(daemon.OpenMemory(2, *handle).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(client.OpenMemory(1, *handle).status().code() == absl::StatusCode::kInvalidArgument);
+  IpcHandle junk{};
+  CHECK(daemon.OpenMemory(1, junk).status().code() == absl::StatusCode::kInvalidArgument);
+
+  mem->reset();  // exporter frees: the handle goes stale, the open mapping stays valid
+  auto stale = daemon.OpenMemory(1, *handle);
+  REQUIRE_FALSE(stale.ok());
+  CHECK(std::string(stale.status().message()).find("stale") != std::string::npos);
+  CHECK(std::strcmp(static_cast<char*>((*opened)->data()), "hello") == 0);
+}
+
+TEST_CASE("stream wait on an IPC event waits for the record issued before the wait") {
+  HostWorld world;
+  HostDevice client(world, "h", 100, 1), daemon(world, "h", 1, 1);
+  auto ev = client.CreateEvent(0, true);
+  REQUIRE(ev.ok());
+  CHECK_FALSE(client.ExportEvent(**client.CreateEvent(0, false)).ok());
+  auto opened = daemon.OpenEvent(0, *client.ExportEvent(**ev));
+  REQUIRE(opened.ok());
+  auto client_stream = *client.CreateStream(0);
+  auto daemon_stream = *daemon.CreateStream(0);
+
+  // The client's stream is held up by a gate; the daemon's stream must not run past its wait.
+  std::promise<void> gate;
+  std::shared_future<void> gate_future = gate.get_future().share();
+  std::atomic<int> order{0};
+  int client_step = -1, daemon_step = -1;
+  REQUIRE(client.CopyAsync(&order, &order, 0, *client_stream).ok());
+  static_cast<void>(client.Issue(
+      *client_stream,
+      [&] {
+        gate_future.wait();
+        client_step = order++;
+        return absl::OkStatus();
+      },
+      false));
+  REQUIRE(client.Record(**ev, *client_stream).ok());
+  REQUIRE(daemon.Wait(*daemon_stream, **opened).ok());
+  static_cast<void>(daemon.Issue(
+      *daemon_stream,
+      [&] {
+        daemon_step = order++;
+        return absl::OkStatus();
+      },
+      false));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(daemon_step == -1);  // still waiting on the event
+  gate.set_value();
+  REQUIRE(daemon.Synchronize(*daemon_stream).ok());
+  CHECK(client_step == 0);
+  CHECK(daemon_step == 1);
+}
+
+TEST_CASE("communicator ranks in two processes allreduce; several local ranks need a group") {
+  HostWorld world;
+  HostDevice a(world, "a", 10, 2), b(world, "b", 20, 1);
+  UniqueId id = *a.NewUniqueId();
+  auto b_future = std::async(std::launch::async, [&] {
+    return b.InitCommunicators(id, 3, {{2, 0}}, absl::Seconds(5));
+  });
+  auto a_comms = a.InitCommunicators(id, 3, {{0, 0}, {1, 1}}, absl::Seconds(5));
+  REQUIRE(a_comms.ok());
+  auto b_comms = b_future.get();
+  REQUIRE(b_comms.ok());
+
+  auto s0 = *a.CreateStream(0), s1 = *a.CreateStream(1), s2 = *b.CreateStream(0);
+  float x0[2] = {1, 2}, x1[2] = {10, 20}, x2[2] = {100, 200};
+  // Outside a group, a process holding two ranks is refused (NCCL would deadlock).
+  CHECK((*a_comms)[0]
+            ->Allreduce(x0, x0, 2, wire::DataType::kFloat32, wire::ReduceOp::kSum, 3, *s0)
+            .code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE(a.GroupStart().ok());
+  REQUIRE((*a_comms)[0]
+              ->Allreduce(x0, x0, 2, wire::DataType::kFloat32, wire::ReduceOp::kAverage, 3, *s0)
+              .ok());
+  REQUIRE((*a_comms)[1]
+              ->Allreduce(x1, x1, 2, wire::DataType::kFloat32, wire::ReduceOp::kAverage, 3, *s1)
+              .ok());
+  REQUIRE(a.GroupEnd().ok());
+  REQUIRE((*b_comms)[0]
+              ->Allreduce(x2, x2, 2, wire::DataType::kFloat32, wire::ReduceOp::kAverage, 3, *s2)
+              .ok());
+  REQUIRE(a.Synchronize(*s0).ok());
+  REQUIRE(a.Synchronize(*s1).ok());
+  REQUIRE(b.Synchronize(*s2).ok());
+  CHECK(x0[0] == 37.0f);
+  CHECK(x1[1] == 74.0f);
+  CHECK(x2[0] == 37.0f);
+  CHECK(a.group_ends() == 1);
+}
+
+TEST_CASE("duplicate GPU, init timeout, and abort failing a peer's pending collective") {
+  HostWorld world;
+  HostDevice a(world, "a", 10, 1), a2(world, "a", 11, 1), b(world, "b", 20, 1);
+  UniqueId id = *a.NewUniqueId();
+  auto dup = std::async(std::launch::async, [&] {
+    return a.InitCommunicators(id, 2, {{0, 0}}, absl::Milliseconds(300));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto second = a2.InitCommunicators(id, 2, {{1, 0}}, absl::Milliseconds(300));
+  CHECK(second.status().code() == absl::StatusCode::kInvalidArgument);  // same host and GPU
+  CHECK(dup.get().status().code() == absl::StatusCode::kDeadlineExceeded);
+
+  UniqueId id2 = *a.NewUniqueId();
+  auto bf = std::async(std::launch::async, [&] {
+    return b.InitCommunicators(id2, 2, {{1, 0}}, absl::Seconds(5));
+  });
+  auto ac = a.InitCommunicators(id2, 2, {{0, 0}}, absl::Seconds(5));
+  REQUIRE(ac.ok());
+  auto bc = bf.get();
+  REQUIRE(bc.ok());
+  auto sa = *a.CreateStream(0);
+  int32_t v = 5;
+  // Rank 1 never joins this collective; rank 1 aborts, rank 0's pending one fails.
+  REQUIRE(
+      (*ac)[0]->Allreduce(&v, &v, 1, wire::DataType::kInt32, wire::ReduceOp::kSum, 2, *sa).ok());
+  CHECK((*ac)[0]->AsyncError().ok());
+  (*bc)[0]->Abort();
+  absl::Status done = a.Synchronize(*sa);
+  CHECK(done.code() == absl::StatusCode::kUnavailable);
+  CHECK((*ac)[0]->AsyncError().code() == absl::StatusCode::kUnavailable);
+  CHECK((*bc)[0]->AsyncError().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(v == 5);
+}
+
+}  // namespace
+}  // namespace ard::gpu::testing
