@@ -54,6 +54,9 @@ std::string AdvertiseAddress(const DaemonConfig& config, int port) {
 
 Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
 
+Daemon::Daemon(DaemonConfig config, gpu::Device* gpu_device)
+    : config_(std::move(config)), gpu_(gpu_device) {}
+
 Daemon::~Daemon() { Shutdown(); }
 
 absl::Status Daemon::Start() {
@@ -69,8 +72,11 @@ absl::Status Daemon::Start() {
   self_.set_pid(getpid());
   gpu::DescribeDevices(&self_);
   std::string gpu_unavailable;
-  if (auto device = gpu::NewCudaDevice(); device.ok()) {
+  if (gpu_ != nullptr) {
+    // Injected by the caller (tests: the host-memory double).
+  } else if (auto device = gpu::NewCudaDevice(); device.ok()) {
     gpu_device_ = std::move(*device);
+    gpu_ = gpu_device_.get();
   } else {
     gpu_unavailable = std::string(device.status().message());
   }
@@ -86,7 +92,12 @@ absl::Status Daemon::Start() {
                                absl::Milliseconds(config_.cycle_time_ms()),
                                static_cast<int>(config_.max_jobs()),
                                static_cast<int>(config_.max_pending_tensors()),
-                               gpu_unavailable});
+                               gpu_unavailable,
+                               gpu_,
+                               config_.gpu_mode(),
+                               config_.gpu_fusion_buffer_bytes(),
+                               absl::Milliseconds(config_.gpu_comm_init_timeout_ms()),
+                               config_.max_gpu_event_pool()});
   const cluster::LocalJobsSource local_jobs = [this] { return jobs_->Summaries(); };
 
   const absl::Duration heartbeat = absl::Milliseconds(config_.heartbeat_ms());
@@ -172,8 +183,8 @@ absl::Status Daemon::Start() {
       kVersion, self_.name(), self_.address(), is_coordinator() ? "coordinator" : "follower",
       config_.local_socket(), self_.gpus_size(),
       self_.nccl_version().empty() ? "none" : self_.nccl_version(), self_.pid());
-  Logger("daemon")->info("gpu device={}", gpu_device_ != nullptr
-                                              ? gpu_device_->Describe()
+  Logger("daemon")->info("gpu device={}", gpu_ != nullptr
+                                              ? gpu_->Describe()
                                               : absl::StrCat("none (", gpu_unavailable, ")"));
   notifier_.Ready(absl::StrCat("serving on ", self_.address()));
   return absl::OkStatus();

@@ -53,6 +53,9 @@ class NegotiationService;
 class Daemon {
  public:
   explicit Daemon(DaemonConfig config);
+  // GPU path: serves GPU tensors with `gpu_device` (not owned; outlives the Daemon) instead of
+  // opening the CUDA device. Tests pass the host-memory double (daemon/gpu/testing).
+  Daemon(DaemonConfig config, gpu::Device* gpu_device);
   ~Daemon();
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
@@ -78,7 +81,8 @@ class Daemon {
   systemd::Notifier notifier_;
 
   // Declared in construction order; destroyed in reverse.
-  std::unique_ptr<gpu::Device> gpu_device_;  // GPU path: null without a usable GPU
+  std::unique_ptr<gpu::Device> gpu_device_;  // GPU path: the CUDA device, when opened here
+  gpu::Device* gpu_ = nullptr;  // the device in use (injected or gpu_device_); null: none
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<jobs::JobRegistry> jobs_;
   std::unique_ptr<dataplane::tcp::DataListener> data_listener_;

@@ -18,7 +18,11 @@ using local::Session;
 using negotiation::TensorRequest;
 
 JobRegistry::JobRegistry(EventLoop& loop, JobOptions options)
-    : loop_(loop), options_(std::move(options)) {}
+    : loop_(loop), options_(std::move(options)) {
+  if (options_.gpu_device != nullptr) {
+    ipc_cache_ = std::make_unique<gpu::IpcCache>(*options_.gpu_device);
+  }
+}
 
 JobRegistry::~JobRegistry() { Shutdown(); }
 
@@ -42,6 +46,7 @@ void JobRegistry::Shutdown() {
     if (job->state != LocalJob::State::kFailed) {
       FailJob(*job, absl::UnavailableError("allreduced is shutting down"));
     }
+    if (job->gpu) job->gpu->Stop();
     if (job->executor) job->executor->Stop();
   }
   jobs_.clear();
@@ -77,18 +82,18 @@ void JobRegistry::OnFrame(const std::shared_ptr<Session>& s, local::DecodedFrame
       HandleRelease(s, frame.request_id);
       return;
     case wire::MsgType::kGpuRegister:
+      HandleGpuRegister(s, frame);
+      return;
     case wire::MsgType::kGpuSubmit:
-      // The GPU orchestration (daemon/gpu: GpuJob, IpcCache) is not connected to the job
-      // registry yet; say so to this process only.
-      if (!options_.gpu_unavailable.empty()) {
+      if (options_.gpu_device == nullptr) {
         ReplyError(*s, frame.request_id,
-                   absl::FailedPreconditionError(
-                       absl::StrCat("no GPU on this daemon: ", options_.gpu_unavailable)));
+                   absl::FailedPreconditionError(absl::StrCat(
+                       "no GPU on this daemon: ", options_.gpu_unavailable.empty()
+                                                      ? "no GPU device"
+                                                      : options_.gpu_unavailable)));
         return;
       }
-      ReplyError(*s, frame.request_id,
-                 absl::UnimplementedError("this daemon does not serve the GPU path yet (GPU "
-                                          "registration and submits are decoded, not executed)"));
+      HandleSubmit(s, std::move(frame));
       return;
     default:
       if (fd >= 0) close(fd);
@@ -299,9 +304,15 @@ void JobRegistry::HandleSubmit(const std::shared_ptr<Session>& s, local::Decoded
     }
     return reject(full);
   }
-  auto input = s->input.Resolve(frame.submit.segment, frame.submit.offset, frame.submit.bytes);
-  if (!input.ok()) return reject(input.status());
-  request.input = *std::move(input);
+  if (frame.type == wire::MsgType::kGpuSubmit) {
+    if (absl::Status st = CheckGpuSubmit(job, *s, frame); !st.ok()) return reject(st);
+    request.gpu = frame.gpu_placement;
+  } else {
+    auto input =
+        s->input.Resolve(frame.submit.segment, frame.submit.offset, frame.submit.bytes);
+    if (!input.ok()) return reject(input.status());
+    request.input = *std::move(input);
+  }
   std::vector<negotiation::Response> ready;
   const bool join = request.collective() == wire::Collective::kJoin;
   TensorRequest join_copy = join ? request : TensorRequest();
@@ -314,6 +325,7 @@ void JobRegistry::HandleSubmit(const std::shared_ptr<Session>& s, local::Decoded
     return;
   }
   for (auto& response : ready) {
+    if (DispatchGpu(job, response)) continue;
     if (!job.executor->TryRunInline(response)) job.executor->Enqueue(std::move(response));
   }
 }
@@ -345,6 +357,7 @@ void JobRegistry::OnClosed(const std::shared_ptr<Session>& s, bool graceful,
       FailJob(job, gone);
     }
   }
+  ReleaseGpu(job, *s);
   RemoveIfEmpty(job.name);
 }
 
@@ -352,6 +365,7 @@ void JobRegistry::FailJob(LocalJob& job, absl::Status status, bool tell_coordina
   job.state = LocalJob::State::kFailed;
   job.failure = std::string(status.message());
   if (job.context == nullptr || !job.context->Fail(status)) return;
+  if (job.gpu) job.gpu->job().Abort(status);
   if (job.cross_host && tell_coordinator) TellCoordinator(job, status, false);
   Logger("local")->warn("job failed job={} id={} error=\"{}\"", job.name, job.id,
                         status.message());
@@ -383,6 +397,7 @@ void JobRegistry::RemoveIfEmpty(const std::string& name) {
   }
   if (job.watch) job.watch->Cancel();
   if (job.context) job.context->Fail(absl::CancelledError("job ended"));  // unblocks the mesh
+  if (job.gpu) job.gpu->Stop();
   if (job.executor) job.executor->Stop();
   Logger("local")->info("job removed job={} id={} state={} collectives={}", job.name, job.id,
                         job.state == LocalJob::State::kFailed ? "failed" : "done",

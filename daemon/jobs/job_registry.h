@@ -22,6 +22,8 @@
 #include "daemon/local/frame_codec.h"
 #include "daemon/local/local_socket_server.h"
 #include "daemon/dataplane/tcp/data_listener.h"
+#include "daemon/gpu/device.h"
+#include "daemon/gpu/ipc_cache.h"
 #include "daemon/local/session.h"
 #include "daemon/negotiation/tensor_request.h"
 #include "proto/common.pb.h"
@@ -41,6 +43,12 @@ struct JobOptions {
   int max_pending_tensors = 65536;  // per job: submitted by some ranks, not yet by all
   // GPU path: why this daemon has no usable GPU device ("" when it has one).
   std::string gpu_unavailable;
+  // GPU path: the device (not owned; null without one) and DaemonConfig's gpu_* settings.
+  gpu::Device* gpu_device = nullptr;
+  std::string gpu_mode = "auto";
+  uint64_t gpu_fusion_buffer_bytes = 64ull << 20;
+  absl::Duration gpu_init_timeout = absl::Seconds(60);
+  uint32_t max_gpu_event_pool = 1024;
 };
 
 namespace tcp = dataplane::tcp;
@@ -83,6 +91,19 @@ class JobRegistry : public local::SessionHandler {
   void InspectStalls();
   void ReplyError(local::Session& s, uint64_t request_id, const absl::Status& status);
 
+  // GPU path (gpu_jobs.cc).
+  void HandleGpuRegister(const std::shared_ptr<local::Session>& s,
+                         const local::DecodedFrame& frame);
+  void FormGpu(LocalJob& job);
+  // A GPU_SUBMIT's placement against the job's GpuJob; OK for a host-memory SUBMIT.
+  absl::Status CheckGpuSubmit(LocalJob& job, const local::Session& s,
+                              const local::DecodedFrame& frame);
+  // Routes a ready response to the job's GPU executor when its tensors are GPU tensors.
+  bool DispatchGpu(LocalJob& job, negotiation::Response& response);
+  // A GPU-registered session left: its rank leaves the GpuJob; the IPC mappings of its process
+  // are closed once no other session of that process holds a GPU registration.
+  void ReleaseGpu(LocalJob& job, const local::Session& s);
+
   // Cross-host jobs (cross_host.cc).
   void RegisterCrossHost(LocalJob& job);
   void OnRegistered(const std::string& name, uint32_t local_id,
@@ -104,6 +125,8 @@ class JobRegistry : public local::SessionHandler {
   tcp::DataListener* listener_ = nullptr;       // Not owned.
   std::string data_address_;
   bool shut_down_ = false;
+  std::unique_ptr<gpu::IpcCache> ipc_cache_;  // GPU path: with a device only
+  std::map<uint32_t, int> gpu_sessions_of_pid_;  // live GPU-registered sessions per process
 };
 
 }  // namespace ard::jobs

@@ -16,6 +16,8 @@
 #include "daemon/cluster/peer_client.h"
 #include "daemon/dataplane/executor.h"
 #include "daemon/dataplane/job_context.h"
+#include "daemon/gpu/gpu_job.h"
+#include "daemon/jobs/gpu_executor.h"
 #include "daemon/local/session.h"
 #include "daemon/negotiation/readiness_table.h"
 #include "daemon/negotiation/response_cache.h"
@@ -58,6 +60,12 @@ struct LocalJob {
   std::map<std::string, uint64_t> forwarded_signature;
   bool flush_posted = false;
   std::shared_ptr<cluster::JobWatch> watch;
+
+  // GPU path: each rank's GPU_REGISTER (and its request id, answered once every local rank
+  // registered), then the job's GPU executor (owning its GpuJob).
+  std::map<int, gpu::GpuRegistration> gpu_regs;
+  std::map<int, uint64_t> gpu_register_ids;
+  std::unique_ptr<GpuExecutor> gpu;
 
   int connected() const {
     int n = 0;

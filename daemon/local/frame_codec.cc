@@ -260,4 +260,8 @@ std::string EncodeError(MsgType type, uint64_t request_id, int32_t code,
   return Frame(type, request_id, &e, sizeof(e), text.data(), text.size());
 }
 
+std::string EncodeEmpty(MsgType type, uint64_t request_id) {
+  return Frame(type, request_id, nullptr, 0, nullptr, 0);
+}
+
 }  // namespace ard::local

@@ -48,5 +48,7 @@ std::string EncodeComplete(uint64_t request_id, const wire::Complete& complete,
                            const std::vector<int64_t>& splits, const std::string& message);
 std::string EncodeError(wire::MsgType type, uint64_t request_id, int32_t code,
                         const std::string& message);
+// A frame without payload (GPU_REGISTERED).
+std::string EncodeEmpty(wire::MsgType type, uint64_t request_id);
 
 }  // namespace ard::local

@@ -19,6 +19,9 @@ struct TensorRequest {
   wire::Submit meta{};          // layout validated by the frame codec
   std::vector<int64_t> splits;  // alltoall
   shm::TensorBytes input;       // where the rank's input lies (bounds-checked)
+  // GPU path: set for a GPU_SUBMIT (the input lies in the rank's GPU staging arena; `input` is
+  // empty).
+  std::optional<wire::GpuPlacement> gpu;
 
   std::string name() const { return meta.name; }
   wire::Collective collective() const { return static_cast<wire::Collective>(meta.collective); }

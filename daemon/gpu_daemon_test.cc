@@ -1,0 +1,341 @@
+// The GPU path through the real daemon code (DESIGN.md "GPU path"): a Daemon built with the
+// host-memory device double (daemon/gpu/testing) serves simulated GPU training processes over its
+// real local socket: HELLO/WELCOME, GPU_REGISTER/GPU_REGISTERED, GPU_SUBMIT/COMPLETE, with the
+// process's staging arena and pool events on the double. The daemon's readiness table, GPU
+// executor and GpuJob run as in production; only CUDA/NCCL are simulated.
+//
+// All simulated processes share this test's real pid (SO_PEERCRED), so the daemon's IpcCache,
+// keyed by pid, closes their mappings when the last of them leaves.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "catch2/catch.hpp"
+#include "client/local_wire.h"
+#include "daemon/config/config_loader.h"
+#include "daemon/daemon.h"
+#include "daemon/gpu/testing/fake_process.h"
+#include "daemon/gpu/testing/host_device.h"
+#include "daemon/local/seqpacket.h"
+
+namespace ard {
+namespace {
+
+using gpu::testing::FakeProcess;
+using gpu::testing::HostDevice;
+using gpu::testing::HostWorld;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/ard-gd.XXXXXX";  // short: Unix socket paths are limited to 107 bytes
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+DaemonConfig Config(const TempDir& dir) {
+  DaemonConfig c = config::Defaults();
+  c.set_cluster_address("127.0.0.1:0");
+  c.set_host_name("h");
+  c.set_local_socket(dir.path() + "/h.sock");
+  c.set_gpu_fusion_buffer_bytes(256);  // small: the fusion buffer grows
+  c.set_gpu_comm_init_timeout_ms(5000);
+  REQUIRE(config::ValidateAndComplete(&c).ok());
+  return c;
+}
+
+std::string Frame(wire::MsgType type, uint64_t request_id, const void* payload, size_t bytes,
+                  const std::string& tail = "") {
+  wire::FrameHeader h{};
+  h.magic = wire::kMagic;
+  h.version = wire::kVersion;
+  h.type = static_cast<uint16_t>(type);
+  h.payload_bytes = static_cast<uint32_t>(bytes + tail.size());
+  h.request_id = request_id;
+  std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
+  out.append(static_cast<const char*>(payload), bytes);
+  return out + tail;
+}
+
+struct Reply {
+  wire::MsgType type{};
+  uint64_t request_id = 0;
+  int32_t code = 0;  // ERROR / NOTIFY / COMPLETE
+  std::string message;
+  std::vector<int64_t> shape;  // COMPLETE
+};
+
+// A training process's local connection, speaking the wire protocol directly.
+class WireClient {
+ public:
+  WireClient(const std::string& socket_path, const std::string& job, int rank, int size) {
+    fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, socket_path.c_str(), sizeof(addr.sun_path) - 1);
+    REQUIRE(connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    const int memfd = memfd_create("ard-gd", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    REQUIRE(memfd >= 0);
+    REQUIRE(ftruncate(memfd, 1 << 16) == 0);
+    REQUIRE(fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
+    wire::Hello hello{};
+    std::strncpy(hello.job, job.c_str(), sizeof(hello.job) - 1);
+    hello.rank = hello.local_rank = rank;
+    hello.size = hello.local_size = size;
+    hello.pid = static_cast<uint32_t>(getpid());
+    hello.segment_bytes = 1 << 16;
+    REQUIRE(local::SendMessage(fd_, Frame(wire::MsgType::kHello, 0, &hello, sizeof(hello)), memfd));
+    close(memfd);
+  }
+  ~WireClient() { HangUp(); }
+
+  void HangUp() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+  // The next frame from the daemon (waits up to 10 s).
+  Reply Next() {
+    pollfd p{fd_, POLLIN, 0};
+    REQUIRE(poll(&p, 1, 10000) == 1);
+    auto m = local::RecvMessage(fd_, 1 << 20);
+    REQUIRE(m.ok());
+    if (m->fd >= 0) close(m->fd);
+    wire::FrameHeader h;
+    REQUIRE(m->bytes.size() >= sizeof(h));
+    std::memcpy(&h, m->bytes.data(), sizeof(h));
+    const char* payload = m->bytes.data() + sizeof(h);
+    Reply r;
+    r.type = static_cast<wire::MsgType>(h.type);
+    r.request_id = h.request_id;
+    if (r.type == wire::MsgType::kError || r.type == wire::MsgType::kNotify) {
+      wire::Error e;
+      std::memcpy(&e, payload, sizeof(e));
+      r.code = e.code;
+      r.message.assign(payload + sizeof(e), e.message_bytes);
+    } else if (r.type == wire::MsgType::kComplete) {
+      wire::Complete c;
+      std::memcpy(&c, payload, sizeof(c));
+      r.code = c.code;
+      r.shape.assign(c.shape, c.shape + c.ndims);
+      r.message.assign(payload + sizeof(c) + c.num_splits * sizeof(int64_t), c.message_bytes);
+    }
+    return r;
+  }
+
+  // The next frame of `type`, skipping others (RESULT_SEGMENT, NOTIFY).
+  Reply Expect(wire::MsgType type) {
+    for (int i = 0; i < 16; ++i) {
+      Reply r = Next();
+      if (r.type == type) return r;
+      INFO("skipped frame type " << static_cast<int>(r.type) << ": " << r.message);
+    }
+    FAIL("no frame of the expected type");
+    return {};
+  }
+
+  void Register(const gpu::GpuRegistration& reg, uint64_t request_id) {
+    wire::GpuRegister g{};
+    g.device = reg.device;
+    g.num_events = static_cast<uint32_t>(reg.events.size());
+    g.arena_bytes = reg.arena_bytes;
+    std::memcpy(g.arena_handle, reg.arena.data(), reg.arena.size());
+    std::string tail;
+    for (const auto& e : reg.events) tail.append(reinterpret_cast<const char*>(e.data()), e.size());
+    REQUIRE(local::SendMessage(fd_, Frame(wire::MsgType::kGpuRegister, request_id, &g, sizeof(g), tail),
+                               -1));
+  }
+
+  void Submit(uint64_t request_id, const std::string& name, wire::DataType dtype,
+              wire::ReduceOp op, int64_t count, uint64_t offset, uint32_t event) {
+    wire::Submit s{};
+    s.collective = static_cast<uint32_t>(wire::Collective::kAllreduce);
+    s.dtype = static_cast<uint32_t>(dtype);
+    s.reduce_op = static_cast<uint32_t>(op);
+    s.prescale = s.postscale = 1.0;
+    std::strncpy(s.name, name.c_str(), sizeof(s.name) - 1);
+    s.ndims = 1;
+    s.shape[0] = count;
+    s.bytes = count * wire::DataTypeSize(s.dtype);
+    s.group_id = -1;
+    wire::GpuPlacement p{offset, event, 0};
+    std::string tail(reinterpret_cast<const char*>(&p), sizeof(p));
+    REQUIRE(local::SendMessage(fd_, Frame(wire::MsgType::kGpuSubmit, request_id, &s, sizeof(s), tail),
+                               -1));
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+template <typename Pred>
+bool Eventually(Pred pred) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    if (pred()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
+TEST_CASE("GPU allreduce through the daemon: three processes on two GPUs, fused, repeated") {
+  TempDir dir;
+  HostWorld world;
+  HostDevice device(world, "h", 1, 2);
+  Daemon daemon(Config(dir), &device);
+  REQUIRE(daemon.Start().ok());
+  const std::string sock = dir.path() + "/h.sock";
+  // Ranks 0 and 2 share GPU 0: they are reduced through host memory before the communicator.
+  std::vector<std::unique_ptr<FakeProcess>> procs;
+  std::vector<std::unique_ptr<WireClient>> clients;
+  const std::vector<int> gpu_of = {0, 1, 0};
+  for (int r = 0; r < 3; ++r) {
+    procs.push_back(std::make_unique<FakeProcess>(world, "h", 100 + r, 2, gpu_of[r], r));
+    clients.push_back(std::make_unique<WireClient>(sock, "gjob", r, 3));
+  }
+  for (auto& c : clients) c->Expect(wire::MsgType::kWelcome);
+  for (int r = 0; r < 3; ++r) clients[r]->Register(procs[r]->Registration(), 7);
+  for (auto& c : clients) {
+    Reply reg = c->Next();
+    INFO(reg.message);
+    REQUIRE(reg.type == wire::MsgType::kGpuRegistered);
+    CHECK(reg.request_id == 7);
+  }
+  CHECK(device.memory_opens() == 3);  // one mapping per process arena
+
+  for (int step = 0; step < 3; ++step) {
+    for (int r = 0; r < 3; ++r) {
+      procs[r]->Submit<float>(0, {1.0f * (r + 1) + step, 10.0f * (r + 1)}, 0);
+      procs[r]->Submit<int32_t>(256, {r * 7 - 5 + step}, 1);
+      procs[r]->Submit<float>(1024, {3.0f * r, 6.0f, 9.0f}, 2);
+      clients[r]->Submit(10 * step + 1, "a", wire::DataType::kFloat32, wire::ReduceOp::kSum, 2, 0,
+                         0);
+      clients[r]->Submit(10 * step + 2, "b", wire::DataType::kInt32, wire::ReduceOp::kMax, 1, 256,
+                         1);
+      clients[r]->Submit(10 * step + 3, "c", wire::DataType::kFloat32, wire::ReduceOp::kAverage,
+                         3, 1024, 2);
+    }
+    for (int r = 0; r < 3; ++r) {
+      for (int k = 1; k <= 3; ++k) {
+        Reply done = clients[r]->Expect(wire::MsgType::kComplete);
+        INFO(done.message);
+        REQUIRE(done.code == 0);
+        CHECK(done.request_id == static_cast<uint64_t>(10 * step + k));
+        CHECK(done.shape.size() == 1);
+      }
+      CHECK(procs[r]->Result<float>(0, 2, 0) == std::vector<float>{6.0f + 3 * step, 60.0f});
+      CHECK(procs[r]->Result<int32_t>(256, 1, 1) == std::vector<int32_t>{9 + step});
+      CHECK(procs[r]->Result<float>(1024, 3, 2) == std::vector<float>{3.0f, 6.0f, 9.0f});
+    }
+  }
+  CHECK(device.memory_opens() == 3);  // cached: opened once, not per collective
+
+  // Bad input from one process is that process's error: an event index outside its pool.
+  procs[1]->Submit<float>(0, {1.0f}, 0);
+  clients[1]->Submit(99, "bad", wire::DataType::kFloat32, wire::ReduceOp::kSum, 1, 0, 9);
+  Reply bad = clients[1]->Expect(wire::MsgType::kComplete);
+  CHECK(bad.code == static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  CHECK_THAT(bad.message, Catch::Contains("event"));
+
+  clients.clear();  // every process leaves: the daemon closes their IPC mappings
+  CHECK(Eventually([&] { return device.open_mappings() == 0; }));
+  daemon.Shutdown();
+}
+
+TEST_CASE("GPU path: bad registrations are refused to that process only") {
+  TempDir dir;
+  HostWorld world;
+  HostDevice device(world, "h", 1, 1);
+  Daemon daemon(Config(dir), &device);
+  REQUIRE(daemon.Start().ok());
+  const std::string sock = dir.path() + "/h.sock";
+  FakeProcess p0(world, "h", 100, 1, 0, 0), p1(world, "h", 101, 1, 0, 1);
+  WireClient c0(sock, "bad", 0, 2), c1(sock, "bad", 1, 2);
+  c0.Expect(wire::MsgType::kWelcome);
+  c1.Expect(wire::MsgType::kWelcome);
+
+  // A GPU the daemon does not have.
+  gpu::GpuRegistration wrong = p1.Registration();
+  wrong.device = 3;
+  c1.Register(wrong, 1);
+  Reply r1 = c1.Next();
+  CHECK(r1.type == wire::MsgType::kError);
+  CHECK(r1.request_id == 1);
+  CHECK_THAT(r1.message, Catch::Contains("GPU 3 does not exist"));
+  // A stale handle: memory the process already freed.
+  gpu::GpuRegistration stale = p1.Registration();
+  p1.FreeArena();
+  c1.Register(stale, 2);
+  Reply r2 = c1.Next();
+  CHECK(r2.type == wire::MsgType::kError);
+  CHECK(r2.code == static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+
+  // GPU_SUBMIT before every rank registered.
+  c0.Register(p0.Registration(), 3);
+  c0.Submit(4, "early", wire::DataType::kFloat32, wire::ReduceOp::kSum, 1, 0, 0);
+  Reply early = c0.Expect(wire::MsgType::kComplete);
+  CHECK(early.code == static_cast<int32_t>(absl::StatusCode::kFailedPrecondition));
+  CHECK_THAT(early.message, Catch::Contains("registered its GPU"));
+  daemon.Shutdown();
+}
+
+TEST_CASE("GPU path: a process hanging up mid-job fails the job and its IPC handles are closed") {
+  TempDir dir;
+  HostWorld world;
+  HostDevice device(world, "h", 1, 2);
+  Daemon daemon(Config(dir), &device);
+  REQUIRE(daemon.Start().ok());
+  const std::string sock = dir.path() + "/h.sock";
+  FakeProcess p0(world, "h", 100, 2, 0, 0), p1(world, "h", 101, 2, 1, 1);
+  auto c0 = std::make_unique<WireClient>(sock, "hang", 0, 2);
+  auto c1 = std::make_unique<WireClient>(sock, "hang", 1, 2);
+  c0->Expect(wire::MsgType::kWelcome);
+  c1->Expect(wire::MsgType::kWelcome);
+  c0->Register(p0.Registration(), 1);
+  c1->Register(p1.Registration(), 1);
+  REQUIRE(c0->Next().type == wire::MsgType::kGpuRegistered);
+  REQUIRE(c1->Next().type == wire::MsgType::kGpuRegistered);
+  CHECK(device.open_mappings() == 2);
+  // One allreduce works.
+  p0.Submit<float>(0, {1.0f, 2.0f}, 0);
+  p1.Submit<float>(0, {10.0f, 20.0f}, 0);
+  c0->Submit(4, "w", wire::DataType::kFloat32, wire::ReduceOp::kSum, 2, 0, 0);
+  c1->Submit(4, "w", wire::DataType::kFloat32, wire::ReduceOp::kSum, 2, 0, 0);
+  REQUIRE(c0->Expect(wire::MsgType::kComplete).code == 0);
+  REQUIRE(c1->Expect(wire::MsgType::kComplete).code == 0);
+  CHECK(p1.Result<float>(0, 2, 0) == std::vector<float>{11.0f, 22.0f});
+
+  // Rank 0 submits; rank 1 hangs up before submitting its part.
+  p0.Submit<float>(0, {1.0f, 2.0f}, 0);
+  c0->Submit(5, "t", wire::DataType::kFloat32, wire::ReduceOp::kSum, 2, 0, 0);
+  c1->HangUp();
+  Reply done = c0->Expect(wire::MsgType::kComplete);
+  CHECK(done.request_id == 5);
+  CHECK(done.code == static_cast<int32_t>(absl::StatusCode::kAborted));
+  CHECK_THAT(done.message, Catch::Contains("rank 1"));
+  // The job is over for rank 0 too: its next submit gets the failure.
+  c0->Submit(6, "u", wire::DataType::kFloat32, wire::ReduceOp::kSum, 2, 0, 0);
+  CHECK(c0->Expect(wire::MsgType::kComplete).code ==
+        static_cast<int32_t>(absl::StatusCode::kAborted));
+  // Both simulated processes share this test's pid: the mappings close with the last of them.
+  c0.reset();
+  CHECK(Eventually([&] { return device.open_mappings() == 0; }));
+  daemon.Shutdown();
+}
+
+}  // namespace
+}  // namespace ard

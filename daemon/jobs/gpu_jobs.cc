@@ -1,0 +1,213 @@
+// JobRegistry's GPU half (DESIGN.md "GPU path"): GPU_REGISTER keeps each process's staging arena
+// and event pool (opened once through the daemon's IpcCache), the job's GpuJob is created once
+// every local rank registered its GPU, GPU_SUBMITs go through the same readiness table as host
+// tensors, and their committed responses run on the job's GpuExecutor. A process that leaves has
+// its rank unregistered and, once it holds no other GPU registration, its IPC mappings closed.
+//
+// Connected so far: single-host jobs (a communicator over this host's GPUs), allreduce (grouped
+// too). Cross-host GPU jobs (the ncclUniqueId through RegisterRanks, hierarchical mode's
+// CrossHostReduce over the TCP data plane) are refused with a clear error.
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/common/logging.h"
+#include "daemon/gpu/gpu_plan.h"
+#include "daemon/jobs/job_registry.h"
+#include "daemon/jobs/local_job.h"
+
+namespace ard::jobs {
+
+using local::Session;
+
+void JobRegistry::HandleGpuRegister(const std::shared_ptr<Session>& s,
+                                    const local::DecodedFrame& frame) {
+  const uint64_t id = frame.request_id;
+  if (options_.gpu_device == nullptr) {
+    return ReplyError(*s, id,
+                      absl::FailedPreconditionError(absl::StrCat(
+                          "no GPU on this daemon: ", options_.gpu_unavailable.empty()
+                                                         ? "no GPU device"
+                                                         : options_.gpu_unavailable)));
+  }
+  if (!s->welcomed) {
+    return ReplyError(*s, id, absl::FailedPreconditionError(
+                                  "GPU_REGISTER before the job formed (no WELCOME)"));
+  }
+  LocalJob& job = *jobs_.at(s->job);
+  if (job.cross_host) {
+    return ReplyError(*s, id, absl::UnimplementedError(absl::StrCat(
+                                  "job ", job.name,
+                                  " spans hosts; this daemon serves GPU tensors of single-host "
+                                  "jobs only (cross-host GPU jobs are not connected yet)")));
+  }
+  if (job.state == LocalJob::State::kFailed) {
+    return ReplyError(*s, id, absl::AbortedError(job.failure));
+  }
+  if (job.gpu_regs.count(s->rank) != 0 || job.gpu != nullptr) {
+    return ReplyError(*s, id, absl::AlreadyExistsError(absl::StrCat(
+                                  "rank ", s->rank, " of job ", job.name,
+                                  " already registered its GPU")));
+  }
+  const wire::GpuRegister& g = frame.gpu_register;
+  if (g.num_events > options_.max_gpu_event_pool) {
+    return ReplyError(*s, id, absl::ResourceExhaustedError(absl::StrCat(
+                                  "GPU event pool of ", g.num_events, " events exceeds ",
+                                  "max_gpu_event_pool ", options_.max_gpu_event_pool)));
+  }
+  auto count = options_.gpu_device->DeviceCount();
+  if (!count.ok()) return ReplyError(*s, id, count.status());
+  if (g.device >= *count) {
+    return ReplyError(*s, id, absl::InvalidArgumentError(absl::StrCat(
+                                  "GPU ", g.device, " does not exist on this daemon (it sees ",
+                                  *count, " GPUs; same CUDA_VISIBLE_DEVICES?)")));
+  }
+  gpu::GpuRegistration reg;
+  reg.rank = s->rank;
+  reg.pid = static_cast<uint32_t>(s->creds().pid);
+  reg.device = g.device;
+  std::copy(std::begin(g.arena_handle), std::end(g.arena_handle), reg.arena.begin());
+  reg.arena_bytes = g.arena_bytes;
+  for (const auto& e : frame.gpu_events) {
+    gpu::IpcHandle h;
+    std::copy(e.begin(), e.end(), h.begin());
+    reg.events.push_back(h);
+  }
+  // Opened now, so a bad handle is this process's error alone; GpuJob::RegisterRank reuses them.
+  auto arena = ipc_cache_->OpenMemory(reg.pid, reg.device, reg.arena);
+  if (!arena.ok()) return ReplyError(*s, id, arena.status());
+  if ((*arena)->size() < reg.arena_bytes) {
+    return ReplyError(*s, id, absl::InvalidArgumentError(absl::StrCat(
+                                  "GPU staging arena is ", (*arena)->size(), " bytes, not ",
+                                  reg.arena_bytes)));
+  }
+  for (size_t i = 0; i < reg.events.size(); ++i) {
+    auto event = ipc_cache_->OpenEvent(reg.pid, reg.device, reg.events[i]);
+    if (!event.ok()) {
+      return ReplyError(*s, id, absl::Status(event.status().code(),
+                                             absl::StrCat("GPU event ", i, ": ",
+                                                          event.status().message())));
+    }
+  }
+  ++gpu_sessions_of_pid_[reg.pid];
+  job.gpu_regs[s->rank] = std::move(reg);
+  job.gpu_register_ids[s->rank] = id;
+  if (static_cast<int>(job.gpu_regs.size()) == job.size) FormGpu(job);
+}
+
+void JobRegistry::FormGpu(LocalJob& job) {
+  gpu::HostGpus host;
+  host.host = options_.host_name;
+  host.nccl_version = options_.gpu_device->Describe();  // one host: only needs to be non-empty
+  for (const auto& [rank, reg] : job.gpu_regs) host.rank_devices.push_back(reg.device);
+  auto fail_all = [&](const absl::Status& status) {
+    for (const auto& [rank, id] : job.gpu_register_ids) {
+      if (job.members[rank] != nullptr) ReplyError(*job.members[rank], id, status);
+    }
+    FailJob(job, status);
+  };
+  auto plan = gpu::PlanGpuJob(options_.gpu_mode, {host}, 0);
+  if (!plan.ok()) return fail_all(plan.status());
+  gpu::GpuJobOptions opts;
+  opts.mode = gpu::GpuMode::kNccl;  // one host: hierarchical would add nothing
+  opts.world_ranks = job.size;
+  opts.comm_size = plan->comm_size;
+  opts.local_comm_ranks = plan->local_comm_ranks;
+  opts.initial_fusion_bytes = options_.gpu_fusion_buffer_bytes;
+  opts.init_timeout = options_.gpu_init_timeout;
+  auto gpu_job = std::make_unique<gpu::GpuJob>(*options_.gpu_device, *ipc_cache_, opts);
+  for (const auto& [rank, reg] : job.gpu_regs) {
+    if (absl::Status st = gpu_job->RegisterRank(reg); !st.ok()) {
+      return fail_all(absl::Status(st.code(), absl::StrCat("rank ", rank, ": ", st.message())));
+    }
+  }
+  auto unique_id = options_.gpu_device->NewUniqueId();
+  if (!unique_id.ok()) return fail_all(unique_id.status());
+  const std::string name = job.name;
+  const uint32_t job_id = job.id;
+  job.gpu = std::make_unique<GpuExecutor>(
+      job.context, std::move(gpu_job), *unique_id, [this, name, job_id](absl::Status status) {
+        loop_.Post([this, name, job_id, status] {
+          LocalJob* j = FindJob(name, job_id);
+          if (j != nullptr && j->state != LocalJob::State::kFailed) FailJob(*j, status);
+        });
+      });
+  for (const auto& [rank, id] : job.gpu_register_ids) {
+    if (job.members[rank] != nullptr) {
+      job.members[rank]->Send(local::EncodeEmpty(wire::MsgType::kGpuRegistered, id));
+    }
+  }
+  Logger("local")->info("job GPU formed job={} mode={} ({}) comm_ranks={} device=\"{}\"", job.name,
+                        "nccl", plan->reason, plan->comm_size,
+                        options_.gpu_device->Describe());
+}
+
+absl::Status JobRegistry::CheckGpuSubmit(LocalJob& job, const Session& s,
+                                         const local::DecodedFrame& frame) {
+  if (frame.type != wire::MsgType::kGpuSubmit) return absl::OkStatus();
+  if (job.gpu == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("GPU_SUBMIT before every rank of job ", job.name,
+                     " registered its GPU (wait for GPU_REGISTERED)"));
+  }
+  const wire::Submit& m = frame.submit;
+  if (static_cast<wire::Collective>(m.collective) != wire::Collective::kAllreduce) {
+    return absl::UnimplementedError(absl::StrCat(
+        "tensor ", m.name, ": only allreduce is served for GPU tensors so far"));
+  }
+  if (m.prescale != 1.0 || m.postscale != 1.0) {
+    return absl::UnimplementedError(
+        absl::StrCat("tensor ", m.name, ": prescale/postscale are not served for GPU tensors"));
+  }
+  if (!gpu::DeviceReductionSupported(static_cast<wire::DataType>(m.dtype))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", m.name, ": ", negotiation::DataTypeName(m.dtype),
+        " cannot be reduced on a GPU communicator"));
+  }
+  return job.gpu->job().CheckInput(s.rank, frame.gpu_placement.offset, m.bytes,
+                                   frame.gpu_placement.event);
+}
+
+bool JobRegistry::DispatchGpu(LocalJob& job, negotiation::Response& response) {
+  bool gpu = false;
+  for (const auto& t : response.tensors) {
+    for (const auto& r : t.ranks) gpu = gpu || (r && r->gpu);
+  }
+  if (!gpu) return false;
+  if (job.gpu == nullptr) {
+    // Cannot happen (CheckGpuSubmit), but never hand a GPU tensor to the host executor.
+    response.error = absl::InternalError("GPU tensor without a GPU executor");
+    for (const auto& t : response.tensors) {
+      for (const auto& r : t.ranks) {
+        if (r && job.members[r->rank] != nullptr) {
+          dataplane::Executor::SendComplete(*job.members[r->rank], *r, response.error, nullptr);
+        }
+      }
+    }
+    return true;
+  }
+  job.gpu->Enqueue(std::move(response));
+  return true;
+}
+
+void JobRegistry::ReleaseGpu(LocalJob& job, const Session& s) {
+  auto it = job.gpu_regs.find(s.rank);
+  if (it == job.gpu_regs.end() || s.rank < 0) return;
+  const uint32_t pid = it->second.pid;
+  if (job.gpu != nullptr) {
+    // Its memory may be mid-collective: abort first so the executor lets go of it promptly.
+    job.gpu->job().Abort(job.context->failure().ok()
+                             ? absl::AbortedError(absl::StrCat("rank ", s.rank, " left"))
+                             : job.context->failure());
+    job.gpu->job().UnregisterRank(s.rank);
+  }
+  job.gpu_regs.erase(it);
+  job.gpu_register_ids.erase(s.rank);
+  if (--gpu_sessions_of_pid_[pid] <= 0) {
+    gpu_sessions_of_pid_.erase(pid);
+    ipc_cache_->ReleaseProcess(pid);
+    Logger("local")->info("GPU IPC mappings closed pid={} job={}", pid, job.name);
+  }
+}
+
+}  // namespace ard::jobs
