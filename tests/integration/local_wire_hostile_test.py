@@ -177,8 +177,8 @@ GPU_REGISTER_FMT = struct.Struct("=iIQ64s16s")
 
 def test_gpu_register_gets_a_clear_answer(daemon):
     # GPU path (issue 6): a malformed GPU_REGISTER is refused by the decoder; a well-formed one is
-    # answered to that process only: "no GPU on this daemon" here (no GPU), or "not served yet"
-    # on a GPU host until the GPU path is connected. The bystander job runs on regardless.
+    # answered to that process only: "no GPU on this daemon" here (no GPU); on a GPU host the junk
+    # IPC handle cannot be opened (an error naming why). The bystander job runs on regardless.
     c = RawClient(daemon.socket).welcome(b"gpu-probe")
     try:
         c.send(frame(GPU_REGISTER, GPU_REGISTER_FMT.pack(0, 0, 1 << 20, b"", b""), request_id=5))
@@ -190,6 +190,6 @@ def test_gpu_register_gets_a_clear_answer(daemon):
         code, n = ERROR_FMT.unpack_from(body)
         text = body[ERROR_FMT.size:ERROR_FMT.size + n].decode()
         assert (code == 9 and "no GPU on this daemon" in text) or \
-            (code == 12 and "does not serve the GPU path yet" in text), (code, text)
+            (code not in (0, 9) and text), (code, text)
     finally:
         c.close()
