@@ -158,6 +158,21 @@ typedef void (*ard_done_fn)(void* user, uint64_t handle, const ard_result* resul
 ARD_API int ard_submit(ard_client* client, const ard_request* request, ard_done_fn done,
                        void* user, uint64_t* handle, char* err, size_t err_len);
 
+/* GPU path (issue 6): an allreduce of a CUDA device tensor. `request` as for ard_submit, with
+ * request->data a device pointer on CUDA device `device` (the input; collective must be
+ * allreduce), `device_out` the device pointer the result is written to (may equal data) and
+ * `stream` the framework's CUstream (NULL: the legacy default stream). The first call registers
+ * this process's staging arena and event pool with the daemon (GPU_REGISTER) and blocks until
+ * every local rank of the job registered (up to the client timeout). Then, without waiting for the
+ * GPU: the input is copied into the staging arena on `stream` and submitted; on completion the
+ * copy to device_out is enqueued on `stream` (after the daemon's result) before `done` runs, so
+ * work issued on `stream` afterwards sees the result. result->data is NULL and bytes 0. Use one
+ * stream for all of a process's device submits (staging ranges are reused in completion order).
+ * ARD_FAILED_PRECONDITION "no CUDA driver/device" without a GPU; otherwise as ard_submit. */
+ARD_API int ard_submit_device(ard_client* client, const ard_request* request, int device,
+                              void* device_out, void* stream, ard_done_fn done, void* user,
+                              uint64_t* handle, char* err, size_t err_len);
+
 /* Waits up to timeout_ms (negative: forever; 0: poll) for a handle submitted without a callback,
  * fills `out` and returns its code. ARD_PENDING (-1) when the timeout expired with the request
  * still pending (wait again later); ARD_INVALID_ARGUMENT for an unknown or released handle or one

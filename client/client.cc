@@ -89,6 +89,19 @@ ARD_API int ard_submit(ard_client* client, const ard_request* request, ard_done_
   });
 }
 
+ARD_API int ard_submit_device(ard_client* client, const ard_request* request, int device,
+                              void* device_out, void* stream, ard_done_fn done, void* user,
+                              uint64_t* handle, char* err, size_t err_len) {
+  return Guarded(err, err_len, [&]() -> Status {
+    if (client == nullptr || request == nullptr || handle == nullptr || device_out == nullptr) {
+      return ard::client::InvalidArgument(
+          "ard_submit_device: client, request, device_out or handle is NULL");
+    }
+    return client->session->SubmitDevice(*request, device, device_out, stream, done, user,
+                                         handle);
+  });
+}
+
 ARD_API int ard_wait(ard_client* client, uint64_t handle, int timeout_ms, ard_result* out) {
   static const char kNull[] = "ard_wait: client or out is NULL";
   static const char kFailed[] = "ard_wait: internal error";

@@ -219,6 +219,9 @@ Status Session::HandleFrame(Frame& frame) {
       return HandleError(frame, /*notify=*/false);
     case MsgType::kNotify:
       return HandleError(frame, /*notify=*/true);
+    case MsgType::kGpuRegistered:
+      if (HandleGpuReply(frame, OkStatus())) return OkStatus();
+      return Internal("unexpected GPU_REGISTERED");
     case MsgType::kResultSegment: {
       wire::Segment segment;
       ARD_CLIENT_RETURN_IF_ERROR(DecodeSegment(frame.payload, frame.payload_bytes, &segment));
@@ -243,7 +246,10 @@ Status Session::HandleComplete(const Frame& frame) {
   } else if (c.bytes > 0) {
     SendRelease(id);  // a failed request has nothing to read; free the daemon's slot now
   }
-  if (c.code == 0) {
+  if (!FinishGpu(id, &outcome.status)) {
+    // A host submit: nothing more.
+  }
+  if (outcome.status.ok()) {
     outcome.ndims = static_cast<int>(c.ndims);
     std::memcpy(outcome.shape, c.shape, sizeof(outcome.shape));
     outcome.splits = std::move(complete.splits);
@@ -267,12 +273,14 @@ Status Session::HandleError(const Frame& frame, bool notify) {
   if (notify && code == 0) return OkStatus();  // informational event: nothing fails
   Status status = WireStatus(code, std::move(message));
   uint64_t id = frame.header.request_id;
+  if (!notify && id != 0 && HandleGpuReply(frame, status)) return OkStatus();
   if (notify || id == 0) {
     FailAll(status);  // job-level, or the daemon rejected a frame we cannot attribute
     return OkStatus();
   }
   Outcome outcome;
   outcome.status = status;
+  FinishGpu(id, &outcome.status);
   FreeInput(id);
   Finished finished;
   if (requests_.Complete(id, std::move(outcome), &finished)) Deliver({finished});

@@ -14,8 +14,11 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -23,6 +26,7 @@
 #include "client/arena.h"
 #include "client/config.h"
 #include "client/connection.h"
+#include "client/gpu_staging.h"
 #include "client/request_table.h"
 #include "client/result_segments.h"
 #include "client/status.h"
@@ -41,6 +45,9 @@ class Session {
 
   // ard_submit / ard_wait / ard_release semantics (allreduced_client.h).
   Status Submit(const ard_request& request, ard_done_fn done, void* user, uint64_t* handle);
+  // ard_submit_device (GPU path).
+  Status SubmitDevice(const ard_request& request, int device, void* device_out, void* stream,
+                      ard_done_fn done, void* user, uint64_t* handle);
   int Wait(uint64_t handle, int timeout_ms, ard_result* out);
   void Release(uint64_t handle);
 
@@ -66,6 +73,20 @@ class Session {
   void FailAll(const Status& status);   // terminal
   void Deliver(std::vector<Finished> finished);  // frees input slots, runs callbacks
 
+  // GPU path (session_gpu.cc).
+  struct GpuPending {
+    uint64_t offset = 0, bytes = 0, reserved = 0;  // staging range [offset, offset + reserved)
+    uint32_t event = 0;
+    void* out = nullptr;
+    void* stream = nullptr;
+  };
+  Status RegisterGpu(int device);  // once per process, under gpu_mu_
+  Status AllocateGpu(uint64_t bytes, GpuPending* pending);  // under gpu_mu_
+  // COMPLETE/ERROR of a device submit: enqueues the copy-out (when `status` is OK) and frees its
+  // staging range and event. Returns the status to report. False: `id` is not a device submit.
+  bool FinishGpu(uint64_t id, Status* status);
+  bool HandleGpuReply(const Frame& frame, const Status& status);  // GPU_REGISTER's answer
+
   const ClientConfig config_;
   std::unique_ptr<Connection> connection_;
   std::unique_ptr<InputArena> arena_;
@@ -76,6 +97,16 @@ class Session {
   std::atomic<uint64_t> next_handle_{1};  // 0 means "no request" on the wire
   std::atomic<bool> closing_{false};
   std::thread receiver_;
+
+  std::mutex gpu_mu_;
+  std::condition_variable gpu_cv_;
+  std::unique_ptr<GpuStaging> gpu_;        // after a successful registration
+  uint64_t gpu_register_id_ = 0;           // in flight
+  bool gpu_answered_ = false;
+  Status gpu_register_status_;
+  std::map<uint64_t, uint64_t> gpu_free_;  // staging offset -> bytes (free ranges)
+  std::vector<uint32_t> gpu_free_events_;
+  std::map<uint64_t, GpuPending> gpu_pending_;  // by request id
 };
 
 }  // namespace ard::client

@@ -1,0 +1,165 @@
+// Session's GPU path (ard_submit_device; DESIGN.md "GPU path", wire: local_wire.h "GPU path"):
+// one GpuStaging per process, registered with the daemon on first use; each device submit takes a
+// staging range and a pool event, copies its input in on the caller's stream and sends GPU_SUBMIT;
+// its COMPLETE enqueues the copy-out on that stream before the callback runs. The host never
+// waits for the GPU.
+#include <chrono>
+#include <cstring>
+
+#include "client/request_codec.h"
+#include "client/session.h"
+
+namespace ard::client {
+
+using wire::MsgType;
+
+namespace {
+constexpr uint64_t kGpuArenaBytes = 64ull << 20;
+constexpr uint32_t kGpuEvents = 64;
+}  // namespace
+
+Status Session::RegisterGpu(int device) {
+  std::unique_ptr<GpuStaging> staging;
+  ARD_CLIENT_RETURN_IF_ERROR(GpuStaging::Create(device, kGpuArenaBytes, kGpuEvents, &staging));
+  std::unique_lock<std::mutex> lock(gpu_mu_, std::adopt_lock);
+  gpu_register_id_ = next_handle_.fetch_add(1);
+  gpu_answered_ = false;
+  const std::string& payload = staging->RegisterPayload();
+  Status sent = connection_->Send(MsgType::kGpuRegister, gpu_register_id_, payload.data(),
+                                  payload.size(), nullptr, 0);
+  if (!sent.ok()) {
+    lock.release();
+    return sent;
+  }
+  auto answered = [this] { return gpu_answered_; };
+  if (config_.timeout_ms < 0) {
+    gpu_cv_.wait(lock, answered);
+  } else if (!gpu_cv_.wait_for(lock, std::chrono::milliseconds(config_.timeout_ms), answered)) {
+    gpu_register_id_ = 0;
+    lock.release();
+    return Status(wire::Code::kDeadlineExceeded,
+                  "GPU_REGISTER: no answer from the daemon within " +
+                      std::to_string(config_.timeout_ms) +
+                      " ms (every local rank of the job must register its GPU)");
+  }
+  gpu_register_id_ = 0;
+  Status status = gpu_register_status_;
+  if (status.ok()) {
+    gpu_ = std::move(staging);
+    gpu_free_.clear();
+    gpu_free_[0] = gpu_->arena_bytes();
+    gpu_free_events_.clear();
+    for (uint32_t e = gpu_->num_events(); e > 0; --e) gpu_free_events_.push_back(e - 1);
+  }
+  lock.release();  // the caller keeps holding gpu_mu_
+  return status;
+}
+
+bool Session::HandleGpuReply(const Frame& frame, const Status& status) {
+  std::lock_guard<std::mutex> lock(gpu_mu_);
+  if (gpu_register_id_ == 0 || frame.header.request_id != gpu_register_id_) return false;
+  gpu_register_status_ = status;
+  gpu_answered_ = true;
+  gpu_cv_.notify_all();
+  return true;
+}
+
+Status Session::AllocateGpu(uint64_t bytes, GpuPending* pending) {
+  const uint64_t want = (bytes + wire::kSlotAlignment - 1) / wire::kSlotAlignment *
+                        wire::kSlotAlignment;
+  if (gpu_free_events_.empty()) {
+    return Status(wire::Code::kResourceExhausted,
+                  "all " + std::to_string(gpu_->num_events()) +
+                      " GPU pool events are in use by device submits in flight");
+  }
+  for (auto it = gpu_free_.begin(); it != gpu_free_.end(); ++it) {
+    if (it->second < want) continue;
+    pending->offset = it->first;
+    pending->bytes = bytes;
+    pending->reserved = want;
+    if (it->second > want) gpu_free_[it->first + want] = it->second - want;
+    gpu_free_.erase(it);
+    pending->event = gpu_free_events_.back();
+    gpu_free_events_.pop_back();
+    return OkStatus();
+  }
+  return Status(wire::Code::kResourceExhausted,
+                "GPU staging arena (" + std::to_string(gpu_->arena_bytes()) +
+                    " bytes) has no free range of " + std::to_string(want) + " bytes");
+}
+
+Status Session::SubmitDevice(const ard_request& request, int device, void* device_out,
+                             void* stream, ard_done_fn done, void* user, uint64_t* handle) {
+  ARD_CLIENT_RETURN_IF_ERROR(ValidateRequest(request, max_tensor_bytes_));
+  if (request.collective != static_cast<int>(wire::Collective::kAllreduce) || request.bytes == 0) {
+    return Status(wire::Code::kInvalidArgument,
+                  std::string("ard_submit_device: ") + request.name +
+                      ": only allreduce of a non-empty tensor is served for device tensors");
+  }
+  ARD_CLIENT_RETURN_IF_ERROR(requests_.failure());
+  gpu_mu_.lock();
+  if (gpu_ == nullptr) {
+    Status registered = RegisterGpu(device);
+    if (!registered.ok()) {
+      gpu_mu_.unlock();
+      return registered;
+    }
+  }
+  if (device != gpu_->device()) {
+    gpu_mu_.unlock();
+    return Status(wire::Code::kInvalidArgument,
+                  "ard_submit_device: this process registered GPU " +
+                      std::to_string(gpu_->device()) + ", not " + std::to_string(device));
+  }
+  GpuPending pending;
+  Status status = AllocateGpu(request.bytes, &pending);
+  if (status.ok()) {
+    status = gpu_->CopyIn(pending.offset, request.data, request.bytes, pending.event, stream);
+    if (!status.ok()) {
+      gpu_free_[pending.offset] = pending.reserved;
+      gpu_free_events_.push_back(pending.event);
+    }
+  }
+  const uint64_t id = next_handle_.fetch_add(1);
+  if (status.ok()) {
+    pending.out = device_out;
+    pending.stream = stream;
+    gpu_pending_[id] = pending;  // before the send: the answer finds it
+  }
+  gpu_mu_.unlock();
+  ARD_CLIENT_RETURN_IF_ERROR(status);
+
+  wire::Submit submit;
+  EncodeSubmit(request, InputArena::Slot{}, &submit);
+  wire::GpuPlacement placement{pending.offset, pending.event, 0};
+  status = requests_.Add(id, done, user, InputArena::Slot{});
+  if (status.ok()) {
+    status = connection_->Send(MsgType::kGpuSubmit, id, &submit, sizeof(submit), &placement,
+                               sizeof(placement));
+    InputArena::Slot unused;
+    if (status.ok() || !requests_.Withdraw(id, &unused)) {
+      *handle = id;  // sent, or already completed by a concurrent terminal failure
+      return OkStatus();
+    }
+  }
+  Status ignored;
+  FinishGpu(id, &ignored);
+  return status;
+}
+
+bool Session::FinishGpu(uint64_t id, Status* status) {
+  std::lock_guard<std::mutex> lock(gpu_mu_);
+  auto it = gpu_pending_.find(id);
+  if (it == gpu_pending_.end()) return false;
+  const GpuPending p = it->second;
+  gpu_pending_.erase(it);
+  if (status->ok()) {
+    // The stream waits for the daemon's record of the event, then copies the result out.
+    *status = gpu_->CopyOut(p.offset, p.out, p.bytes, p.event, p.stream);
+  }
+  gpu_free_[p.offset] = p.reserved;
+  gpu_free_events_.push_back(p.event);
+  return true;
+}
+
+}  // namespace ard::client
