@@ -26,6 +26,8 @@
 #include "daemon/gpu/testing/fake_process.h"
 #include "daemon/gpu/testing/host_device.h"
 #include "daemon/local/seqpacket.h"
+#include "daemon/rpc/grpc_peer_client.h"
+#include "absl/synchronization/notification.h"
 
 namespace ard {
 namespace {
@@ -182,6 +184,24 @@ class WireClient {
   int fd_ = -1;
 };
 
+// Each rank's GPU of job `job` in the cluster status, as `allreducectl status` gets it.
+std::vector<int> StatusDevices(const Daemon& daemon, const std::string& job) {
+  rpc::GrpcPeerClient client(daemon.address(), absl::Seconds(2));
+  absl::Notification done;
+  std::vector<int> devices;
+  client.GetClusterStatusAsync({}, [&](absl::StatusOr<GetClusterStatusResponse> r) {
+    if (r.ok()) {
+      for (const JobSummary& j : r->view().jobs()) {
+        if (j.name() != job) continue;
+        for (const auto& hr : j.ranks()) devices.assign(hr.gpu_devices().begin(), hr.gpu_devices().end());
+      }
+    }
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return devices;
+}
+
 template <typename Pred>
 bool Eventually(Pred pred) {
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -216,6 +236,7 @@ TEST_CASE("GPU allreduce through the daemon: three processes on two GPUs, fused,
     CHECK(reg.request_id == 7);
   }
   CHECK(device.memory_opens() == 3);  // one mapping per process arena
+  CHECK(Eventually([&] { return StatusDevices(daemon, "gjob") == gpu_of; }));
 
   for (int step = 0; step < 3; ++step) {
     for (int r = 0; r < 3; ++r) {

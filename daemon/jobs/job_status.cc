@@ -39,6 +39,13 @@ std::vector<JobSummary> JobRegistry::Summaries() const {
       ranks->add_ranks(m->rank);
       ranks->add_pids(m->creds().pid);
     }
+    if (!job->gpu_regs.empty()) {  // GPU path: each rank's device (-1: not registered yet)
+      for (const auto& m : job->members) {
+        if (m == nullptr) continue;
+        auto reg = job->gpu_regs.find(m->rank);
+        ranks->add_gpu_devices(reg == job->gpu_regs.end() ? -1 : reg->second.device);
+      }
+    }
     s.set_job_id(job->layout.job_id());
     if (job->context) {
       s.set_collectives_completed(job->context->collectives_completed.load());
