@@ -65,8 +65,8 @@ bool Session::HandleGpuReply(const Frame& frame, const Status& status) {
 }
 
 Status Session::AllocateGpu(uint64_t bytes, GpuPending* pending) {
-  const uint64_t want = (bytes + wire::kSlotAlignment - 1) / wire::kSlotAlignment *
-                        wire::kSlotAlignment;
+  const uint64_t want =
+      (bytes + wire::kSlotAlignment - 1) / wire::kSlotAlignment * wire::kSlotAlignment;
   if (gpu_free_events_.empty()) {
     return Status(wire::Code::kResourceExhausted,
                   "all " + std::to_string(gpu_->num_events()) +
@@ -88,8 +88,8 @@ Status Session::AllocateGpu(uint64_t bytes, GpuPending* pending) {
                     " bytes) has no free range of " + std::to_string(want) + " bytes");
 }
 
-Status Session::SubmitDevice(const ard_request& request, int device, void* device_out,
-                             void* stream, ard_done_fn done, void* user, uint64_t* handle) {
+Status Session::SubmitDevice(const ard_request& request, int device, void* device_out, void* stream,
+                             ard_done_fn done, void* user, uint64_t* handle) {
   ARD_CLIENT_RETURN_IF_ERROR(ValidateRequest(request, max_tensor_bytes_));
   if (request.collective != static_cast<int>(wire::Collective::kAllreduce) || request.bytes == 0) {
     return Status(wire::Code::kInvalidArgument,
@@ -107,9 +107,9 @@ Status Session::SubmitDevice(const ard_request& request, int device, void* devic
   }
   if (device != gpu_->device()) {
     gpu_mu_.unlock();
-    return Status(wire::Code::kInvalidArgument,
-                  "ard_submit_device: this process registered GPU " +
-                      std::to_string(gpu_->device()) + ", not " + std::to_string(device));
+    return Status(wire::Code::kInvalidArgument, "ard_submit_device: this process registered GPU " +
+                                                    std::to_string(gpu_->device()) + ", not " +
+                                                    std::to_string(device));
   }
   GpuPending pending;
   Status status = AllocateGpu(request.bytes, &pending);

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "catch2/catch.hpp"
 #include "client/local_wire.h"
 #include "daemon/config/config_loader.h"
@@ -27,7 +28,6 @@
 #include "daemon/gpu/testing/host_device.h"
 #include "daemon/local/seqpacket.h"
 #include "daemon/rpc/grpc_peer_client.h"
-#include "absl/synchronization/notification.h"
 
 namespace ard {
 namespace {
@@ -158,12 +158,12 @@ class WireClient {
     std::memcpy(g.arena_handle, reg.arena.data(), reg.arena.size());
     std::string tail;
     for (const auto& e : reg.events) tail.append(reinterpret_cast<const char*>(e.data()), e.size());
-    REQUIRE(local::SendMessage(fd_, Frame(wire::MsgType::kGpuRegister, request_id, &g, sizeof(g), tail),
-                               -1));
+    REQUIRE(local::SendMessage(
+        fd_, Frame(wire::MsgType::kGpuRegister, request_id, &g, sizeof(g), tail), -1));
   }
 
-  void Submit(uint64_t request_id, const std::string& name, wire::DataType dtype,
-              wire::ReduceOp op, int64_t count, uint64_t offset, uint32_t event) {
+  void Submit(uint64_t request_id, const std::string& name, wire::DataType dtype, wire::ReduceOp op,
+              int64_t count, uint64_t offset, uint32_t event) {
     wire::Submit s{};
     s.collective = static_cast<uint32_t>(wire::Collective::kAllreduce);
     s.dtype = static_cast<uint32_t>(dtype);
@@ -176,8 +176,8 @@ class WireClient {
     s.group_id = -1;
     wire::GpuPlacement p{offset, event, 0};
     std::string tail(reinterpret_cast<const char*>(&p), sizeof(p));
-    REQUIRE(local::SendMessage(fd_, Frame(wire::MsgType::kGpuSubmit, request_id, &s, sizeof(s), tail),
-                               -1));
+    REQUIRE(local::SendMessage(
+        fd_, Frame(wire::MsgType::kGpuSubmit, request_id, &s, sizeof(s), tail), -1));
   }
 
  private:
@@ -193,7 +193,8 @@ std::vector<int> StatusDevices(const Daemon& daemon, const std::string& job) {
     if (r.ok()) {
       for (const JobSummary& j : r->view().jobs()) {
         if (j.name() != job) continue;
-        for (const auto& hr : j.ranks()) devices.assign(hr.gpu_devices().begin(), hr.gpu_devices().end());
+        for (const auto& hr : j.ranks())
+          devices.assign(hr.gpu_devices().begin(), hr.gpu_devices().end());
       }
     }
     done.Notify();
@@ -247,8 +248,8 @@ TEST_CASE("GPU allreduce through the daemon: three processes on two GPUs, fused,
                          0);
       clients[r]->Submit(10 * step + 2, "b", wire::DataType::kInt32, wire::ReduceOp::kMax, 1, 256,
                          1);
-      clients[r]->Submit(10 * step + 3, "c", wire::DataType::kFloat32, wire::ReduceOp::kAverage,
-                         3, 1024, 2);
+      clients[r]->Submit(10 * step + 3, "c", wire::DataType::kFloat32, wire::ReduceOp::kAverage, 3,
+                         1024, 2);
     }
     for (int r = 0; r < 3; ++r) {
       for (int k = 1; k <= 3; ++k) {

@@ -54,9 +54,8 @@ void GpuExecutor::Run() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](GpuExecutor* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
-            return e->stopping_ || !e->queue_.empty();
-          },
+          +[](GpuExecutor* e)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) { return e->stopping_ || !e->queue_.empty(); },
           this));
       if (queue_.empty()) return;  // stopping with nothing left
       response = std::move(queue_.front());
@@ -104,8 +103,8 @@ void GpuExecutor::Execute(const Response& response) {
   absl::Status st = job_->Allreduce(tensors);
   if (st.ok()) st = job_->CheckHealth();
   if (!st.ok()) {
-    const absl::Status failure(st.code(), absl::StrCat("job ", context_->name,
-                                                       ": GPU allreduce failed: ", st.message()));
+    const absl::Status failure(
+        st.code(), absl::StrCat("job ", context_->name, ": GPU allreduce failed: ", st.message()));
     Fail(failure);
     return CompleteAll(response, failed_);
   }

@@ -7,8 +7,8 @@
 // Lifecycle: 1. constructed by the JobRegistry once every local rank registered its GPU (thread
 // starts, Init first); 2. Enqueue() from the loop; 3. a failure (Init, a collective, an
 // asynchronous communicator error) aborts the GpuJob and is reported once through `on_failure`
-// (from the executor thread; the loop then fails the job); queued and later work completes with the job's failure; 4. Stop() aborts
-// what is left and joins the thread.
+// (from the executor thread; the loop then fails the job); queued and later work completes with the
+// job's failure; 4. Stop() aborts what is left and joins the thread.
 #pragma once
 
 #include <deque>

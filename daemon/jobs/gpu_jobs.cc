@@ -24,43 +24,46 @@ void JobRegistry::HandleGpuRegister(const std::shared_ptr<Session>& s,
                                     const local::DecodedFrame& frame) {
   const uint64_t id = frame.request_id;
   if (options_.gpu_device == nullptr) {
-    return ReplyError(*s, id,
-                      absl::FailedPreconditionError(absl::StrCat(
-                          "no GPU on this daemon: ", options_.gpu_unavailable.empty()
-                                                         ? "no GPU device"
-                                                         : options_.gpu_unavailable)));
+    return ReplyError(
+        *s, id,
+        absl::FailedPreconditionError(absl::StrCat(
+            "no GPU on this daemon: ",
+            options_.gpu_unavailable.empty() ? "no GPU device" : options_.gpu_unavailable)));
   }
   if (!s->welcomed) {
-    return ReplyError(*s, id, absl::FailedPreconditionError(
-                                  "GPU_REGISTER before the job formed (no WELCOME)"));
+    return ReplyError(
+        *s, id, absl::FailedPreconditionError("GPU_REGISTER before the job formed (no WELCOME)"));
   }
   LocalJob& job = *jobs_.at(s->job);
   if (job.cross_host) {
-    return ReplyError(*s, id, absl::UnimplementedError(absl::StrCat(
-                                  "job ", job.name,
-                                  " spans hosts; this daemon serves GPU tensors of single-host "
-                                  "jobs only (cross-host GPU jobs are not connected yet)")));
+    return ReplyError(*s, id,
+                      absl::UnimplementedError(absl::StrCat(
+                          "job ", job.name,
+                          " spans hosts; this daemon serves GPU tensors of single-host "
+                          "jobs only (cross-host GPU jobs are not connected yet)")));
   }
   if (job.state == LocalJob::State::kFailed) {
     return ReplyError(*s, id, absl::AbortedError(job.failure));
   }
   if (job.gpu_regs.count(s->rank) != 0 || job.gpu != nullptr) {
-    return ReplyError(*s, id, absl::AlreadyExistsError(absl::StrCat(
-                                  "rank ", s->rank, " of job ", job.name,
-                                  " already registered its GPU")));
+    return ReplyError(*s, id,
+                      absl::AlreadyExistsError(absl::StrCat("rank ", s->rank, " of job ", job.name,
+                                                            " already registered its GPU")));
   }
   const wire::GpuRegister& g = frame.gpu_register;
   if (g.num_events > options_.max_gpu_event_pool) {
-    return ReplyError(*s, id, absl::ResourceExhaustedError(absl::StrCat(
-                                  "GPU event pool of ", g.num_events, " events exceeds ",
-                                  "max_gpu_event_pool ", options_.max_gpu_event_pool)));
+    return ReplyError(*s, id,
+                      absl::ResourceExhaustedError(
+                          absl::StrCat("GPU event pool of ", g.num_events, " events exceeds ",
+                                       "max_gpu_event_pool ", options_.max_gpu_event_pool)));
   }
   auto count = options_.gpu_device->DeviceCount();
   if (!count.ok()) return ReplyError(*s, id, count.status());
   if (g.device >= *count) {
-    return ReplyError(*s, id, absl::InvalidArgumentError(absl::StrCat(
-                                  "GPU ", g.device, " does not exist on this daemon (it sees ",
-                                  *count, " GPUs; same CUDA_VISIBLE_DEVICES?)")));
+    return ReplyError(*s, id,
+                      absl::InvalidArgumentError(
+                          absl::StrCat("GPU ", g.device, " does not exist on this daemon (it sees ",
+                                       *count, " GPUs; same CUDA_VISIBLE_DEVICES?)")));
   }
   gpu::GpuRegistration reg;
   reg.rank = s->rank;
@@ -77,16 +80,18 @@ void JobRegistry::HandleGpuRegister(const std::shared_ptr<Session>& s,
   auto arena = ipc_cache_->OpenMemory(reg.pid, reg.device, reg.arena);
   if (!arena.ok()) return ReplyError(*s, id, arena.status());
   if ((*arena)->size() < reg.arena_bytes) {
-    return ReplyError(*s, id, absl::InvalidArgumentError(absl::StrCat(
-                                  "GPU staging arena is ", (*arena)->size(), " bytes, not ",
-                                  reg.arena_bytes)));
+    return ReplyError(
+        *s, id,
+        absl::InvalidArgumentError(absl::StrCat("GPU staging arena is ", (*arena)->size(),
+                                                " bytes, not ", reg.arena_bytes)));
   }
   for (size_t i = 0; i < reg.events.size(); ++i) {
     auto event = ipc_cache_->OpenEvent(reg.pid, reg.device, reg.events[i]);
     if (!event.ok()) {
-      return ReplyError(*s, id, absl::Status(event.status().code(),
-                                             absl::StrCat("GPU event ", i, ": ",
-                                                          event.status().message())));
+      return ReplyError(
+          *s, id,
+          absl::Status(event.status().code(),
+                       absl::StrCat("GPU event ", i, ": ", event.status().message())));
     }
   }
   ++gpu_sessions_of_pid_[reg.pid];
@@ -138,8 +143,7 @@ void JobRegistry::FormGpu(LocalJob& job) {
     }
   }
   Logger("local")->info("job GPU formed job={} mode={} ({}) comm_ranks={} device=\"{}\"", job.name,
-                        "nccl", plan->reason, plan->comm_size,
-                        options_.gpu_device->Describe());
+                        "nccl", plan->reason, plan->comm_size, options_.gpu_device->Describe());
 }
 
 absl::Status JobRegistry::CheckGpuSubmit(LocalJob& job, const Session& s,
@@ -152,17 +156,17 @@ absl::Status JobRegistry::CheckGpuSubmit(LocalJob& job, const Session& s,
   }
   const wire::Submit& m = frame.submit;
   if (static_cast<wire::Collective>(m.collective) != wire::Collective::kAllreduce) {
-    return absl::UnimplementedError(absl::StrCat(
-        "tensor ", m.name, ": only allreduce is served for GPU tensors so far"));
+    return absl::UnimplementedError(
+        absl::StrCat("tensor ", m.name, ": only allreduce is served for GPU tensors so far"));
   }
   if (m.prescale != 1.0 || m.postscale != 1.0) {
     return absl::UnimplementedError(
         absl::StrCat("tensor ", m.name, ": prescale/postscale are not served for GPU tensors"));
   }
   if (!gpu::DeviceReductionSupported(static_cast<wire::DataType>(m.dtype))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor ", m.name, ": ", negotiation::DataTypeName(m.dtype),
-        " cannot be reduced on a GPU communicator"));
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", m.name, ": ",
+                                                   negotiation::DataTypeName(m.dtype),
+                                                   " cannot be reduced on a GPU communicator"));
   }
   return job.gpu->job().CheckInput(s.rank, frame.gpu_placement.offset, m.bytes,
                                    frame.gpu_placement.event);
