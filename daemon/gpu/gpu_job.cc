@@ -75,6 +75,9 @@ void GpuJob::UnregisterRank(int rank) {
   if (it == ranks_.end()) return;
   for (LocalGpu& gpu : gpus_) {
     gpu.ranks.erase(std::remove(gpu.ranks.begin(), gpu.ranks.end(), rank), gpu.ranks.end());
+    // Work already issued may still read or write this rank's arena or record its events: let it
+    // finish (or fail, after an Abort) before the mappings can be closed.
+    if (gpu.stream != nullptr) static_cast<void>(device_.Synchronize(*gpu.stream));
   }
   ranks_.erase(it);
 }

@@ -82,6 +82,8 @@ class GpuJob {
 
   // Bad input (wrong device, stale/foreign handle, ...) is returned to that process only.
   absl::Status RegisterRank(const GpuRegistration& registration);
+  // Waits for the job's issued GPU work to finish (abort first to cut it short), then drops the
+  // rank's mappings.
   void UnregisterRank(int rank);
   // A submit's placement: InvalidArgument when it falls outside the rank's arena or names an
   // event outside its pool. Checked before the tensor is negotiated.
