@@ -119,6 +119,8 @@ class GpuJob {
                        const FusionLayout& layout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Reduce(const FusionLayout& layout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReduceHierarchical(const FusionLayout& layout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AllreduceRuns(const FusionLayout& layout, bool host_local)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Device& device_;   // Not owned.
   IpcCache& cache_;  // Not owned.

@@ -79,13 +79,20 @@ absl::Status GpuJob::Gather(LocalGpu& gpu, const std::vector<GpuTensor>& tensors
 }
 
 absl::Status GpuJob::Reduce(const FusionLayout& layout) {
+  return AllreduceRuns(layout, /*host_local=*/false);
+}
+
+// Every run of the fusion buffer allreduced on every local GPU, in one group call. host_local: the
+// host's part of a hierarchical allreduce (Average becomes Sum; the cross-host step divides).
+absl::Status GpuJob::AllreduceRuns(const FusionLayout& layout, bool host_local) {
   ARD_RETURN_IF_ERROR(device_.GroupStart());
   absl::Status status;
   for (LocalGpu& gpu : gpus_) {
     for (const FusionRun& run : layout.runs) {
       if (!status.ok()) break;
       char* buf = At(*gpu.fusion, run.offset);
-      status = gpu.comm->Allreduce(buf, buf, run.count, run.dtype, run.op, options_.world_ranks,
+      status = gpu.comm->Allreduce(buf, buf, run.count, run.dtype,
+                                   host_local ? LocalOp(run.op) : run.op, options_.world_ranks,
                                    *gpu.stream);
     }
   }
@@ -96,19 +103,7 @@ absl::Status GpuJob::Reduce(const FusionLayout& layout) {
 
 absl::Status GpuJob::ReduceHierarchical(const FusionLayout& layout) {
   // 1. Within the host: every local GPU holds the host's reduction.
-  ARD_RETURN_IF_ERROR(device_.GroupStart());
-  absl::Status status;
-  for (LocalGpu& gpu : gpus_) {
-    for (const FusionRun& run : layout.runs) {
-      if (!status.ok()) break;
-      char* buf = At(*gpu.fusion, run.offset);
-      status = gpu.comm->Allreduce(buf, buf, run.count, run.dtype, LocalOp(run.op),
-                                   options_.world_ranks, *gpu.stream);
-    }
-  }
-  absl::Status end = device_.GroupEnd();
-  ARD_RETURN_IF_ERROR(status);
-  ARD_RETURN_IF_ERROR(end);
+  ARD_RETURN_IF_ERROR(AllreduceRuns(layout, /*host_local=*/true));
   // 2. Between hosts, from host memory, over the TCP data plane; Average divides here.
   LocalGpu& root = gpus_[0];
   std::vector<char> host(layout.total_bytes);
@@ -129,12 +124,13 @@ absl::Status GpuJob::ReduceHierarchical(const FusionLayout& layout) {
   // 3. Back to every local GPU.
   if (gpus_.size() == 1) return absl::OkStatus();
   ARD_RETURN_IF_ERROR(device_.GroupStart());
+  absl::Status status;
   for (LocalGpu& gpu : gpus_) {
     if (!status.ok()) break;
     status = gpu.comm->Broadcast(gpu.fusion->data(), gpu.fusion->data(), layout.total_bytes,
                                  wire::DataType::kUint8, root.comm->rank(), *gpu.stream);
   }
-  end = device_.GroupEnd();
+  absl::Status end = device_.GroupEnd();
   ARD_RETURN_IF_ERROR(status);
   return end;
 }
