@@ -44,6 +44,15 @@ def run_workers(sockets, per_host, scenario, extra_env=None):
     return outputs
 
 
+def run_on_two_hosts(scenario, extra_env=None):
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        daemons = [cluster.add(f"{scenario}-{i}") for i in range(2)]
+        return run_workers([d.socket for d in daemons], 2, scenario, extra_env)
+    finally:
+        cluster.close()
+
+
 @pytest.mark.parametrize("scenario", ["ops", "more_ops", "grouped_objects", "gradients",
                                       "semantics"])
 @pytest.mark.parametrize("hosts,per_host", [(1, 2), (2, 2)], ids=["1x2", "2x2"])
@@ -58,32 +67,13 @@ def test_ops(hosts, per_host, scenario):
 
 
 def test_distributed_gradient_tape_matches_single_process_training():
-    cluster = Cluster(host_timeout_ms=10000)
-    try:
-        daemons = [cluster.add(f"tape-{i}") for i in range(2)]
-        for rc, out in run_workers([d.socket for d in daemons], 2, "tape"):
-            assert rc == 0 and "OK tape" in out, out
-    finally:
-        cluster.close()
+    for rc, out in run_on_two_hosts("tape"):
+        assert rc == 0 and "OK tape" in out, out
 
 
 def test_keras_fit_with_distributed_optimizer_and_callbacks():
-    cluster = Cluster(host_timeout_ms=10000)
-    try:
-        daemons = [cluster.add(f"fit-{i}") for i in range(2)]
-        for rc, out in run_workers([d.socket for d in daemons], 2, "fit"):
-            assert rc == 0 and "OK fit" in out, out
-    finally:
-        cluster.close()
-
-
-def run_on_two_hosts(scenario, extra_env=None):
-    cluster = Cluster(host_timeout_ms=10000)
-    try:
-        daemons = [cluster.add(f"{scenario}-{i}") for i in range(2)]
-        return run_workers([d.socket for d in daemons], 2, scenario, extra_env)
-    finally:
-        cluster.close()
+    for rc, out in run_on_two_hosts("fit"):
+        assert rc == 0 and "OK fit" in out, out
 
 
 def test_process_sets_spanning_hosts_and_within_one():

@@ -36,8 +36,7 @@ void OnVariableBroadcast(void* user, uint64_t handle, const ard_result* result) 
   std::unique_ptr<PendingVariable> p(static_cast<PendingVariable*>(user));
   OpKernelContext* ctx = p->ctx;
   if (result->code != 0) {
-    ctx->SetStatus(absl::Status(static_cast<absl::StatusCode>(result->code),
-                                result->message ? result->message : "allreduced error"));
+    ctx->SetStatus(ClientStatus(result->code, result->message));
   } else {
     ::tensorflow::mutex_lock lock(*p->var->mu());
     ::tensorflow::Tensor* value = p->var->tensor();
@@ -112,7 +111,7 @@ class BroadcastInplaceOp : public AsyncOpKernel {
       }
       if (code != 0) {
         delete pending;
-        ctx->SetStatus(absl::Status(static_cast<absl::StatusCode>(code), err));
+        ctx->SetStatus(ClientStatus(code, err));
         if (remaining->fetch_sub(n - i) == n - i) done();
         return;
       }

@@ -37,8 +37,7 @@ void OnComplete(void* user, uint64_t handle, const ard_result* result) {
   std::unique_ptr<Pending> p(static_cast<Pending*>(user));
   OpKernelContext* ctx = p->ctx;
   if (result->code != 0) {
-    ctx->SetStatus(absl::Status(static_cast<absl::StatusCode>(result->code),
-                                result->message ? result->message : "allreduced error"));
+    ctx->SetStatus(ClientStatus(result->code, result->message));
   } else if (p->collective == kJoin) {
     Tensor* out = nullptr;
     absl::Status s = ctx->allocate_output(0, TensorShape({}), &out);
@@ -120,7 +119,7 @@ class CollectiveOp : public AsyncOpKernel {
     const int code = ard_submit(client, &req, &OnComplete, pending, &handle, err, sizeof(err));
     if (code != 0) {
       delete pending;
-      ctx->SetStatus(absl::Status(static_cast<absl::StatusCode>(code), err));
+      ctx->SetStatus(ClientStatus(code, err));
       done();
     }
   }
@@ -190,7 +189,7 @@ class GroupedOp : public AsyncOpKernel {
         // The group can never complete; fail the op (requests already sent complete on their own
         // with the job's next error, or linger until shutdown).
         delete pending;
-        ctx->SetStatus(absl::Status(static_cast<absl::StatusCode>(code), err));
+        ctx->SetStatus(ClientStatus(code, err));
         if (remaining->fetch_sub(n - i) == n - i) done();
         return;
       }

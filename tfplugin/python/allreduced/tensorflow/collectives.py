@@ -71,17 +71,23 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=Compression.none, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, name=None, process_set=global_process_set):
     """Reduces a list of tensors as one atomic group (negotiated together, like Horovod)."""
-    op = _resolve_op(average, op)
+    return _grouped_reducing("grouped_allreduce", ops().allreduced_grouped_allreduce, tensors,
+                             compression, _resolve_op(average, op), prescale_factor,
+                             postscale_factor, name, process_set)
+
+
+def _grouped_reducing(kind, op_fn, tensors, compression, op, prescale_factor, postscale_factor,
+                      name, process_set):
+    """A grouped reducing collective (allreduce or reducescatter) with compression."""
     ps = _id(process_set)
     if not tensors:
         return []
     compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
-    group, name = _group(ps, name, "grouped_allreduce")
-    reduced = ops().allreduced_grouped_allreduce(
-        [c for c, _ in compressed], reduce_op=op, group_id=group,
-        prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-        tensor_name=name, process_set_id=ps)
-    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
+    group, name = _group(ps, name, kind)
+    outs = op_fn([c for c, _ in compressed], reduce_op=op, group_id=group,
+                 prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                 tensor_name=name, process_set_id=ps)
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, compressed)]
 
 
 def allgather(tensor, name=None, process_set=global_process_set, ignore_name_scope=False):
@@ -156,16 +162,9 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
                           postscale_factor=1.0):
     """Reducescatters a list of tensors as one atomic group."""
     _check_op(op)
-    ps = _id(process_set)
-    if not tensors:
-        return []
-    compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
-    group, name = _group(ps, name, "grouped_reducescatter")
-    outs = ops().allreduced_grouped_reducescatter(
-        [c for c, _ in compressed], reduce_op=op, group_id=group,
-        prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-        tensor_name=name, process_set_id=ps)
-    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, compressed)]
+    return _grouped_reducing("grouped_reducescatter", ops().allreduced_grouped_reducescatter,
+                             tensors, compression, op, prescale_factor, postscale_factor, name,
+                             process_set)
 
 
 def barrier(process_set=global_process_set, name=None):
