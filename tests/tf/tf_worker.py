@@ -129,7 +129,7 @@ def tape_scenario():
               f"weights (tf.function={compiled}) {distributed} vs {single}")
     everyone = hvd.allgather(tf.constant(distributed[None, :]), name="weights").numpy()
     check(np.all(everyone == everyone[0]), "weights differ between ranks")
-    check(not hvd.mpi_built() and not hvd.nccl_built(), "*_built")
+    check(not hvd.mpi_built() and hvd.nccl_built() == hvd.cuda_built(), "*_built")
     hvd.shutdown()
 
 
@@ -163,10 +163,12 @@ def fit_scenario():
 
 if __name__ == "__main__":
     import api_scenarios
+    import gpu_scenarios
     import training_scenarios
     scenarios = {"ops": ops_scenario, "more_ops": more_ops_scenario, "tape": tape_scenario,
                  "fit": fit_scenario}
     scenarios.update(api_scenarios.SCENARIOS)
     scenarios.update(training_scenarios.SCENARIOS)
+    scenarios.update(gpu_scenarios.SCENARIOS)
     scenarios[sys.argv[1]]()
     print(f"OK {sys.argv[1]}", flush=True)

@@ -105,3 +105,11 @@ extern "C" void allreduced_tf_remove_process_set(int id) {
   ard_client_destroy(it->second);
   clients.erase(it);
 }
+
+extern "C" int allreduced_tf_gpu_kernels() {
+#ifdef ARD_TF_GPU_KERNELS
+  return 1;
+#else
+  return 0;
+#endif
+}

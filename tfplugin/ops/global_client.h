@@ -27,4 +27,6 @@ __attribute__((visibility("default"))) int allreduced_tf_add_process_set(
     int id, int rank, int size, int local_rank, int local_size, char* err, size_t err_len);
 // Disconnects from process set `id` (nothing when not connected).
 __attribute__((visibility("default"))) void allreduced_tf_remove_process_set(int id);
+// 1 when this library has GPU kernels (a CUDA build: allreduce of device tensors), else 0.
+__attribute__((visibility("default"))) int allreduced_tf_gpu_kernels();
 }

@@ -116,7 +116,8 @@ def gloo_built():
 
 
 def nccl_built():
-    return False
+    """True when GPU tensors are reduced by the daemon's NCCL communicators (a CUDA build)."""
+    return cuda_built()
 
 
 def ccl_built():
@@ -124,7 +125,8 @@ def ccl_built():
 
 
 def cuda_built():
-    return False
+    """True when the op library has GPU kernels (built with CUDA; see README "TensorFlow")."""
+    return bool(library().allreduced_tf_gpu_kernels())
 
 
 def rocm_built():

@@ -115,16 +115,27 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
                                       tensor_name=name or "", process_set_id=_id(process_set))
 
 
+def _on_gpu(variable):
+    device = getattr(variable, "device", "") or ""
+    return bool(device) and tf.DeviceSpec.from_string(device).device_type == "GPU"
+
+
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast: every variable takes `root_rank`'s value, written into the variable's
-    own buffer by one op. Returns the variables."""
+    own buffer by one op. Returns the variables. Variables on a GPU (whose buffers the in-place
+    CPU kernel cannot write) are broadcast and assigned instead, under the same tensor names
+    ("<name>.<index>"), so ranks placing their variables differently still agree."""
     single = not isinstance(variables, (list, tuple))
     variables = [variables] if single else list(variables)
-    handles = [v.handle for v in variables]
-    if handles:
-        ops().allreduced_broadcast_inplace(handles, root_rank=root_rank,
-                                           tensor_name=name or "broadcast_",
-                                           process_set_id=_id(process_set))
+    name = name or "broadcast_"
+    if any(_on_gpu(v) for v in variables):
+        for i, v in enumerate(variables):
+            v.assign(ops().allreduced_broadcast(v.read_value(), root_rank=root_rank,
+                                                tensor_name=f"{name}.{i}",
+                                                process_set_id=_id(process_set)))
+    elif variables:
+        ops().allreduced_broadcast_inplace([v.handle for v in variables], root_rank=root_rank,
+                                           tensor_name=name, process_set_id=_id(process_set))
     return variables[0] if single else variables
 
 

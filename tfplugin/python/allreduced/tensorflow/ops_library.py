@@ -39,4 +39,5 @@ def library():
                                                                        ctypes.c_size_t]
     lib.allreduced_tf_add_process_set.restype = ctypes.c_int
     lib.allreduced_tf_remove_process_set.argtypes = [ctypes.c_int]
+    lib.allreduced_tf_gpu_kernels.restype = ctypes.c_int
     return lib
