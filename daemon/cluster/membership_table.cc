@@ -16,10 +16,16 @@ void MergeJob(JobSummary* into, const JobSummary& from) {
   for (const auto& h : from.hosts()) {
     if (hosts.insert(h).second) into->add_hosts(h);
   }
-  std::set<std::string> placed;
-  for (const auto& hr : into->ranks()) placed.insert(hr.host());
+  std::map<std::string, JobSummary::HostRanks*> placed;
+  for (auto& hr : *into->mutable_ranks()) placed[hr.host()] = &hr;
   for (const auto& hr : from.ranks()) {
-    if (placed.insert(hr.host()).second) *into->add_ranks() = hr;
+    auto it = placed.find(hr.host());
+    if (it == placed.end()) {
+      *into->add_ranks() = hr;
+    } else if (it->second->gpu_devices().empty()) {
+      // Only the host itself knows its ranks' GPUs (the coordinator's report has none).
+      *it->second->mutable_gpu_devices() = hr.gpu_devices();
+    }
   }
   std::sort(into->mutable_hosts()->begin(), into->mutable_hosts()->end());
   std::sort(into->mutable_ranks()->begin(), into->mutable_ranks()->end(),

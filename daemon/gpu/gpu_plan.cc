@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/status_macros.h"
 
 namespace ard::gpu {
 
@@ -63,24 +64,40 @@ absl::StatusOr<GpuPlan> PlanGpuJob(const std::string& setting, const std::vector
   return plan;
 }
 
-std::vector<HostGpus> HostGpusFromLayout(const JobLayout& layout) {
-  std::vector<HostGpus> hosts;
-  for (const auto& h : layout.hosts()) {
-    hosts.push_back(HostGpus{h.name(), h.nccl_version(),
-                             std::vector<int>(h.gpu_devices().begin(), h.gpu_devices().end())});
-  }
-  return hosts;
-}
-
-absl::StatusOr<UniqueId> UniqueIdFromLayout(const JobLayout& layout) {
-  if (layout.nccl_unique_id().size() != kUniqueIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("job layout carries a ",
-                                                   layout.nccl_unique_id().size(),
+namespace {
+absl::StatusOr<UniqueId> ToUniqueId(const GpuHost& host, const std::string& name) {
+  if (host.nccl_unique_id().size() != kUniqueIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("host ", name, " offered a ",
+                                                   host.nccl_unique_id().size(),
                                                    "-byte NCCL id, not ", kUniqueIdBytes));
   }
   UniqueId id;
-  std::memcpy(id.data(), layout.nccl_unique_id().data(), kUniqueIdBytes);
+  std::memcpy(id.data(), host.nccl_unique_id().data(), kUniqueIdBytes);
   return id;
+}
+}  // namespace
+
+absl::StatusOr<CrossHostGpuPlan> PlanFromLayout(const JobLayout& job, const GpuLayout& gpus,
+                                                int cross_rank) {
+  if (gpus.hosts_size() != job.hosts_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("GPU layout lists ", gpus.hosts_size(),
+                                                   " hosts; the job has ", job.hosts_size()));
+  }
+  std::vector<HostGpus> hosts;
+  bool any_hierarchical = false, any_nccl = false;
+  for (int h = 0; h < gpus.hosts_size(); ++h) {
+    const GpuHost& g = gpus.hosts(h);
+    hosts.push_back(HostGpus{job.hosts(h).name(), g.nccl_version(),
+                             std::vector<int>(g.rank_devices().begin(), g.rank_devices().end())});
+    any_hierarchical = any_hierarchical || g.gpu_mode() == "hierarchical";
+    any_nccl = any_nccl || g.gpu_mode() == "nccl";
+  }
+  const std::string setting = any_hierarchical ? "hierarchical" : any_nccl ? "nccl" : "auto";
+  CrossHostGpuPlan out;
+  ARD_ASSIGN_OR_RETURN(out.plan, PlanGpuJob(setting, hosts, cross_rank));
+  const int id_host = out.plan.mode == GpuMode::kNccl ? 0 : cross_rank;
+  ARD_ASSIGN_OR_RETURN(out.id, ToUniqueId(gpus.hosts(id_host), job.hosts(id_host).name()));
+  return out;
 }
 
 }  // namespace ard::gpu

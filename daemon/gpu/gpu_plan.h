@@ -35,10 +35,16 @@ struct GpuPlan {
 absl::StatusOr<GpuPlan> PlanGpuJob(const std::string& setting, const std::vector<HostGpus>& hosts,
                                    int cross_rank);
 
-// The per-host GPUs of a formed job (JobLayout from the coordinator), indexed by cross rank.
-std::vector<HostGpus> HostGpusFromLayout(const JobLayout& layout);
-
-// JobLayout.nccl_unique_id as a UniqueId; InvalidArgument when it is not one.
-absl::StatusOr<UniqueId> UniqueIdFromLayout(const JobLayout& layout);
+// A cross-host job's plan from the coordinator's GpuLayout (every host's GPUs, NCCL version, mode
+// setting and offered id; index = cross rank) and the job's layout (host names). Every host
+// derives the same plan: the mode setting is "hierarchical" when any host's is, else "nccl" when
+// any host's is, else "auto"; the communicator id is cross rank 0's in NCCL mode (one
+// communicator spans the job) and this host's own offer in hierarchical mode.
+struct CrossHostGpuPlan {
+  GpuPlan plan;
+  UniqueId id{};
+};
+absl::StatusOr<CrossHostGpuPlan> PlanFromLayout(const JobLayout& job, const GpuLayout& gpus,
+                                                int cross_rank);
 
 }  // namespace ard::gpu

@@ -37,26 +37,43 @@ TEST_CASE("a host without NCCL or a rank without a GPU is refused") {
   CHECK_FALSE(PlanGpuJob("auto", {{"a", "2.28.3", {0}}}, 1).ok());
 }
 
-TEST_CASE("a formed job's layout gives the plan's input and the communicator id") {
-  JobLayout layout;
-  auto* a = layout.add_hosts();
-  a->set_name("a");
+TEST_CASE("a cross-host job's GPU layout gives every host the same plan and communicator id") {
+  JobLayout job;
+  job.add_hosts()->set_name("a");
+  job.add_hosts()->set_name("b");
+  GpuLayout gpus;
+  GpuHost* a = gpus.add_hosts();
   a->set_nccl_version("2.28.3");
-  a->add_gpu_devices(0);
-  a->add_gpu_devices(1);
-  auto* b = layout.add_hosts();
-  b->set_name("b");
-  b->set_nccl_version("2.28.3");
-  b->add_gpu_devices(0);
-  auto plan = PlanGpuJob("auto", HostGpusFromLayout(layout), 1);
-  REQUIRE(plan.ok());
-  CHECK(plan->comm_size == 3);
-  CHECK(plan->local_comm_ranks[0].rank == 2);
-  CHECK_FALSE(UniqueIdFromLayout(layout).ok());
-  layout.set_nccl_unique_id(std::string(kUniqueIdBytes, 'x'));
-  auto id = UniqueIdFromLayout(layout);
-  REQUIRE(id.ok());
-  CHECK((*id)[5] == 'x');
+  a->add_rank_devices(0);
+  a->add_rank_devices(1);
+  a->set_nccl_unique_id(std::string(kUniqueIdBytes, 'a'));
+  a->set_gpu_mode("auto");
+  GpuHost* b = gpus.add_hosts();
+  *b = *a;
+  b->clear_rank_devices();
+  b->add_rank_devices(0);
+  b->set_nccl_unique_id(std::string(kUniqueIdBytes, 'b'));
+
+  auto on_b = PlanFromLayout(job, gpus, 1);
+  REQUIRE(on_b.ok());
+  CHECK(on_b->plan.mode == GpuMode::kNccl);
+  CHECK(on_b->plan.comm_size == 3);
+  CHECK(on_b->plan.local_comm_ranks[0].rank == 2);
+  CHECK(on_b->id[5] == 'a');  // cross rank 0's id: one communicator
+
+  b->set_gpu_mode("hierarchical");  // one host asks for it: every host runs hierarchical
+  for (int me : {0, 1}) {
+    auto plan = PlanFromLayout(job, gpus, me);
+    REQUIRE(plan.ok());
+    CHECK(plan->plan.mode == GpuMode::kHierarchical);
+    CHECK(plan->id[0] == (me == 0 ? 'a' : 'b'));  // each host's own communicator
+    CHECK(plan->plan.comm_size == (me == 0 ? 2 : 1));
+  }
+
+  b->set_nccl_unique_id("short");
+  CHECK(PlanFromLayout(job, gpus, 1).status().code() == absl::StatusCode::kInvalidArgument);
+  gpus.mutable_hosts()->RemoveLast();
+  CHECK(PlanFromLayout(job, gpus, 0).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -19,11 +19,12 @@
 #include "absl/time/time.h"
 #include "daemon/cluster/peer_client.h"
 #include "daemon/common/event_loop.h"
-#include "daemon/local/frame_codec.h"
-#include "daemon/local/local_socket_server.h"
 #include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/gpu/device.h"
+#include "daemon/gpu/gpu_plan.h"
 #include "daemon/gpu/ipc_cache.h"
+#include "daemon/local/frame_codec.h"
+#include "daemon/local/local_socket_server.h"
 #include "daemon/local/session.h"
 #include "daemon/negotiation/tensor_request.h"
 #include "proto/common.pb.h"
@@ -94,7 +95,15 @@ class JobRegistry : public local::SessionHandler {
   // GPU path (gpu_jobs.cc).
   void HandleGpuRegister(const std::shared_ptr<local::Session>& s,
                          const local::DecodedFrame& frame);
+  // Single-host job: every local rank registered; plans and starts the job's GPU side.
   void FormGpu(LocalJob& job);
+  // Cross-host job: every local rank registered; sends this host's GPUs to the coordinator, whose
+  // GpuLayout (JobEvent.gpu_layout, once every host sent its GPUs) reaches OnGpuLayout.
+  void SendGpuHost(LocalJob& job);
+  void OnGpuLayout(LocalJob& job, const GpuLayout& layout);
+  void StartGpu(LocalJob& job, const gpu::GpuPlan& plan, const gpu::UniqueId& id);
+  // Answers every pending GPU_REGISTER of the job with `status` and fails the job.
+  void FailGpuForming(LocalJob& job, const absl::Status& status);
   // A GPU_SUBMIT's placement against the job's GpuJob; OK for a host-memory SUBMIT.
   absl::Status CheckGpuSubmit(LocalJob& job, const local::Session& s,
                               const local::DecodedFrame& frame);
