@@ -1,6 +1,7 @@
 #include "daemon/gpu/gpu_plan.h"
 
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,18 @@ absl::StatusOr<GpuPlan> PlanGpuJob(const std::string& setting, const std::vector
   }
   std::vector<std::set<int>> devices(hosts.size());
   bool same_nccl = true;
+  std::map<std::string, size_t> host_of_gpu;  // physical GPU -> first host using it
+  std::string shared;                         // "GPU x is used by hosts a and b", or ""
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    for (const std::string& id : hosts[h].rank_gpu_ids) {
+      if (id.empty()) continue;
+      auto [it, fresh] = host_of_gpu.emplace(id, h);
+      if (!fresh && it->second != h && shared.empty()) {
+        shared = absl::StrCat("GPU ", id, " is used by hosts ", hosts[it->second].host, " and ",
+                              hosts[h].host);
+      }
+    }
+  }
   for (size_t h = 0; h < hosts.size(); ++h) {
     if (hosts[h].nccl_version.empty()) {
       return absl::InvalidArgumentError(
@@ -36,6 +49,14 @@ absl::StatusOr<GpuPlan> PlanGpuJob(const std::string& setting, const std::vector
   } else if (hosts.size() == 1) {
     plan.mode = GpuMode::kNccl;
     plan.reason = "single host";
+  } else if (!shared.empty()) {
+    if (setting == "nccl") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gpu_mode=nccl, but ", shared,
+          " (daemons on one machine): NCCL cannot put two ranks on one GPU; use hierarchical"));
+    }
+    plan.mode = GpuMode::kHierarchical;
+    plan.reason = absl::StrCat(shared, ", so one NCCL communicator cannot span them");
   } else if (same_nccl) {
     plan.mode = GpuMode::kNccl;
     plan.reason = absl::StrCat("NCCL ", hosts[0].nccl_version, " on every host");
@@ -87,8 +108,10 @@ absl::StatusOr<CrossHostGpuPlan> PlanFromLayout(const JobLayout& job, const GpuL
   bool any_hierarchical = false, any_nccl = false;
   for (int h = 0; h < gpus.hosts_size(); ++h) {
     const GpuHost& g = gpus.hosts(h);
-    hosts.push_back(HostGpus{job.hosts(h).name(), g.nccl_version(),
-                             std::vector<int>(g.rank_devices().begin(), g.rank_devices().end())});
+    hosts.push_back(
+        HostGpus{job.hosts(h).name(), g.nccl_version(),
+                 std::vector<int>(g.rank_devices().begin(), g.rank_devices().end()),
+                 std::vector<std::string>(g.rank_gpu_ids().begin(), g.rank_gpu_ids().end())});
     any_hierarchical = any_hierarchical || g.gpu_mode() == "hierarchical";
     any_nccl = any_nccl || g.gpu_mode() == "nccl";
   }

@@ -20,6 +20,8 @@ struct HostGpus {
   std::string host;
   std::string nccl_version;       // HostInfo.nccl_version ("" when built without NCCL)
   std::vector<int> rank_devices;  // GPU of each of this host's job ranks (local rank order)
+  // The physical GPU of each rank ("<machine id>/<PCI bus id>"; "" or absent: unknown).
+  std::vector<std::string> rank_gpu_ids;
 };
 
 struct GpuPlan {
@@ -31,7 +33,8 @@ struct GpuPlan {
 
 // `setting` is DaemonConfig.gpu_mode ("auto", "nccl", "hierarchical"); `hosts` is indexed by cross
 // rank; `cross_rank` is this host's. InvalidArgument for a host without NCCL or a rank without a
-// GPU, or "nccl" forced across hosts whose NCCL versions differ.
+// GPU, or "nccl" forced across hosts whose NCCL versions differ or that share a physical GPU
+// (daemons on one machine); "auto" runs hierarchical then.
 absl::StatusOr<GpuPlan> PlanGpuJob(const std::string& setting, const std::vector<HostGpus>& hosts,
                                    int cross_rank);
 

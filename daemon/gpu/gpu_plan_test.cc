@@ -1,6 +1,7 @@
 #include "daemon/gpu/gpu_plan.h"
 
 #include "catch2/catch.hpp"
+#include "daemon/gpu/device_query.h"
 
 namespace ard::gpu {
 namespace {
@@ -74,6 +75,38 @@ TEST_CASE("a cross-host job's GPU layout gives every host the same plan and comm
   CHECK(PlanFromLayout(job, gpus, 1).status().code() == absl::StatusCode::kInvalidArgument);
   gpus.mutable_hosts()->RemoveLast();
   CHECK(PlanFromLayout(job, gpus, 0).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("daemons on one machine sharing a GPU run hierarchical; nccl forced is refused") {
+  HostGpus a{"a", "2.28.3", {0}, {"m1/0000:3b:00.0"}};
+  HostGpus b{"b", "2.28.3", {0}, {"m1/0000:3b:00.0"}};  // the same physical GPU
+  auto plan = PlanGpuJob("auto", {a, b}, 1);
+  REQUIRE(plan.ok());
+  CHECK(plan->mode == GpuMode::kHierarchical);
+  CHECK_THAT(plan->reason, Catch::Contains("GPU m1/0000:3b:00.0 is used by hosts a and b"));
+  CHECK(plan->comm_size == 1);
+  auto forced = PlanGpuJob("nccl", {a, b}, 0);
+  CHECK(forced.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(forced.status().message()), Catch::Contains("use hierarchical"));
+  b.rank_gpu_ids = {"m2/0000:3b:00.0"};  // another machine: one communicator spans both
+  plan = PlanGpuJob("auto", {a, b}, 1);
+  REQUIRE(plan.ok());
+  CHECK(plan->mode == GpuMode::kNccl);
+  b.rank_gpu_ids = {""};  // unknown: no claim of sharing
+  CHECK(PlanGpuJob("auto", {a, b}, 1)->mode == GpuMode::kNccl);
+}
+
+TEST_CASE("a GPU's physical id joins the machine id and its PCI bus id") {
+  HostInfo info;
+  CHECK(PhysicalIds(info).empty());
+  GpuInfo* g = info.add_gpus();
+  g->set_index(1);
+  g->set_pci_bus_id("0000:3b:00.0");
+  const std::vector<std::string> ids = PhysicalIds(info);
+  REQUIRE(ids.size() == 2);
+  CHECK(ids[0].empty());  // ordinal 0 not listed
+  CHECK_THAT(ids[1], Catch::EndsWith("/0000:3b:00.0"));
+  CHECK(ids[1].size() > std::string("/0000:3b:00.0").size());  // machine id in front
 }
 
 }  // namespace

@@ -129,7 +129,13 @@ void JobRegistry::SendGpuHost(LocalJob& job) {
   request.set_job_id(job.layout.job_id());
   request.set_host(options_.host_name);
   GpuHost* gpu = request.mutable_gpu();
-  for (int rank : me.ranks()) gpu->add_rank_devices(job.gpu_regs.at(rank).device);
+  for (int rank : me.ranks()) {
+    const int device = job.gpu_regs.at(rank).device;
+    gpu->add_rank_devices(device);
+    gpu->add_rank_gpu_ids(device < static_cast<int>(options_.gpu_physical_ids.size())
+                              ? options_.gpu_physical_ids[device]
+                              : "");
+  }
   gpu->set_nccl_version(options_.gpu_device->Describe());
   gpu->set_gpu_mode(options_.gpu_mode);
   auto unique_id = options_.gpu_device->NewUniqueId();

@@ -50,6 +50,9 @@ struct JobOptions {
   uint64_t gpu_fusion_buffer_bytes = 64ull << 20;
   absl::Duration gpu_init_timeout = absl::Seconds(60);
   uint32_t max_gpu_event_pool = 1024;
+  // Each GPU's physical identity ("<machine id>/<PCI bus id>"; index = ordinal; may be short or
+  // empty when unknown): tells the coordinator's plan which daemons share a GPU.
+  std::vector<std::string> gpu_physical_ids;
 };
 
 namespace tcp = dataplane::tcp;
