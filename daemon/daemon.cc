@@ -92,7 +92,7 @@ absl::Status Daemon::Start() {
                   static_cast<int>(config_.max_pending_tensors()), gpu_unavailable, gpu_,
                   config_.gpu_mode(), config_.gpu_fusion_buffer_bytes(),
                   absl::Milliseconds(config_.gpu_comm_init_timeout_ms()),
-                  config_.max_gpu_event_pool(), gpu::PhysicalIds(self_)});
+                  config_.max_gpu_event_pool(), gpu::PhysicalIds(self_), gpu::PciBusIds(self_)});
   const cluster::LocalJobsSource local_jobs = [this] { return jobs_->Summaries(); };
 
   const absl::Duration heartbeat = absl::Milliseconds(config_.heartbeat_ms());

@@ -43,6 +43,15 @@ void DescribeDevices(HostInfo* info) {
 #endif
 }
 
+std::vector<std::string> PciBusIds(const HostInfo& info) {
+  std::vector<std::string> ids;
+  for (const GpuInfo& g : info.gpus()) {
+    if (g.index() >= ids.size()) ids.resize(g.index() + 1);
+    ids[g.index()] = g.pci_bus_id();
+  }
+  return ids;
+}
+
 std::vector<std::string> PhysicalIds(const HostInfo& info) {
   std::vector<std::string> ids;
   if (info.gpus().empty()) return ids;

@@ -17,5 +17,7 @@ void DescribeDevices(HostInfo* info);
 // and /etc/machine-id (the kernel's boot id when absent): two daemons on one machine see the same
 // ids for the GPUs they share. Empty when `info` lists no GPUs.
 std::vector<std::string> PhysicalIds(const HostInfo& info);
+// Each GPU's PCI bus id (index = ordinal), from `info`.
+std::vector<std::string> PciBusIds(const HostInfo& info);
 
 }  // namespace ard::gpu

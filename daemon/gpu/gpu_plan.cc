@@ -4,7 +4,9 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "daemon/common/status_macros.h"
 
 namespace ard::gpu {
@@ -97,6 +99,23 @@ absl::StatusOr<UniqueId> ToUniqueId(const GpuHost& host, const std::string& name
   return id;
 }
 }  // namespace
+
+absl::StatusOr<int> ResolveDevice(const std::vector<std::string>& daemon_pci_bus_ids,
+                                  int client_ordinal, const std::string& client_pci_bus_id) {
+  bool known = false;
+  for (size_t d = 0; d < daemon_pci_bus_ids.size(); ++d) {
+    if (daemon_pci_bus_ids[d].empty()) continue;
+    known = true;
+    if (absl::EqualsIgnoreCase(daemon_pci_bus_ids[d], client_pci_bus_id)) {
+      return static_cast<int>(d);
+    }
+  }
+  if (!known || client_pci_bus_id.empty()) return client_ordinal;
+  return absl::InvalidArgumentError(
+      absl::StrCat("the process's GPU ", client_ordinal, " (PCI bus ", client_pci_bus_id,
+                   ") is not one of this daemon's GPUs (", absl::StrJoin(daemon_pci_bus_ids, ", "),
+                   "): is the daemon's CUDA_VISIBLE_DEVICES narrower than the process's?"));
+}
 
 absl::StatusOr<CrossHostGpuPlan> PlanFromLayout(const JobLayout& job, const GpuLayout& gpus,
                                                 int cross_rank) {

@@ -47,6 +47,14 @@ struct CrossHostGpuPlan {
   GpuPlan plan;
   UniqueId id{};
 };
+// Which of this daemon's GPUs a process registered: the process names its GPU by its own CUDA
+// ordinal and its PCI bus id (GPU_REGISTER), and its CUDA_VISIBLE_DEVICES may differ from the
+// daemon's, so the PCI bus id decides (case-insensitive) when both sides know theirs
+// (`daemon_pci_bus_ids`, index = the daemon's ordinal); else the ordinal is taken as the daemon's.
+// InvalidArgument when the daemon has no GPU with that bus id.
+absl::StatusOr<int> ResolveDevice(const std::vector<std::string>& daemon_pci_bus_ids,
+                                  int client_ordinal, const std::string& client_pci_bus_id);
+
 absl::StatusOr<CrossHostGpuPlan> PlanFromLayout(const JobLayout& job, const GpuLayout& gpus,
                                                 int cross_rank);
 

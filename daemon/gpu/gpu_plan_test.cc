@@ -109,5 +109,17 @@ TEST_CASE("a GPU's physical id joins the machine id and its PCI bus id") {
   CHECK(ids[1].size() > std::string("/0000:3b:00.0").size());  // machine id in front
 }
 
+TEST_CASE("a process's GPU is found by PCI bus id whatever its CUDA_VISIBLE_DEVICES") {
+  const std::vector<std::string> daemon = {"0000:3B:00.0", "0000:5E:00.0"};
+  // CUDA_VISIBLE_DEVICES=1 in the process: its ordinal 0 is the daemon's 1.
+  CHECK(*ResolveDevice(daemon, 0, "0000:5e:00.0") == 1);
+  CHECK(*ResolveDevice(daemon, 0, "0000:3b:00.0") == 0);
+  auto missing = ResolveDevice(daemon, 0, "0000:af:00.0");
+  CHECK(missing.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(missing.status().message()), Catch::Contains("CUDA_VISIBLE_DEVICES"));
+  CHECK(*ResolveDevice(daemon, 1, "") == 1);          // an old client without a bus id: the ordinal
+  CHECK(*ResolveDevice({}, 3, "0000:3b:00.0") == 3);  // the daemon knows no bus ids
+}
+
 }  // namespace
 }  // namespace ard::gpu

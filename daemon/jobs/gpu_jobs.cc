@@ -11,6 +11,7 @@
 // thread, in the committed order with its CPU responses; hierarchical mode crosses hosts on the
 // job's TCP mesh from there.
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -57,16 +58,22 @@ void JobRegistry::HandleGpuRegister(const std::shared_ptr<Session>& s,
   }
   auto count = options_.gpu_device->DeviceCount();
   if (!count.ok()) return ReplyError(*s, id, count.status());
-  if (g.device >= *count) {
+  // The process numbers its GPU under its own CUDA_VISIBLE_DEVICES; its PCI bus id says which of
+  // ours it is.
+  auto device =
+      gpu::ResolveDevice(options_.gpu_pci_bus_ids, g.device,
+                         std::string(g.pci_bus_id, strnlen(g.pci_bus_id, sizeof(g.pci_bus_id))));
+  if (!device.ok()) return ReplyError(*s, id, device.status());
+  if (*device < 0 || *device >= *count) {
     return ReplyError(*s, id,
                       absl::InvalidArgumentError(
-                          absl::StrCat("GPU ", g.device, " does not exist on this daemon (it sees ",
+                          absl::StrCat("GPU ", *device, " does not exist on this daemon (it sees ",
                                        *count, " GPUs; same CUDA_VISIBLE_DEVICES?)")));
   }
   gpu::GpuRegistration reg;
   reg.rank = s->rank;
   reg.pid = static_cast<uint32_t>(s->creds().pid);
-  reg.device = g.device;
+  reg.device = *device;
   std::copy(std::begin(g.arena_handle), std::end(g.arena_handle), reg.arena.begin());
   reg.arena_bytes = g.arena_bytes;
   for (const auto& e : frame.gpu_events) {

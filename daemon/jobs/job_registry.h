@@ -53,6 +53,9 @@ struct JobOptions {
   // Each GPU's physical identity ("<machine id>/<PCI bus id>"; index = ordinal; may be short or
   // empty when unknown): tells the coordinator's plan which daemons share a GPU.
   std::vector<std::string> gpu_physical_ids;
+  // Each GPU's PCI bus id (index = ordinal; empty when unknown): GPU_REGISTER's bus id picks the
+  // daemon's ordinal, so the process's CUDA_VISIBLE_DEVICES may differ from the daemon's.
+  std::vector<std::string> gpu_pci_bus_ids;
 };
 
 namespace tcp = dataplane::tcp;
