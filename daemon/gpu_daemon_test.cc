@@ -212,6 +212,23 @@ std::vector<int> StatusDevices(const Daemon& daemon, const std::string& job,
   return devices;
 }
 
+// The job's GPU plan in the cluster status (its mode and communicator), as `daemon` sees it.
+std::string StatusGpuPlan(const Daemon& daemon, const std::string& job) {
+  rpc::GrpcPeerClient client(daemon.address(), absl::Seconds(2));
+  absl::Notification done;
+  std::string plan;
+  client.GetClusterStatusAsync({}, [&](absl::StatusOr<GetClusterStatusResponse> r) {
+    if (r.ok()) {
+      for (const JobSummary& j : r->view().jobs()) {
+        if (j.name() == job) plan = j.gpu_plan();
+      }
+    }
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return plan;
+}
+
 // Hosts UP in the cluster, as `daemon` sees it.
 int UpHosts(const Daemon& daemon) {
   rpc::GrpcPeerClient client(daemon.address(), absl::Seconds(2));
@@ -432,6 +449,9 @@ TEST_CASE("GPU allreduce across two daemons, NCCL-spanning and hierarchical") {
   }
   CHECK(Eventually([&] { return StatusDevices(a, "xjob", "a") == std::vector<int>{0, 1}; }));
   CHECK(Eventually([&] { return StatusDevices(b, "xjob", "b") == std::vector<int>{0}; }));
+  CHECK_THAT(StatusGpuPlan(a, "xjob"),
+             Catch::StartsWith(b_mode == "auto" ? "nccl: 3 communicator ranks"
+                                                : "hierarchical: 2 communicator ranks"));
 
   for (int step = 0; step < 3; ++step) {
     for (int r = 0; r < 3; ++r) {

@@ -35,6 +35,7 @@ void MergeJob(JobSummary* into, const JobSummary& from) {
   into->set_bytes_reduced(std::max(into->bytes_reduced(), from.bytes_reduced()));
   into->set_pending_tensors(std::max(into->pending_tensors(), from.pending_tensors()));
   into->set_age_s(std::max(into->age_s(), from.age_s()));
+  if (into->gpu_plan().empty()) into->set_gpu_plan(from.gpu_plan());
   if (from.state() == "failed" || into->state().empty()) {
     into->set_state(from.state());
     into->set_failure(from.failure());

@@ -210,6 +210,9 @@ void JobRegistry::StartGpu(LocalJob& job, const gpu::GpuPlan& plan, const gpu::U
           if (j != nullptr && j->state != LocalJob::State::kFailed) FailJob(*j, status);
         });
       });
+  job.gpu_plan = absl::StrCat(plan.mode == gpu::GpuMode::kNccl ? "nccl" : "hierarchical", ": ",
+                              plan.comm_size, " communicator ranks, ", plan.local_comm_ranks.size(),
+                              " here (", plan.reason, ")");
   for (const auto& [rank, request_id] : job.gpu_register_ids) {
     if (job.members[rank] != nullptr) {
       job.members[rank]->Send(local::EncodeEmpty(wire::MsgType::kGpuRegistered, request_id));
