@@ -74,17 +74,17 @@ def test_op_library_needs_no_cuda_library():
     assert "libtensorflow_framework.so.2" in needed and needed <= allowed, needed
 
 
-def run_one_host(scenario, per_host=2):
+def run_on(hosts, per_host, scenario):
     cluster = Cluster(host_timeout_ms=10000)
     try:
-        daemon = cluster.add(scenario)
-        return run_workers([daemon.socket], per_host, scenario)
+        daemons = [cluster.add(f"{scenario}-{i}") for i in range(hosts)]
+        return run_workers([d.socket for d in daemons], per_host, scenario)
     finally:
         cluster.close()
 
 
 def test_tensors_on_the_cpu_take_the_cpu_kernels():
-    for rc, out in run_one_host("cpu_placement"):
+    for rc, out in run_on(1, 2, "cpu_placement"):
         assert rc == 0 and "OK cpu_placement" in out, out
 
 
@@ -93,8 +93,11 @@ NO_GPU = ("SKIPPED (no GPU): no GPU visible to TensorFlow (needs a GPU host, and
           "tensorflow[and-cuda]==2.21.0 instead of tensorflow-cpu)")
 
 
+# 1x2: two processes through one daemon; 2x1: two daemons (simulated hosts) on this machine, one
+# process each, so the job crosses daemons (hierarchical when both processes share a GPU).
 @pytest.mark.skipif(not tf.config.list_physical_devices("GPU"), reason=NO_GPU)
-def test_allreduce_of_gpu_tensors_across_two_processes():
+@pytest.mark.parametrize("hosts,per_host", [(1, 2), (2, 1)], ids=["1x2", "2x1"])
+def test_allreduce_of_gpu_tensors_across_two_processes(hosts, per_host):
     assert cuda_build(), "the op library was built without CUDA: no GPU kernels"
-    for rc, out in run_one_host("gpu"):
+    for rc, out in run_on(hosts, per_host, "gpu"):
         assert rc == 0 and "OK gpu" in out, out
