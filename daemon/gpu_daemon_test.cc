@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,7 @@ struct Reply {
   int32_t code = 0;  // ERROR / NOTIFY / COMPLETE
   std::string message;
   std::vector<int64_t> shape;  // COMPLETE
+  uint64_t offset = 0;         // COMPLETE of a host tensor: its result in segment 0
 };
 
 // A training process's local connection, speaking the wire protocol directly.
@@ -105,9 +107,16 @@ class WireClient {
     hello.pid = static_cast<uint32_t>(getpid());
     hello.segment_bytes = 1 << 16;
     REQUIRE(local::SendMessage(fd_, Frame(wire::MsgType::kHello, 0, &hello, sizeof(hello)), memfd));
+    input_ =
+        static_cast<char*>(mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0));
+    REQUIRE(input_ != MAP_FAILED);
     close(memfd);
   }
-  ~WireClient() { HangUp(); }
+  ~WireClient() {
+    HangUp();
+    munmap(input_, 1 << 16);
+    if (results_ != nullptr) munmap(const_cast<char*>(results_), results_bytes_);
+  }
 
   void HangUp() {
     if (fd_ >= 0) close(fd_);
@@ -120,7 +129,6 @@ class WireClient {
     REQUIRE(poll(&p, 1, 10000) == 1);
     auto m = local::RecvMessage(fd_, 1 << 20);
     REQUIRE(m.ok());
-    if (m->fd >= 0) close(m->fd);
     wire::FrameHeader h;
     REQUIRE(m->bytes.size() >= sizeof(h));
     std::memcpy(&h, m->bytes.data(), sizeof(h));
@@ -128,6 +136,15 @@ class WireClient {
     Reply r;
     r.type = static_cast<wire::MsgType>(h.type);
     r.request_id = h.request_id;
+    if (r.type == wire::MsgType::kWelcome && m->fd >= 0) {  // result segment 0, read-only
+      wire::Welcome w;
+      std::memcpy(&w, payload, sizeof(w));
+      results_bytes_ = w.result_segment_bytes;
+      void* at = mmap(nullptr, results_bytes_, PROT_READ, MAP_SHARED, m->fd, 0);
+      REQUIRE(at != MAP_FAILED);
+      results_ = static_cast<const char*>(at);
+    }
+    if (m->fd >= 0) close(m->fd);
     if (r.type == wire::MsgType::kError || r.type == wire::MsgType::kNotify) {
       wire::Error e;
       std::memcpy(&e, payload, sizeof(e));
@@ -138,6 +155,7 @@ class WireClient {
       std::memcpy(&c, payload, sizeof(c));
       r.code = c.code;
       r.shape.assign(c.shape, c.shape + c.ndims);
+      r.offset = c.segment == 0 ? c.offset : UINT64_MAX;
       r.message.assign(payload + sizeof(c) + c.num_splits * sizeof(int64_t), c.message_bytes);
     }
     return r;
@@ -166,6 +184,30 @@ class WireClient {
         fd_, Frame(wire::MsgType::kGpuRegister, request_id, &g, sizeof(g), tail), -1));
   }
 
+  // A host-memory allreduce (SUBMIT) of float sums from input segment 0 at offset 0.
+  void SubmitHost(uint64_t request_id, const std::string& name, const std::vector<float>& values) {
+    std::memcpy(input_, values.data(), values.size() * sizeof(float));
+    wire::Submit s{};
+    s.collective = static_cast<uint32_t>(wire::Collective::kAllreduce);
+    s.dtype = static_cast<uint32_t>(wire::DataType::kFloat32);
+    s.reduce_op = static_cast<uint32_t>(wire::ReduceOp::kSum);
+    s.prescale = s.postscale = 1.0;
+    std::strncpy(s.name, name.c_str(), sizeof(s.name) - 1);
+    s.ndims = 1;
+    s.shape[0] = static_cast<int64_t>(values.size());
+    s.bytes = values.size() * sizeof(float);
+    s.group_id = -1;
+    REQUIRE(local::SendMessage(fd_, Frame(wire::MsgType::kSubmit, request_id, &s, sizeof(s)), -1));
+  }
+  // A host tensor's result (its COMPLETE's place in result segment 0).
+  std::vector<float> HostResult(const Reply& done, size_t count) const {
+    REQUIRE(results_ != nullptr);
+    REQUIRE(done.offset + count * sizeof(float) <= results_bytes_);
+    std::vector<float> out(count);
+    std::memcpy(out.data(), results_ + done.offset, count * sizeof(float));
+    return out;
+  }
+
   void Submit(uint64_t request_id, const std::string& name, wire::DataType dtype, wire::ReduceOp op,
               int64_t count, uint64_t offset, uint32_t event) {
     wire::Submit s{};
@@ -186,6 +228,9 @@ class WireClient {
 
  private:
   int fd_ = -1;
+  char* input_ = nullptr;          // input segment 0
+  const char* results_ = nullptr;  // result segment 0
+  size_t results_bytes_ = 0;
 };
 
 // Each rank's GPU of job `job` on `host` ("": any) in the cluster status, as `allreducectl
@@ -464,13 +509,22 @@ TEST_CASE("GPU allreduce across two daemons, NCCL-spanning and hierarchical") {
                          1);
       clients[r]->Submit(10 * step + 3, "d", wire::DataType::kFloat64, wire::ReduceOp::kAverage, 1,
                          512, 2);
+      // A host tensor of the same job, between the GPU ones: its data plane shares the job's one
+      // committed order (and TCP mesh) with the GPU responses.
+      clients[r]->SubmitHost(10 * step + 4, "h", {1.0f * r + step, 1.0f});
     }
     for (int r = 0; r < 3; ++r) {
-      for (int k = 1; k <= 3; ++k) {
+      std::set<uint64_t> completed;
+      for (int k = 1; k <= 4; ++k) {
         Reply done = clients[r]->Expect(wire::MsgType::kComplete);
         INFO("rank " << r << ": " << done.message);
         REQUIRE(done.code == 0);
+        completed.insert(done.request_id);
+        if (done.request_id == static_cast<uint64_t>(10 * step + 4)) {
+          CHECK(clients[r]->HostResult(done, 2) == std::vector<float>{3.0f + 3 * step, 3.0f});
+        }
       }
+      CHECK(completed.size() == 4);
       CHECK(procs[r]->Result<float>(0, 2, 0) == std::vector<float>{6.0f + 3 * step, -6.0f});
       CHECK(procs[r]->Result<int32_t>(256, 2, 1) == std::vector<int32_t>{step, 5});
       CHECK(procs[r]->Result<double>(512, 1, 2) == std::vector<double>{3.0});
