@@ -145,9 +145,11 @@ void JobRegistry::SendGpuHost(LocalJob& job) {
   }
   gpu->set_nccl_version(options_.gpu_device->Describe());
   gpu->set_gpu_mode(options_.gpu_mode);
-  auto unique_id = options_.gpu_device->NewUniqueId();
-  if (!unique_id.ok()) return FailGpuForming(job, unique_id.status());
-  gpu->set_nccl_unique_id(unique_id->data(), unique_id->size());
+  if (job.context->cross_rank == 0) {  // the only offer (see gpu::PlanFromLayout)
+    auto unique_id = options_.gpu_device->NewUniqueId();
+    if (!unique_id.ok()) return FailGpuForming(job, unique_id.status());
+    gpu->set_nccl_unique_id(unique_id->data(), unique_id->size());
+  }
   const std::string name = job.name;
   const uint32_t local_id = job.id;
   coordinator_->NegotiateAsync(
@@ -174,7 +176,12 @@ void JobRegistry::OnGpuLayout(LocalJob& job, const GpuLayout& layout) {
   }
   auto plan = gpu::PlanFromLayout(job.layout, layout, job.context->cross_rank);
   if (!plan.ok()) return FailGpuForming(job, plan.status());
-  StartGpu(job, plan->plan, plan->id);
+  if (!plan->id) {  // hierarchical, not cross rank 0: a communicator of this host's GPUs only
+    auto own = options_.gpu_device->NewUniqueId();
+    if (!own.ok()) return FailGpuForming(job, own.status());
+    plan->id = *own;
+  }
+  StartGpu(job, plan->plan, *plan->id);
 }
 
 void JobRegistry::StartGpu(LocalJob& job, const gpu::GpuPlan& plan, const gpu::UniqueId& id) {
