@@ -60,9 +60,9 @@ if [ ! -s "$work/d.port" ]; then
 fi
 bench() {  # np
   echo
-  echo "-- $1 process(es), one daemon, float32 sum, sizes 4 B to 256 MiB"
+  echo "-- $1 process(es), one daemon, float32 sum, sizes 4 B to 64 MiB"
   "$bin/client/cli/allreducectl" bench --device gpu --peer nccl --sockets "$work/d.sock" \
-    --np "$1" --sizes 4:256M --warmup 5 --iters 20 --check --timeout_ms 900000 || {
+    --np "$1" --sizes 4:64M --warmup 5 --iters 20 --check --timeout_ms 900000 || {
     echo "gpu_suite: FAILED: allreducectl bench --device gpu --np $1" >&2
     cat "$work/daemon.log" >&2
     status=1

@@ -34,6 +34,11 @@ def test_device_gpu_without_a_gpu_fails_fast(daemon):
         "allreducectl: bench: FAILED_PRECONDITION: no CUDA driver/device: "), lines[0]
     # The table header is printed as the workers start: none did.
     assert r.stdout == ""
+    # The NCCL peer's process reports the same in the workers' line protocol.
+    r = ctl("bench-nccl", "--sockets", daemon.socket, "--peer_gpus", "1", "--sizes", "4K",
+            timeout_s=30)
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    assert r.stdout.startswith("ERROR FAILED_PRECONDITION: no CUDA driver/device: "), r.stdout
 
 
 def test_default_device_is_cpu(daemon):
