@@ -372,10 +372,10 @@ int RunBenchLauncher(const BenchOptions& options) {
     }
   }
   if (o.json) {
-    std::fputs(FormatJson(rows, info, have_peer ? &peer_rows : nullptr,
-                          have_peer ? &peer_info : nullptr)
-                   .c_str(),
-               stdout);
+    std::fputs(
+        FormatJson(rows, info, have_peer ? &peer_rows : nullptr, have_peer ? &peer_info : nullptr)
+            .c_str(),
+        stdout);
   }
   std::fflush(stdout);
   if (wrong > 0) {

@@ -171,9 +171,8 @@ class Peer {
 
   absl::Status Init() {
     if (gpus_ > cuda_->device_count) {
-      return absl::InvalidArgumentError(absl::StrCat("the NCCL peer wants ", gpus_,
-                                                     " GPUs, the driver sees ",
-                                                     cuda_->device_count));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the NCCL peer wants ", gpus_, " GPUs, the driver sees ", cuda_->device_count));
     }
     std::vector<int> devices;
     for (int g = 0; g < gpus_; ++g) {
@@ -182,8 +181,8 @@ class Peer {
       if (!st.ok()) return st;
       devices.push_back(g);
     }
-    return nccl_->Check("ncclCommInitAll", nccl_->CommInitAll(comms_.data(), gpus_,
-                                                              devices.data()));
+    return nccl_->Check("ncclCommInitAll",
+                        nccl_->CommInitAll(comms_.data(), gpus_, devices.data()));
   }
 
   absl::Status RunSize(const BenchLayout& layout, double* time_us, uint64_t* wrong) {
@@ -271,8 +270,8 @@ absl::Status ProbeNccl(std::string* version, std::string* path) {
   absl::Status st = LoadNccl(&nccl);
   if (!st.ok()) return st;
   // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
-  *version = absl::StrCat(nccl->version / 10000, ".", nccl->version / 100 % 100, ".",
-                          nccl->version % 100);
+  *version =
+      absl::StrCat(nccl->version / 10000, ".", nccl->version / 100 % 100, ".", nccl->version % 100);
   *path = nccl->path;
   return absl::OkStatus();
 }

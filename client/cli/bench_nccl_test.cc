@@ -24,11 +24,11 @@ TEST_CASE("ProbeNccl loads libnccl.so.2 without a GPU, or says why it cannot") {
 TEST_CASE("NCCL reduces the dtypes and ops the daemon serves on GPUs, not 16-bit integers") {
   using wire::DataType;
   using wire::ReduceOp;
-  for (DataType t : {DataType::kUint8, DataType::kInt8, DataType::kInt32, DataType::kInt64,
-                     DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32,
-                     DataType::kFloat64}) {
-    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
-                        ReduceOp::kProduct}) {
+  for (DataType t :
+       {DataType::kUint8, DataType::kInt8, DataType::kInt32, DataType::kInt64, DataType::kFloat16,
+        DataType::kBfloat16, DataType::kFloat32, DataType::kFloat64}) {
+    for (ReduceOp op :
+         {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
       CHECK(NcclSupports(static_cast<int>(t), static_cast<int>(op)).ok());
     }
   }

@@ -262,9 +262,9 @@ absl::Status ParseBenchArgs(const std::vector<std::string>& args, bool worker, B
         absl::StrCat("at most ", wire::kMaxSplits, " ranks (--np x sockets)"));
   }
   if (o->gpu && o->collective != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--device gpu serves allreduce only (the daemon's GPU path), not --op ",
-        CollectiveName(o->collective)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device gpu serves allreduce only (the daemon's GPU path), not --op ",
+                     CollectiveName(o->collective)));
   }
   // The client's GPU staging arena holds 64 MiB (client/session_gpu.cc): larger device tensors
   // cannot be submitted today.

@@ -53,17 +53,16 @@ double BusBandwidth(const BenchRow& row, const BenchRunInfo& info) {
 std::string FormatTableHeader(const BenchRunInfo& info) {
   std::string out;
   if (!info.peer.empty()) {
-    out = absl::StrFormat(
-        "# peer: %s; op %s, dtype %s, redop %s, %d ranks, warmup %d, iters %d\n", info.peer,
-        CollectiveName(info.collective), DataTypeName(info.dtype), RedopColumn(info), info.ranks,
-        info.warmup, info.iters);
+    out = absl::StrFormat("# peer: %s; op %s, dtype %s, redop %s, %d ranks, warmup %d, iters %d\n",
+                          info.peer, CollectiveName(info.collective), DataTypeName(info.dtype),
+                          RedopColumn(info), info.ranks, info.warmup, info.iters);
   } else {
     out = absl::StrFormat(
         "# allreducectl bench: op %s, dtype %s, redop %s, %d ranks (%d per socket x %d socket%s), "
         "warmup %d, iters %d, job %s\n",
         CollectiveName(info.collective), DataTypeName(info.dtype), RedopColumn(info), info.ranks,
-        info.np, info.sockets.size(), info.sockets.size() == 1 ? "" : "s", info.warmup,
-        info.iters, info.job);
+        info.np, info.sockets.size(), info.sockets.size() == 1 ? "" : "s", info.warmup, info.iters,
+        info.job);
     absl::StrAppendFormat(&out, "# sockets: %s\n", absl::StrJoin(info.sockets, ","));
     if (info.gpu) {
       out +=
@@ -126,11 +125,10 @@ std::string FormatJson(const std::vector<BenchRow>& rows, const BenchRunInfo& in
   std::string out = absl::StrCat(
       "{\"op\":", JsonString(CollectiveName(info.collective)),
       ",\"dtype\":", JsonString(DataTypeName(info.dtype)),
-      ",\"redop\":", JsonString(RedopColumn(info)), ",\"ranks\":", info.ranks,
-      ",\"np\":", info.np, ",\"sockets\":[", absl::StrJoin(sockets, ","),
-      "],\"job\":", JsonString(info.job), ",\"warmup\":", info.warmup,
-      ",\"iters\":", info.iters, ",\"check\":", info.check ? "true" : "false",
-      ",\"rows\":", JsonRows(rows, info),
+      ",\"redop\":", JsonString(RedopColumn(info)), ",\"ranks\":", info.ranks, ",\"np\":", info.np,
+      ",\"sockets\":[", absl::StrJoin(sockets, ","), "],\"job\":", JsonString(info.job),
+      ",\"warmup\":", info.warmup, ",\"iters\":", info.iters,
+      ",\"check\":", info.check ? "true" : "false", ",\"rows\":", JsonRows(rows, info),
       ",\"avg_busbw\":", JsonNumber(AverageBusBandwidth(rows, info)));
   if (info.gpu) out += ",\"device\":\"gpu\"";
   if (peer_rows != nullptr && peer_info != nullptr) {
@@ -139,12 +137,11 @@ std::string FormatJson(const std::vector<BenchRow>& rows, const BenchRunInfo& in
                     ",\"avg_busbw\":", JsonNumber(AverageBusBandwidth(*peer_rows, *peer_info)),
                     "},\"ratios\":[");
     for (size_t i = 0; i < rows.size() && i < peer_rows->size(); ++i) {
-      absl::StrAppend(&out, i == 0 ? "" : ",", "{\"size\":", rows[i].layout.size_bytes,
-                      ",\"time\":", JsonNumber(Ratio(rows[i].time_us, (*peer_rows)[i].time_us)),
-                      ",\"busbw\":",
-                      JsonNumber(Ratio(BusBandwidth(rows[i], info),
-                                       BusBandwidth((*peer_rows)[i], *peer_info))),
-                      "}");
+      absl::StrAppend(
+          &out, i == 0 ? "" : ",", "{\"size\":", rows[i].layout.size_bytes,
+          ",\"time\":", JsonNumber(Ratio(rows[i].time_us, (*peer_rows)[i].time_us)), ",\"busbw\":",
+          JsonNumber(Ratio(BusBandwidth(rows[i], info), BusBandwidth((*peer_rows)[i], *peer_info))),
+          "}");
     }
     out += "]";
   }
@@ -161,10 +158,10 @@ std::string FormatRatioTable(const std::vector<BenchRow>& rows, const BenchRunIn
                         "time ratio", "busbw ratio");
   absl::StrAppendFormat(&out, "#%11s %10s %10s\n", "(B)", "(us)", "(us)");
   for (size_t i = 0; i < rows.size() && i < peer_rows.size(); ++i) {
-    absl::StrAppendFormat(&out, "%12u %10.1f %10.1f %11.2f %11.2f\n", rows[i].layout.size_bytes,
-                          rows[i].time_us, peer_rows[i].time_us,
-                          Ratio(rows[i].time_us, peer_rows[i].time_us),
-                          Ratio(BusBandwidth(rows[i], info), BusBandwidth(peer_rows[i], peer_info)));
+    absl::StrAppendFormat(
+        &out, "%12u %10.1f %10.1f %11.2f %11.2f\n", rows[i].layout.size_bytes, rows[i].time_us,
+        peer_rows[i].time_us, Ratio(rows[i].time_us, peer_rows[i].time_us),
+        Ratio(BusBandwidth(rows[i], info), BusBandwidth(peer_rows[i], peer_info)));
   }
   return out;
 }

@@ -60,7 +60,6 @@ std::string FormatJson(const std::vector<BenchRow>& rows, const BenchRunInfo& in
 // peer time (above 1: the daemon is slower), busbw ratio = daemon busbw / peer busbw (each with
 // its own rank count). Comment lines and rows, each ending in '\n'.
 std::string FormatRatioTable(const std::vector<BenchRow>& rows, const BenchRunInfo& info,
-                             const std::vector<BenchRow>& peer_rows,
-                             const BenchRunInfo& peer_info);
+                             const std::vector<BenchRow>& peer_rows, const BenchRunInfo& peer_info);
 
 }  // namespace ard::cli

@@ -81,8 +81,8 @@ TEST_CASE("--device gpu: a device line, the peer's header, ratios, and the peer 
   peer.sockets.clear();
   peer.peer = "NCCL 2.28.3 ncclAllReduce, 2 ranks in one process";
   const std::string header = FormatTableHeader(peer);
-  CHECK(header.rfind("# peer: NCCL 2.28.3 ncclAllReduce, 2 ranks in one process; op allreduce", 0) ==
-        0);
+  CHECK(header.rfind("# peer: NCCL 2.28.3 ncclAllReduce, 2 ranks in one process; op allreduce",
+                     0) == 0);
   CHECK(header.find("# sockets") == std::string::npos);
   CHECK(header.find("busbw #wrong\n") != std::string::npos);  // the same columns as the daemon's
 

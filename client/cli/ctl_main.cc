@@ -7,8 +7,8 @@
 
 #include "absl/strings/numbers.h"
 #include "client/cli/bench_main.h"
-#include "daemon/rpc/tls.h"
 #include "client/cli/status_format.h"
+#include "daemon/rpc/tls.h"
 #include "grpcpp/create_channel.h"
 #include "proto/admin.grpc.pb.h"
 
