@@ -43,10 +43,22 @@ void GpuExecutor::Fail(const absl::Status& status) {
   }
 }
 
+void GpuExecutor::ExecuteOnCaller(const Response& response) {
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&initialized_));
+  }
+  Execute(response);
+}
+
 void GpuExecutor::Run() {
   if (absl::Status st = job_->Init(id_); !st.ok()) {
     Fail(absl::Status(st.code(), absl::StrCat("job ", context_->name,
                                               ": GPU communicator init failed: ", st.message())));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    initialized_ = true;
   }
   while (true) {
     Response response;
@@ -87,6 +99,8 @@ void GpuExecutor::Execute(const Response& response) {
     const size_t elem = wire::DataTypeSize(first.meta.dtype);
     t.meta.count = elem == 0 ? 0 : first.meta.bytes / elem;
     for (int r = 0; r < context_->size; ++r) {
+      // Another host's rank: its host feeds it to the communicator (or the TCP mesh).
+      if (context_->cross_size > 1 && context_->host_of_rank[r] != context_->cross_rank) continue;
       const auto& req = tensor.ranks[r];
       if (!req || !req->gpu) {
         return CompleteAll(response, absl::InvalidArgumentError(absl::StrCat(
@@ -110,6 +124,7 @@ void GpuExecutor::Execute(const Response& response) {
   }
   for (const auto& tensor : response.tensors) {
     for (int r = 0; r < context_->size; ++r) {
+      if (!tensor.ranks[r]) continue;
       const negotiation::TensorRequest& req = *tensor.ranks[r];
       dataplane::RankResult result;
       result.shape.assign(req.meta.shape, req.meta.shape + req.meta.ndims);
