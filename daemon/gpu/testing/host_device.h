@@ -60,6 +60,7 @@ class HostDevice : public Device {
   absl::Status Record(Event& event, Stream& stream) override;
   absl::Status Wait(Stream& stream, Event& event) override;
   absl::Status CopyAsync(void* dst, const void* src, size_t bytes, Stream& stream) override;
+  absl::Status MemsetAsync(void* dst, int value, size_t bytes, Stream& stream) override;
   absl::Status Synchronize(Stream& stream) override;
   absl::StatusOr<UniqueId> NewUniqueId() override;
   absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> InitCommunicators(
