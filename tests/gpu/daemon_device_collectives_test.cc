@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -24,8 +26,6 @@
 
 namespace ard {
 namespace {
-
-constexpr int kRanks = 2;
 
 #ifdef ARD_WITH_CUDA
 // One device collective: `in` (host values) copied to the GPU, submitted, waited for; returns the
@@ -80,7 +80,9 @@ void Check(bool ok, int code, int rank, const char* what) {
 }
 #endif
 
-[[noreturn]] void Child(int rank, const std::string& socket, int from_parent) {
+// Rank `rank` of `size` (1 or 2) on GPU 0. One rank: every collective takes the native NCCL call
+// (one process per GPU); two: the paths for several processes on one GPU.
+[[noreturn]] void Child(int rank, int size, const std::string& socket, int from_parent) {
   char go = 0;
   if (read(from_parent, &go, 1) != 1 || go != 'g') _exit(0);
 #ifdef ARD_WITH_CUDA
@@ -89,7 +91,7 @@ void Check(bool ok, int code, int rank, const char* what) {
   options.socket_path = socket.c_str();
   options.job = "gpu-coll";
   options.rank = options.local_rank = rank;
-  options.size = options.local_size = kRanks;
+  options.size = options.local_size = size;
   options.timeout_ms = 30000;
   ard_client* client = nullptr;
   char err[512] = "";
@@ -99,41 +101,53 @@ void Check(bool ok, int code, int rank, const char* what) {
   }
   cudaSetDevice(0);
   std::vector<int64_t> shape;
-  // Broadcast from rank 1: int32 [3].
+  const int root = size - 1;
+  const float n = static_cast<float>(size);
+  // Broadcast from the last rank: int32 [3].
   const std::vector<int64_t> s3 = {3};
   auto b = Run<int32_t>(client, rank, [&] {
     ard_request r = Request(3, 5, "bcast", s3);
-    r.root_rank = 1;
+    r.root_rank = root;
     return r;
   }(), {rank, -rank, 7 * rank}, 3, &shape, 10);
-  Check(b == std::vector<int32_t>{1, -1, 7} && shape == s3, 12, rank, "broadcast");
-  // Allgather: float16 [1, 2] per rank -> [2, 2].
+  Check(b == std::vector<int32_t>{root, -root, 7 * root} && shape == s3, 12, rank, "broadcast");
+  // Allgather: float16 [1, 2] per rank -> [size, 2].
   const std::vector<int64_t> s12 = {1, 2};
   std::vector<uint16_t> mine = {collectives::FloatToHalf(rank + 0.5f),
                                 collectives::FloatToHalf(-1.0f * rank)};
-  auto g = Run<uint16_t>(client, rank, Request(2, 7, "gather", s12), mine, 4, &shape, 20);
-  Check(shape == std::vector<int64_t>{2, 2}, 22, rank, "allgather shape");
-  Check(collectives::HalfToFloat(g[0]) == 0.5f && collectives::HalfToFloat(g[2]) == 1.5f &&
-            collectives::HalfToFloat(g[3]) == -1.0f,
-        23, rank, "allgather");
-  // Reducescatter: float [5] -> rank 0 gets 3 rows, rank 1 gets 2; prescale 2, postscale 0.5.
-  const std::vector<int64_t> s5 = {5};
-  ard_request rs = Request(5, 9, "scatter", s5);
-  rs.prescale = 2;
-  rs.postscale = 0.5;
-  std::vector<float> x = {1, 2, 3, 4, 5};
-  for (float& v : x) v *= rank + 1;  // sum over ranks: 3 * i
-  auto sc = Run<float>(client, rank, rs, x, rank == 0 ? 3 : 2, &shape, 30);
-  Check(shape == std::vector<int64_t>{rank == 0 ? 3 : 2}, 32, rank, "reducescatter shape");
-  Check(sc == (rank == 0 ? std::vector<float>{3, 6, 9} : std::vector<float>{12, 15}), 33, rank,
-        "reducescatter");
+  auto g = Run<uint16_t>(client, rank, Request(2, 7, "gather", s12), mine, 2 * size, &shape, 20);
+  Check(shape == std::vector<int64_t>{size, 2}, 22, rank, "allgather shape");
+  for (int q = 0; q < size; ++q) {
+    Check(collectives::HalfToFloat(g[2 * q]) == q + 0.5f &&
+              collectives::HalfToFloat(g[2 * q + 1]) == -1.0f * q,
+          23, rank, "allgather");
+  }
+  // Reducescatter: float [4] sum, prescale 2, postscale 0.5 (blocks of 4 / size rows), then
+  // float [5] (uneven with two ranks: 3 and 2 rows).
+  for (int64_t rows : {4, 5}) {
+    const std::vector<int64_t> shape_in = {rows};
+    ard_request rs = Request(5, 9, rows == 4 ? "scatter4" : "scatter5", shape_in);
+    rs.prescale = 2;
+    rs.postscale = 0.5;
+    std::vector<float> x;
+    for (int64_t i = 1; i <= rows; ++i) x.push_back(static_cast<float>(i * (rank + 1)));
+    const int64_t mine_rows = rows / size + (rank < rows % size ? 1 : 0);
+    const int64_t first = rank * (rows / size) + std::min<int64_t>(rank, rows % size);
+    auto sc = Run<float>(client, rank, rs, x, mine_rows, &shape, 30);
+    Check(shape == std::vector<int64_t>{mine_rows}, 32, rank, "reducescatter shape");
+    for (int64_t i = 0; i < mine_rows; ++i) {  // sum over ranks of (i + 1) * (rank + 1)
+      Check(sc[i] == static_cast<float>((first + i + 1) * size * (size + 1) / 2), 33, rank,
+            "reducescatter");
+    }
+  }
   // Allreduce average with prescale 4 and postscale 0.25: the average itself.
   ard_request ar = Request(1, 10, "scaled", s3);
   ar.reduce_op = 2;  // average
   ar.prescale = 4;
   ar.postscale = 0.25;
   auto a = Run<double>(client, rank, ar, {1.0 + rank, 10, -4.0 * rank}, 3, &shape, 40);
-  Check(a == std::vector<double>{1.5, 10, -2}, 42, rank, "scaled allreduce");
+  Check(a == std::vector<double>{1 + (n - 1) / 2, 10, -2.0 * (n - 1)}, 42, rank,
+        "scaled allreduce");
   ard_client_destroy(client);
   _exit(0);
 #else
@@ -141,25 +155,27 @@ void Check(bool ok, int code, int rank, const char* what) {
 #endif
 }
 
-TEST_CASE("device broadcast, allgather, reducescatter, scaled allreduce through a real daemon") {
+// Forks `size` training processes and runs a daemon on the real device for them; prints a skip
+// when there is no GPU.
+void RunJob(int size) {
   char tmpl[] = "/tmp/ard-gpc.XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string socket = dir + "/d.sock";
-  int down[kRanks][2];
-  pid_t pids[kRanks];
-  for (int r = 0; r < kRanks; ++r) {  // fork before the parent touches CUDA
-    REQUIRE(pipe(down[r]) == 0);
+  std::vector<std::array<int, 2>> down(size);
+  std::vector<pid_t> pids(size);
+  for (int r = 0; r < size; ++r) {  // fork before the parent touches CUDA
+    REQUIRE(pipe(down[r].data()) == 0);
     pids[r] = fork();
     REQUIRE(pids[r] >= 0);
-    if (pids[r] == 0) Child(r, socket, down[r][0]);
+    if (pids[r] == 0) Child(r, size, socket, down[r][0]);
   }
   auto release_and_reap = [&](char what) {
     std::vector<int> codes;
-    for (int r = 0; r < kRanks; ++r) {
+    for (int r = 0; r < size; ++r) {
       REQUIRE(write(down[r][1], &what, 1) == 1);
       close(down[r][1]);
     }
-    for (int r = 0; r < kRanks; ++r) {
+    for (int r = 0; r < size; ++r) {
       int st = 0;
       waitpid(pids[r], &st, 0);
       codes.push_back(WIFEXITED(st) ? WEXITSTATUS(st) : 100);
@@ -169,7 +185,7 @@ TEST_CASE("device broadcast, allgather, reducescatter, scaled allreduce through 
   if (auto probe = gpu::NewCudaDevice(); !probe.ok()) {
     release_and_reap('s');
     std::filesystem::remove_all(dir);
-    std::printf("SKIPPED (no GPU) daemon device collectives: %s\n",
+    std::printf("SKIPPED (no GPU) daemon device collectives (%d processes): %s\n", size,
                 std::string(probe.status().message()).c_str());
     return;
   }
@@ -181,11 +197,17 @@ TEST_CASE("device broadcast, allgather, reducescatter, scaled allreduce through 
   {
     Daemon daemon(c);  // opens the real CUDA device
     REQUIRE(daemon.Start().ok());
-    CHECK(release_and_reap('g') == std::vector<int>(kRanks, 0));
+    CHECK(release_and_reap('g') == std::vector<int>(size, 0));
     daemon.Shutdown();
   }
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("device collectives through a real daemon: one process on the GPU (native NCCL calls)") {
+  RunJob(1);
+}
+
+TEST_CASE("device collectives through a real daemon: two processes sharing the GPU") { RunJob(2); }
 
 }  // namespace
 }  // namespace ard
