@@ -74,12 +74,12 @@ Status ResolveArena(const ard_options& options, const EnvLookup& env, ClientConf
 
 // The GPU staging sizes: environment only (ard_options has no fields for them).
 Status ResolveGpu(const EnvLookup& env, ClientConfig* out) {
-  ARD_CLIENT_RETURN_IF_ERROR(UintOption(0, env, "ALLREDUCED_GPU_ARENA_BYTES",
-                                        kDefaultGpuArenaBytes, &out->gpu_arena_bytes));
+  ARD_CLIENT_RETURN_IF_ERROR(UintOption(0, env, "ALLREDUCED_GPU_ARENA_BYTES", kDefaultGpuArenaBytes,
+                                        &out->gpu_arena_bytes));
   if (out->gpu_arena_bytes < kMinGpuArenaBytes) {
-    return InvalidArgument("environment variable ALLREDUCED_GPU_ARENA_BYTES=" +
-                           std::to_string(out->gpu_arena_bytes) + " is below the minimum of " +
-                           std::to_string(kMinGpuArenaBytes));
+    return InvalidArgument(
+        "environment variable ALLREDUCED_GPU_ARENA_BYTES=" + std::to_string(out->gpu_arena_bytes) +
+        " is below the minimum of " + std::to_string(kMinGpuArenaBytes));
   }
   uint64_t events;
   ARD_CLIENT_RETURN_IF_ERROR(

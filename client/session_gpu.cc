@@ -15,7 +15,8 @@ using wire::MsgType;
 
 Status Session::RegisterGpu(int device) {
   std::unique_ptr<GpuStaging> staging;
-  ARD_CLIENT_RETURN_IF_ERROR(GpuStaging::Create(device, config_.gpu_arena_bytes, config_.gpu_events, &staging));
+  ARD_CLIENT_RETURN_IF_ERROR(
+      GpuStaging::Create(device, config_.gpu_arena_bytes, config_.gpu_events, &staging));
   std::unique_lock<std::mutex> lock(gpu_mu_, std::adopt_lock);
   gpu_register_id_ = next_handle_.fetch_add(1);
   gpu_answered_ = false;
@@ -93,10 +94,9 @@ Status Session::SubmitDevice(const ard_request& request, int device, void* devic
                              ard_done_fn done, void* user, uint64_t* handle) {
   ARD_CLIENT_RETURN_IF_ERROR(ValidateRequest(request, max_tensor_bytes_));
   const auto collective = static_cast<wire::Collective>(request.collective);
-  const bool served = collective == wire::Collective::kAllreduce ||
-                      collective == wire::Collective::kBroadcast ||
-                      collective == wire::Collective::kAllgather ||
-                      collective == wire::Collective::kReducescatter;
+  const bool served =
+      collective == wire::Collective::kAllreduce || collective == wire::Collective::kBroadcast ||
+      collective == wire::Collective::kAllgather || collective == wire::Collective::kReducescatter;
   if (!served || request.bytes == 0) {
     return Status(wire::Code::kInvalidArgument,
                   std::string("ard_submit_device: ") + request.name +
@@ -185,9 +185,9 @@ bool Session::FinishGpu(uint64_t id, Status* status, const wire::Complete* compl
       valid = valid && elems <= p.capacity / (p.elem == 0 ? 1 : p.elem);
       bytes = elems * p.elem;
       if (!valid) {
-        *status = Status(wire::Code::kInternal,
-                         "the daemon's result shape does not fit the " +
-                             std::to_string(p.capacity) + " bytes reserved for it");
+        *status = Status(wire::Code::kInternal, "the daemon's result shape does not fit the " +
+                                                    std::to_string(p.capacity) +
+                                                    " bytes reserved for it");
       }
     }
     // The stream waits for the daemon's record of the event, then copies the result out.

@@ -448,8 +448,7 @@ TEST_CASE("GPU broadcast, allgather, reducescatter and scaled allreduce through 
       // Sum of inputs x 2 / 3 x 10: {1+2+3, 6, 9, 12, 0+5+10} * 20 / 3.
       const std::vector<std::vector<float>> block = {{40, 40}, {60, 80}, {100}};
       CHECK(procs[r]->Result<float>(1024, block[r].size(), 2) == block[r]);
-      CHECK(procs[r]->Result<double>(2048, 2, 3) ==
-            std::vector<double>{(6.0 + 3 * step) * 2, -12});
+      CHECK(procs[r]->Result<double>(2048, 2, 3) == std::vector<double>{(6.0 + 3 * step) * 2, -12});
     }
   }
 
@@ -470,7 +469,8 @@ TEST_CASE("GPU broadcast, allgather, reducescatter and scaled allreduce through 
   // Unequal first dimensions of a device allgather: that tensor fails on every rank (the
   // mismatch is between ranks), the job goes on.
   for (int r = 0; r < 3; ++r) {
-    clients[r]->SubmitMeta(7, Meta(Collective::kAllgather, "uneven", DataType::kFloat32, {r == 2 ? 2 : 1}), 0, 0);
+    clients[r]->SubmitMeta(
+        7, Meta(Collective::kAllgather, "uneven", DataType::kFloat32, {r == 2 ? 2 : 1}), 0, 0);
   }
   for (int r = 0; r < 3; ++r) {
     Reply uneven = clients[r]->Expect(wire::MsgType::kComplete);

@@ -144,11 +144,14 @@ class GpuJob {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // gpu_job_collectives.cc.
   absl::Status Ready() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool HostExchange() const { return options_.mode == GpuMode::kHierarchical && options_.cross_host; }
+  bool HostExchange() const {
+    return options_.mode == GpuMode::kHierarchical && options_.cross_host;
+  }
   absl::Status ReduceAll(const std::vector<GpuTensor>& tensors, const FusionLayout& layout)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ScaleFusion(LocalGpu& gpu, const std::vector<GpuTensor>& tensors,
-                           const FusionLayout& layout, bool post) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                           const FusionLayout& layout, bool post)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<int> CommRankOf() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WaitInputs(LocalGpu& gpu, const GpuTensor& tensor)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -117,7 +117,8 @@ absl::Status GpuJob::ScaleFusion(LocalGpu& gpu, const std::vector<GpuTensor>& te
   if (hi <= lo) return absl::OkStatus();
   // NCCL has no scale operation and the daemon has no device kernels: scale in host memory.
   std::vector<char> host(hi - lo);
-  ARD_RETURN_IF_ERROR(device_.CopyAsync(host.data(), At(*gpu.fusion, lo), host.size(), *gpu.stream));
+  ARD_RETURN_IF_ERROR(
+      device_.CopyAsync(host.data(), At(*gpu.fusion, lo), host.size(), *gpu.stream));
   ARD_RETURN_IF_ERROR(device_.Synchronize(*gpu.stream));
   for (size_t i = 0; i < tensors.size(); ++i) {
     const GpuTensor& t = tensors[i];
@@ -125,7 +126,8 @@ absl::Status GpuJob::ScaleFusion(LocalGpu& gpu, const std::vector<GpuTensor>& te
     if (factor == 1.0 || t.meta.count == 0) continue;
     collectives::Scale(host.data() + (layout.offsets[i] - lo), t.meta.count, t.meta.dtype, factor);
   }
-  ARD_RETURN_IF_ERROR(device_.CopyAsync(At(*gpu.fusion, lo), host.data(), host.size(), *gpu.stream));
+  ARD_RETURN_IF_ERROR(
+      device_.CopyAsync(At(*gpu.fusion, lo), host.data(), host.size(), *gpu.stream));
   return device_.Synchronize(*gpu.stream);  // `host` dies here
 }
 
@@ -180,9 +182,8 @@ absl::Status GpuJob::Broadcast(const GpuTensor& tensor, int root) {
   if (HostExchange()) {
     return Finish(HostCollective(tensor, bytes, [&](std::vector<char>& host) -> absl::Status {
       if (root_gpu != nullptr) {
-        ARD_RETURN_IF_ERROR(device_.CopyAsync(host.data(),
-                                              At(*ranks_.at(root).arena, root_in->offset), bytes,
-                                              *root_gpu->stream));
+        ARD_RETURN_IF_ERROR(device_.CopyAsync(
+            host.data(), At(*ranks_.at(root).arena, root_in->offset), bytes, *root_gpu->stream));
         ARD_RETURN_IF_ERROR(device_.Synchronize(*root_gpu->stream));
       }
       return options_.cross_host(host.data(), bytes, wire::DataType::kUint8, wire::ReduceOp::kSum);
@@ -233,10 +234,9 @@ absl::Status GpuJob::Allgather(const GpuTensor& tensor) {
     return Finish(HostCollective(tensor, total, [&](std::vector<char>& host) -> absl::Status {
       for (LocalGpu& gpu : gpus_) {
         for (int rank : gpu.ranks) {
-          ARD_RETURN_IF_ERROR(device_.CopyAsync(host.data() + rank * block,
-                                                At(*ranks_.at(rank).arena,
-                                                   InputOf(tensor, rank)->offset),
-                                                block, *gpu.stream));
+          ARD_RETURN_IF_ERROR(device_.CopyAsync(
+              host.data() + rank * block, At(*ranks_.at(rank).arena, InputOf(tensor, rank)->offset),
+              block, *gpu.stream));
         }
       }
       ARD_RETURN_IF_ERROR(SyncAll());
@@ -318,8 +318,8 @@ absl::Status GpuJob::Reducescatter(const GpuTensor& tensor, const std::vector<si
       for (LocalGpu& gpu : gpus_) {
         if (!status.ok()) break;
         status = gpu.comm->ReduceScatter(gpu.fusion->data(),
-                                         At(*gpu.fusion, gpu.comm->rank() * block_bytes),
-                                         blocks[0], tensor.meta.dtype, tensor.meta.op, *gpu.stream);
+                                         At(*gpu.fusion, gpu.comm->rank() * block_bytes), blocks[0],
+                                         tensor.meta.dtype, tensor.meta.op, *gpu.stream);
       }
       absl::Status end = device_.GroupEnd();
       ARD_RETURN_IF_ERROR(status);

@@ -206,8 +206,8 @@ TEST_CASE("two hosts: broadcast, allgather, reducescatter, scaled allreduce in e
     // Broadcast from rank 3 (host b) of 3 int64.
     for (int r = 0; r < 4; ++r) procs[r]->Submit<int64_t>(0, {r * 10, -r, int64_t(1) << 40}, 0);
     hosts.Both([](GpuJob& job, int first) {
-      return job.Broadcast(Tensor(DataType::kInt64, ReduceOp::kSum, 3, TwoHosts::Local(first, 0, 0)),
-                           3);
+      return job.Broadcast(
+          Tensor(DataType::kInt64, ReduceOp::kSum, 3, TwoHosts::Local(first, 0, 0)), 3);
     });
     for (auto& p : procs) {
       CHECK(p->Result<int64_t>(0, 3, 0) == std::vector<int64_t>{30, -3, int64_t(1) << 40});
@@ -215,14 +215,16 @@ TEST_CASE("two hosts: broadcast, allgather, reducescatter, scaled allreduce in e
     // Allgather of one float per rank.
     for (int r = 0; r < 4; ++r) procs[r]->Submit<float>(256, {r * 1.5f}, 1);
     hosts.Both([](GpuJob& job, int first) {
-      return job.Allgather(Tensor(DataType::kFloat32, ReduceOp::kSum, 1, TwoHosts::Local(first, 256, 1)));
+      return job.Allgather(
+          Tensor(DataType::kFloat32, ReduceOp::kSum, 1, TwoHosts::Local(first, 256, 1)));
     });
-    for (auto& p : procs) CHECK(p->Result<float>(256, 4, 1) == std::vector<float>{0, 1.5f, 3, 4.5f});
+    for (auto& p : procs)
+      CHECK(p->Result<float>(256, 4, 1) == std::vector<float>{0, 1.5f, 3, 4.5f});
     // Reducescatter, even (4 rows of 1) then uneven (6 rows of 1: 2, 2, 1, 1), sum.
     for (size_t rows : {4, 6}) {
       CAPTURE(rows);
-      std::vector<size_t> blocks = rows == 4 ? std::vector<size_t>{1, 1, 1, 1}
-                                             : std::vector<size_t>{2, 2, 1, 1};
+      std::vector<size_t> blocks =
+          rows == 4 ? std::vector<size_t>{1, 1, 1, 1} : std::vector<size_t>{2, 2, 1, 1};
       for (int r = 0; r < 4; ++r) {
         std::vector<int32_t> v;
         for (size_t i = 0; i < rows; ++i) v.push_back(static_cast<int32_t>(i * 100 + r));
@@ -243,7 +245,8 @@ TEST_CASE("two hosts: broadcast, allgather, reducescatter, scaled allreduce in e
     // Allreduce with prescale and postscale (average: (1 + 2 + 3 + 4) / 4 * 2 * 0.25).
     for (int r = 0; r < 4; ++r) procs[r]->Submit<double>(1024, {1.0 + r}, 3);
     hosts.Both([](GpuJob& job, int first) {
-      GpuTensor t = Tensor(DataType::kFloat64, ReduceOp::kAverage, 1, TwoHosts::Local(first, 1024, 3));
+      GpuTensor t =
+          Tensor(DataType::kFloat64, ReduceOp::kAverage, 1, TwoHosts::Local(first, 1024, 3));
       t.prescale = 2;
       t.postscale = 0.25;
       return job.Allreduce({t});
@@ -254,7 +257,7 @@ TEST_CASE("two hosts: broadcast, allgather, reducescatter, scaled allreduce in e
     // the host's result back to both GPUs of both hosts.
     CHECK(hosts.Calls("broadcast") == (native ? 4 : m.mode == GpuMode::kHierarchical ? 12 : 0));
     CHECK(hosts.Calls("allgather") == (native ? 4 : 0));
-    CHECK(hosts.Calls("reducescatter") == (native ? 4 : 0));  // the even one only
+    CHECK(hosts.Calls("reducescatter") == (native ? 4 : 0));             // the even one only
     if (m.mode == GpuMode::kHierarchical) CHECK(exchange.calls() == 5);  // one per collective
     CHECK(hosts.ja->CheckHealth().ok());
     CHECK(hosts.jb->CheckHealth().ok());
@@ -331,8 +334,9 @@ TEST_CASE("one host: broadcast, allgather, reducescatter and pre/postscale, shar
       for (int i = 0; i < 10; ++i) v.push_back(i == r ? 100 : i * (r + 1));
       h.procs[r]->Submit<int32_t>(1024, v, 2);
     }
-    REQUIRE(h.job->Reducescatter(Tensor(DataType::kInt32, ReduceOp::kMax, 10, h.Inputs(1024, 2)),
-                                 {4, 4, 2})
+    REQUIRE(h.job
+                ->Reducescatter(Tensor(DataType::kInt32, ReduceOp::kMax, 10, h.Inputs(1024, 2)),
+                                {4, 4, 2})
                 .ok());
     CHECK(h.procs[0]->Result<int32_t>(1024, 4, 2) == std::vector<int32_t>{100, 100, 100, 9});
     CHECK(h.procs[1]->Result<int32_t>(1024, 4, 2) == std::vector<int32_t>{12, 15, 18, 21});
@@ -345,9 +349,9 @@ TEST_CASE("one host: broadcast, allgather, reducescatter and pre/postscale, shar
     GpuTensor scaled = Tensor(DataType::kFloat32, ReduceOp::kSum, 2, h.Inputs(2048, 3));
     scaled.prescale = 0.5;
     scaled.postscale = 3;
-    REQUIRE(h.job->Allreduce({scaled, Tensor(DataType::kFloat32, ReduceOp::kSum, 1,
-                                             h.Inputs(4096, 3))})
-                .ok());
+    REQUIRE(
+        h.job->Allreduce({scaled, Tensor(DataType::kFloat32, ReduceOp::kSum, 1, h.Inputs(4096, 3))})
+            .ok());
     for (auto& p : h.procs) {
       CHECK(p->Result<float>(2048, 2, 3) == std::vector<float>{9.0f, 9.0f});
       CHECK(p->Result<float>(4096, 1, 3) == std::vector<float>{6.0f});

@@ -112,9 +112,9 @@ void GpuExecutor::Execute(const Response& response) {
   if (st.ok()) st = job_->CheckHealth();
   if (!st.ok()) {
     const absl::Status failure(
-        st.code(), absl::StrCat("job ", context_->name, ": GPU ",
-                                negotiation::CollectiveName(response.collective),
-                                " failed: ", st.message()));
+        st.code(),
+        absl::StrCat("job ", context_->name, ": GPU ",
+                     negotiation::CollectiveName(response.collective), " failed: ", st.message()));
     Fail(failure);
     return CompleteAll(response, failed_);
   }
@@ -146,9 +146,8 @@ absl::Status GpuExecutor::Run(const Response& response, const std::vector<gpu::G
     }
     shapes->push_back(std::move(per_rank));
   }
-  const wire::Collective collective = response.tensors.empty()
-                                          ? response.collective
-                                          : response.tensors[0].first().collective();
+  const wire::Collective collective =
+      response.tensors.empty() ? response.collective : response.tensors[0].first().collective();
   if (collective == wire::Collective::kAllreduce) return job_->Allreduce(tensors);
   for (size_t i = 0; i < tensors.size(); ++i) {
     const negotiation::ReadyTensor& tensor = response.tensors[i];
@@ -193,8 +192,8 @@ absl::Status GpuExecutor::Run(const Response& response, const std::vector<gpu::G
         break;
       }
       default:
-        return absl::InvalidArgumentError(
-            absl::StrCat(negotiation::CollectiveName(collective), " is not served for GPU tensors"));
+        return absl::InvalidArgumentError(absl::StrCat(negotiation::CollectiveName(collective),
+                                                       " is not served for GPU tensors"));
     }
   }
   return absl::OkStatus();

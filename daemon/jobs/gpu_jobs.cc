@@ -191,9 +191,9 @@ absl::Status JobRegistry::CheckGpuSubmit(LocalJob& job, const Session& s,
       range = m.bytes * static_cast<uint64_t>(job.size);
       break;
     default:
-      return absl::UnimplementedError(absl::StrCat(
-          "tensor ", m.name, ": ", name,
-          " is not served for GPU tensors (allreduce, broadcast, allgather and reducescatter are)"));
+      return absl::UnimplementedError(absl::StrCat("tensor ", m.name, ": ", name,
+                                                   " is not served for GPU tensors (allreduce, "
+                                                   "broadcast, allgather and reducescatter are)"));
   }
   return job.gpu->job().CheckInput(s.rank, frame.gpu_placement.offset, range,
                                    frame.gpu_placement.event);

@@ -55,13 +55,15 @@ std::vector<T> Run(ard_client* client, int rank, ard_request r, const std::vecto
   shape->assign(result.shape, result.shape + result.ndims);
   ard_release(client, handle);
   std::vector<T> out(out_count);
-  cudaMemcpy(out.data(), d_out, out_count * sizeof(T), cudaMemcpyDeviceToHost);  // after the copy-out
+  cudaMemcpy(out.data(), d_out, out_count * sizeof(T),
+             cudaMemcpyDeviceToHost);  // after the copy-out
   cudaFree(d_in);
   cudaFree(d_out);
   return out;
 }
 
-ard_request Request(int collective, int dtype, const char* name, const std::vector<int64_t>& shape) {
+ard_request Request(int collective, int dtype, const char* name,
+                    const std::vector<int64_t>& shape) {
   ard_request r;
   ard_request_init(&r);
   r.collective = collective;
@@ -105,11 +107,14 @@ void Check(bool ok, int code, int rank, const char* what) {
   const float n = static_cast<float>(size);
   // Broadcast from the last rank: int32 [3].
   const std::vector<int64_t> s3 = {3};
-  auto b = Run<int32_t>(client, rank, [&] {
-    ard_request r = Request(3, 5, "bcast", s3);
-    r.root_rank = root;
-    return r;
-  }(), {rank, -rank, 7 * rank}, 3, &shape, 10);
+  auto b = Run<int32_t>(
+      client, rank,
+      [&] {
+        ard_request r = Request(3, 5, "bcast", s3);
+        r.root_rank = root;
+        return r;
+      }(),
+      {rank, -rank, 7 * rank}, 3, &shape, 10);
   Check(b == std::vector<int32_t>{root, -root, 7 * root} && shape == s3, 12, rank, "broadcast");
   // Allgather: float16 [1, 2] per rank -> [size, 2].
   const std::vector<int64_t> s12 = {1, 2};
