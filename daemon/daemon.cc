@@ -83,21 +83,16 @@ absl::Status Daemon::Start() {
 
   loop_ = std::make_unique<EventLoop>("ard-control");
   jobs_ = std::make_unique<jobs::JobRegistry>(
-      *loop_, jobs::JobOptions{config_.host_name(),
-                               absl::Milliseconds(config_.job_form_timeout_ms()),
-                               absl::Milliseconds(config_.stall_warning_ms()),
-                               absl::Milliseconds(config_.stall_shutdown_ms()),
-                               config_.result_segment_bytes(), config_.max_result_arena_bytes(),
-                               absl::Milliseconds(config_.rpc_timeout_ms()),
-                               absl::Milliseconds(config_.cycle_time_ms()),
-                               static_cast<int>(config_.max_jobs()),
-                               static_cast<int>(config_.max_pending_tensors()),
-                               gpu_unavailable,
-                               gpu_,
-                               config_.gpu_mode(),
-                               config_.gpu_fusion_buffer_bytes(),
-                               absl::Milliseconds(config_.gpu_comm_init_timeout_ms()),
-                               config_.max_gpu_event_pool()});
+      *loop_, jobs::JobOptions{
+                  config_.host_name(), absl::Milliseconds(config_.job_form_timeout_ms()),
+                  absl::Milliseconds(config_.stall_warning_ms()),
+                  absl::Milliseconds(config_.stall_shutdown_ms()), config_.result_segment_bytes(),
+                  config_.max_result_arena_bytes(), absl::Milliseconds(config_.rpc_timeout_ms()),
+                  absl::Milliseconds(config_.cycle_time_ms()), static_cast<int>(config_.max_jobs()),
+                  static_cast<int>(config_.max_pending_tensors()), gpu_unavailable, gpu_,
+                  config_.gpu_mode(), config_.gpu_fusion_buffer_bytes(),
+                  absl::Milliseconds(config_.gpu_comm_init_timeout_ms()),
+                  config_.max_gpu_event_pool(), gpu::PhysicalIds(self_), gpu::PciBusIds(self_)});
   const cluster::LocalJobsSource local_jobs = [this] { return jobs_->Summaries(); };
 
   const absl::Duration heartbeat = absl::Milliseconds(config_.heartbeat_ms());

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -79,12 +80,15 @@ struct Reply {
   int32_t code = 0;  // ERROR / NOTIFY / COMPLETE
   std::string message;
   std::vector<int64_t> shape;  // COMPLETE
+  uint64_t offset = 0;         // COMPLETE of a host tensor: its result in segment 0
 };
 
 // A training process's local connection, speaking the wire protocol directly.
 class WireClient {
  public:
-  WireClient(const std::string& socket_path, const std::string& job, int rank, int size) {
+  // local_rank/local_size -1: rank/size (every rank on this host).
+  WireClient(const std::string& socket_path, const std::string& job, int rank, int size,
+             int local_rank = -1, int local_size = -1) {
     fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -96,14 +100,23 @@ class WireClient {
     REQUIRE(fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
     wire::Hello hello{};
     std::strncpy(hello.job, job.c_str(), sizeof(hello.job) - 1);
-    hello.rank = hello.local_rank = rank;
-    hello.size = hello.local_size = size;
+    hello.rank = rank;
+    hello.size = size;
+    hello.local_rank = local_rank < 0 ? rank : local_rank;
+    hello.local_size = local_size < 0 ? size : local_size;
     hello.pid = static_cast<uint32_t>(getpid());
     hello.segment_bytes = 1 << 16;
     REQUIRE(local::SendMessage(fd_, Frame(wire::MsgType::kHello, 0, &hello, sizeof(hello)), memfd));
+    input_ =
+        static_cast<char*>(mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0));
+    REQUIRE(input_ != MAP_FAILED);
     close(memfd);
   }
-  ~WireClient() { HangUp(); }
+  ~WireClient() {
+    HangUp();
+    munmap(input_, 1 << 16);
+    if (results_ != nullptr) munmap(const_cast<char*>(results_), results_bytes_);
+  }
 
   void HangUp() {
     if (fd_ >= 0) close(fd_);
@@ -116,7 +129,6 @@ class WireClient {
     REQUIRE(poll(&p, 1, 10000) == 1);
     auto m = local::RecvMessage(fd_, 1 << 20);
     REQUIRE(m.ok());
-    if (m->fd >= 0) close(m->fd);
     wire::FrameHeader h;
     REQUIRE(m->bytes.size() >= sizeof(h));
     std::memcpy(&h, m->bytes.data(), sizeof(h));
@@ -124,6 +136,15 @@ class WireClient {
     Reply r;
     r.type = static_cast<wire::MsgType>(h.type);
     r.request_id = h.request_id;
+    if (r.type == wire::MsgType::kWelcome && m->fd >= 0) {  // result segment 0, read-only
+      wire::Welcome w;
+      std::memcpy(&w, payload, sizeof(w));
+      results_bytes_ = w.result_segment_bytes;
+      void* at = mmap(nullptr, results_bytes_, PROT_READ, MAP_SHARED, m->fd, 0);
+      REQUIRE(at != MAP_FAILED);
+      results_ = static_cast<const char*>(at);
+    }
+    if (m->fd >= 0) close(m->fd);
     if (r.type == wire::MsgType::kError || r.type == wire::MsgType::kNotify) {
       wire::Error e;
       std::memcpy(&e, payload, sizeof(e));
@@ -134,6 +155,7 @@ class WireClient {
       std::memcpy(&c, payload, sizeof(c));
       r.code = c.code;
       r.shape.assign(c.shape, c.shape + c.ndims);
+      r.offset = c.segment == 0 ? c.offset : UINT64_MAX;
       r.message.assign(payload + sizeof(c) + c.num_splits * sizeof(int64_t), c.message_bytes);
     }
     return r;
@@ -170,6 +192,30 @@ class WireClient {
         fd_, Frame(wire::MsgType::kGpuSubmit, request_id, &s, sizeof(s), tail), -1));
   }
 
+  // A host-memory allreduce (SUBMIT) of float sums from input segment 0 at offset 0.
+  void SubmitHost(uint64_t request_id, const std::string& name, const std::vector<float>& values) {
+    std::memcpy(input_, values.data(), values.size() * sizeof(float));
+    wire::Submit s{};
+    s.collective = static_cast<uint32_t>(wire::Collective::kAllreduce);
+    s.dtype = static_cast<uint32_t>(wire::DataType::kFloat32);
+    s.reduce_op = static_cast<uint32_t>(wire::ReduceOp::kSum);
+    s.prescale = s.postscale = 1.0;
+    std::strncpy(s.name, name.c_str(), sizeof(s.name) - 1);
+    s.ndims = 1;
+    s.shape[0] = static_cast<int64_t>(values.size());
+    s.bytes = values.size() * sizeof(float);
+    s.group_id = -1;
+    REQUIRE(local::SendMessage(fd_, Frame(wire::MsgType::kSubmit, request_id, &s, sizeof(s)), -1));
+  }
+  // A host tensor's result (its COMPLETE's place in result segment 0).
+  std::vector<float> HostResult(const Reply& done, size_t count) const {
+    REQUIRE(results_ != nullptr);
+    REQUIRE(done.offset + count * sizeof(float) <= results_bytes_);
+    std::vector<float> out(count);
+    std::memcpy(out.data(), results_ + done.offset, count * sizeof(float));
+    return out;
+  }
+
   void Submit(uint64_t request_id, const std::string& name, wire::DataType dtype, wire::ReduceOp op,
               int64_t count, uint64_t offset, uint32_t event) {
     wire::Submit s{};
@@ -190,6 +236,9 @@ class WireClient {
 
  private:
   int fd_ = -1;
+  char* input_ = nullptr;          // input segment 0
+  const char* results_ = nullptr;  // result segment 0
+  size_t results_bytes_ = 0;
 };
 
 wire::Submit Meta(wire::Collective collective, const std::string& name, wire::DataType dtype,
@@ -208,8 +257,10 @@ wire::Submit Meta(wire::Collective collective, const std::string& name, wire::Da
   return s;
 }
 
-// Each rank's GPU of job `job` in the cluster status, as `allreducectl status` gets it.
-std::vector<int> StatusDevices(const Daemon& daemon, const std::string& job) {
+// Each rank's GPU of job `job` on `host` ("": any) in the cluster status, as `allreducectl
+// status` gets it.
+std::vector<int> StatusDevices(const Daemon& daemon, const std::string& job,
+                               const std::string& host = "") {
   rpc::GrpcPeerClient client(daemon.address(), absl::Seconds(2));
   absl::Notification done;
   std::vector<int> devices;
@@ -217,14 +268,49 @@ std::vector<int> StatusDevices(const Daemon& daemon, const std::string& job) {
     if (r.ok()) {
       for (const JobSummary& j : r->view().jobs()) {
         if (j.name() != job) continue;
-        for (const auto& hr : j.ranks())
-          devices.assign(hr.gpu_devices().begin(), hr.gpu_devices().end());
+        for (const auto& hr : j.ranks()) {
+          if (host.empty() || hr.host() == host) {
+            devices.assign(hr.gpu_devices().begin(), hr.gpu_devices().end());
+          }
+        }
       }
     }
     done.Notify();
   });
   done.WaitForNotification();
   return devices;
+}
+
+// The job's GPU plan in the cluster status (its mode and communicator), as `daemon` sees it.
+std::string StatusGpuPlan(const Daemon& daemon, const std::string& job) {
+  rpc::GrpcPeerClient client(daemon.address(), absl::Seconds(2));
+  absl::Notification done;
+  std::string plan;
+  client.GetClusterStatusAsync({}, [&](absl::StatusOr<GetClusterStatusResponse> r) {
+    if (r.ok()) {
+      for (const JobSummary& j : r->view().jobs()) {
+        if (j.name() == job) plan = j.gpu_plan();
+      }
+    }
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return plan;
+}
+
+// Hosts UP in the cluster, as `daemon` sees it.
+int UpHosts(const Daemon& daemon) {
+  rpc::GrpcPeerClient client(daemon.address(), absl::Seconds(2));
+  absl::Notification done;
+  int up = 0;
+  client.GetClusterStatusAsync({}, [&](absl::StatusOr<GetClusterStatusResponse> r) {
+    if (r.ok()) {
+      for (const Host& h : r->view().hosts()) up += h.state() == UP;
+    }
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return up;
 }
 
 template <typename Pred>
@@ -491,6 +577,110 @@ TEST_CASE("GPU broadcast, allgather, reducescatter and scaled allreduce through 
   clients.clear();
   CHECK(Eventually([&] { return device.open_mappings() == 0; }));
   daemon.Shutdown();
+}
+
+// Two daemons ("hosts" a and b, real gRPC negotiation and TCP data plane on loopback), each on
+// its own device double in one simulated cluster: ranks 0 and 1 on a's GPUs 0 and 1, rank 2 on b's
+// GPU 0. The GPUs register after the job formed; the coordinator's second round gives both hosts
+// the same plan. "auto": one communicator spans the three GPUs (same NCCL on both hosts).
+// "hierarchical" on host b alone: both hosts run hierarchical (a communicator per host, the TCP
+// mesh between them, on the data-plane executor in the committed order with CPU tensors).
+TEST_CASE("GPU allreduce across two daemons, NCCL-spanning and hierarchical") {
+  const std::string b_mode = GENERATE(std::string("auto"), std::string("hierarchical"));
+  INFO("host b gpu_mode=" << b_mode);
+  TempDir dir;
+  HostWorld world;
+  HostDevice device_a(world, "a", 1, 2), device_b(world, "b", 2, 1);
+  DaemonConfig ca = Config(dir);
+  ca.set_host_name("a");
+  ca.set_local_socket(dir.path() + "/a.sock");
+  Daemon a(ca, &device_a);
+  REQUIRE(a.Start().ok());
+  DaemonConfig cb = Config(dir);
+  cb.set_host_name("b");
+  cb.set_local_socket(dir.path() + "/b.sock");
+  cb.set_coordinator("127.0.0.1:" + std::to_string(a.port()));
+  cb.set_gpu_mode(b_mode);
+  Daemon b(cb, &device_b);
+  REQUIRE(b.Start().ok());
+  REQUIRE(Eventually([&] { return UpHosts(a) == 2; }));  // b joined: its jobs can register
+
+  struct Rank {
+    std::string host;
+    int device, local_rank, local_size;
+  };
+  const std::vector<Rank> ranks = {{"a", 0, 0, 2}, {"a", 1, 1, 2}, {"b", 0, 0, 1}};
+  std::vector<std::unique_ptr<FakeProcess>> procs;
+  std::vector<std::unique_ptr<WireClient>> clients;
+  for (int r = 0; r < 3; ++r) {
+    const Rank& k = ranks[r];
+    procs.push_back(
+        std::make_unique<FakeProcess>(world, k.host, 100 + r, k.host == "a" ? 2 : 1, k.device, r));
+    clients.push_back(std::make_unique<WireClient>(dir.path() + "/" + k.host + ".sock", "xjob", r,
+                                                   3, k.local_rank, k.local_size));
+  }
+  for (auto& c : clients) c->Expect(wire::MsgType::kWelcome);
+  for (int r = 0; r < 3; ++r) clients[r]->Register(procs[r]->Registration(), 5);
+  for (auto& c : clients) {
+    Reply reg = c->Next();
+    INFO(reg.message);
+    REQUIRE(reg.type == wire::MsgType::kGpuRegistered);
+  }
+  CHECK(Eventually([&] { return StatusDevices(a, "xjob", "a") == std::vector<int>{0, 1}; }));
+  CHECK(Eventually([&] { return StatusDevices(b, "xjob", "b") == std::vector<int>{0}; }));
+  CHECK_THAT(StatusGpuPlan(a, "xjob"),
+             Catch::StartsWith(b_mode == "auto" ? "nccl: 3 communicator ranks"
+                                                : "hierarchical: 2 communicator ranks"));
+
+  for (int step = 0; step < 3; ++step) {
+    for (int r = 0; r < 3; ++r) {
+      procs[r]->Submit<float>(0, {1.0f + r + step, -2.0f * r}, 0);
+      procs[r]->Submit<int32_t>(256, {10 * r + step, 7 - r}, 1);
+      procs[r]->Submit<double>(512, {3.0 * r}, 2);
+      clients[r]->Submit(10 * step + 1, "f", wire::DataType::kFloat32, wire::ReduceOp::kSum, 2, 0,
+                         0);
+      clients[r]->Submit(10 * step + 2, "i", wire::DataType::kInt32, wire::ReduceOp::kMin, 2, 256,
+                         1);
+      clients[r]->Submit(10 * step + 3, "d", wire::DataType::kFloat64, wire::ReduceOp::kAverage, 1,
+                         512, 2);
+      // A host tensor of the same job, between the GPU ones: its data plane shares the job's one
+      // committed order (and TCP mesh) with the GPU responses.
+      clients[r]->SubmitHost(10 * step + 4, "h", {1.0f * r + step, 1.0f});
+    }
+    for (int r = 0; r < 3; ++r) {
+      std::set<uint64_t> completed;
+      for (int k = 1; k <= 4; ++k) {
+        Reply done = clients[r]->Expect(wire::MsgType::kComplete);
+        INFO("rank " << r << ": " << done.message);
+        REQUIRE(done.code == 0);
+        completed.insert(done.request_id);
+        if (done.request_id == static_cast<uint64_t>(10 * step + 4)) {
+          CHECK(clients[r]->HostResult(done, 2) == std::vector<float>{3.0f + 3 * step, 3.0f});
+        }
+      }
+      CHECK(completed.size() == 4);
+      CHECK(procs[r]->Result<float>(0, 2, 0) == std::vector<float>{6.0f + 3 * step, -6.0f});
+      CHECK(procs[r]->Result<int32_t>(256, 2, 1) == std::vector<int32_t>{step, 5});
+      CHECK(procs[r]->Result<double>(512, 1, 2) == std::vector<double>{3.0});
+    }
+  }
+
+  // b's only rank hangs up; a's ranks then submit a tensor that needs it: both get the failure,
+  // naming it, instead of hanging in a communicator.
+  clients[2]->HangUp();
+  for (int r = 0; r < 2; ++r) {
+    procs[r]->Submit<float>(0, {1.0f, 1.0f}, 0);
+    clients[r]->Submit(100, "f", wire::DataType::kFloat32, wire::ReduceOp::kSum, 2, 0, 0);
+  }
+  for (int r = 0; r < 2; ++r) {
+    Reply failed = clients[r]->Expect(wire::MsgType::kComplete);
+    CHECK(failed.code != 0);
+    CHECK_THAT(failed.message, Catch::Contains("2 on b"));
+  }
+  clients.clear();
+  CHECK(Eventually([&] { return device_a.open_mappings() == 0 && device_b.open_mappings() == 0; }));
+  b.Shutdown();
+  a.Shutdown();
 }
 
 }  // namespace

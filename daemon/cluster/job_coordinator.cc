@@ -42,6 +42,9 @@ struct JobCoordinator::Job {
   // Recently evicted entries, so an id a host sent before it saw the eviction still resolves.
   std::map<uint32_t, std::map<std::string, HostReadyTensor>> evicted;
   std::deque<uint32_t> evicted_order;
+  // GPU path: each host's GPUs (NegotiateRequest.gpu) until all sent; then the layout went out.
+  std::map<std::string, GpuHost> gpu_hosts;
+  bool gpu_layout_sent = false;
 };
 
 JobCoordinator::JobCoordinator(EventLoop& loop, JobCoordinatorOptions options)
@@ -146,8 +149,6 @@ void JobCoordinator::TryForm(const std::string& name) {
     JobLayout::JobHost* h = layout.add_hosts();
     h->set_name(host);
     h->set_data_address(reg.first.data_address());
-    h->set_nccl_version(reg.first.nccl_version());
-    if (layout.nccl_unique_id().empty()) layout.set_nccl_unique_id(reg.first.nccl_unique_id());
     for (const auto& lr : ranks) {
       int rank = lr.rank();
       if (rank < 0) {
@@ -157,7 +158,6 @@ void JobCoordinator::TryForm(const std::string& name) {
       }
       h->add_ranks(rank);
       h->add_pids(lr.pid());
-      h->add_gpu_devices(lr.has_gpu_device() ? lr.gpu_device() : -1);
     }
   }
   job->table = std::make_unique<ReadinessTable>(f.size);
@@ -219,6 +219,9 @@ void JobCoordinator::HandleNegotiate(const NegotiateRequest& request,
       }
     }
   }
+  if (request.has_gpu()) {
+    if (absl::Status bad = CheckGpuHost(job, host, request.gpu()); !bad.ok()) return done(bad);
+  }
   done(NegotiateResponse());
   if (!request.failure().empty()) {
     Abort(request.job_id(),
@@ -229,6 +232,7 @@ void JobCoordinator::HandleNegotiate(const NegotiateRequest& request,
   }
   Logger("negotiation")->debug("negotiate job={} host={} full={} cached={}", job.layout.job(),
                                host, request.ready_size(), request.cached_ids_size());
+  if (request.has_gpu()) AddGpuHost(job, host, request.gpu());
   std::vector<HostReadyTensor> tensors(request.ready().begin(), request.ready().end());
   for (const HostReadyTensor& t : tensors) job.last_full[t.name()][host] = t;
   if (!Expand(request.job_id(), job, request, &tensors)) return;
@@ -271,6 +275,51 @@ void JobCoordinator::HandleNegotiate(const NegotiateRequest& request,
     for (auto& [h, sink] : job.sinks) sink->Finish(absl::OkStatus());
     jobs_.erase(it);
   }
+}
+
+absl::Status JobCoordinator::CheckGpuHost(const Job& job, const std::string& host,
+                                          const GpuHost& gpu) const {
+  constexpr int kMaxDevice = 1 << 16;
+  if (job.gpu_layout_sent || job.gpu_hosts.count(host) != 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("host ", host, " already sent its GPUs for job ", job.layout.job()));
+  }
+  for (const auto& h : job.layout.hosts()) {
+    if (h.name() != host) continue;
+    if (gpu.rank_devices_size() != h.ranks_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("host ", host, " sent ", gpu.rank_devices_size(), " GPUs for its ",
+                       h.ranks_size(), " ranks of job ", job.layout.job()));
+    }
+  }
+  for (int d : gpu.rank_devices()) {
+    if (d < 0 || d >= kMaxDevice) {
+      return absl::InvalidArgumentError(absl::StrCat("host ", host, " sent GPU ordinal ", d));
+    }
+  }
+  if (!gpu.nccl_unique_id().empty() && gpu.nccl_unique_id().size() != 128) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host ", host, " sent a ", gpu.nccl_unique_id().size(), "-byte NCCL id, not 128"));
+  }
+  if (gpu.nccl_version().size() > kMaxNameBytes || gpu.gpu_mode().size() > kMaxNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("host ", host, " sent oversized GPU fields"));
+  }
+  return absl::OkStatus();
+}
+
+void JobCoordinator::AddGpuHost(Job& job, const std::string& host, const GpuHost& gpu) {
+  job.gpu_hosts[host] = gpu;
+  if (static_cast<int>(job.gpu_hosts.size()) != job.layout.hosts_size()) return;
+  JobEvent event;
+  for (const auto& h : job.layout.hosts()) {
+    *event.mutable_gpu_layout()->add_hosts() = job.gpu_hosts.at(h.name());
+  }
+  job.gpu_layout_sent = true;
+  job.gpu_hosts.clear();
+  Logger("negotiation")
+      ->info("GPU layout of job={} sent to its {} hosts", job.layout.job(),
+             job.layout.hosts_size());
+  Broadcast(job, event);
 }
 
 bool JobCoordinator::AbortIfNeedsLeftHost(uint64_t job_id, Job& job) {

@@ -77,6 +77,10 @@ class JobCoordinator {
   // Aborts the job when a tensor still needs ranks of a host whose ranks all left (they exited
   // cleanly): it can never complete. True when aborted.
   bool AbortIfNeedsLeftHost(uint64_t job_id, Job& job);
+  // GPU path: a host's GPUs (NegotiateRequest.gpu); once every host sent them, the GpuLayout goes
+  // to all (JobEvent.gpu_layout). A second one, or one that does not match the layout, is refused.
+  absl::Status CheckGpuHost(const Job& job, const std::string& host, const GpuHost& gpu) const;
+  void AddGpuHost(Job& job, const std::string& host, const GpuHost& gpu);
   // PermissionDenied unless `host` is an UP member of the cluster.
   absl::Status CheckMember(const std::string& host, const char* call) const;
   void Broadcast(Job& job, const JobEvent& event);

@@ -192,27 +192,56 @@ TEST_CASE("a rank failure reported by one host aborts the job everywhere") {
   CHECK(f.a->events()[0].abort() == "rank 3 (pid 7) on host b exited");
 }
 
-TEST_CASE("GPU path: the first host's ncclUniqueId and every rank's GPU reach every host") {
-  EventLoop loop{"test"};
-  JobCoordinator coordinator{loop, JobCoordinatorOptions{1 << 20, 1, absl::Seconds(60), 2}};
-  RegisterRanksRequest rb = Registration("b", 1, 2), ra = Registration("a", 1, 2);
-  rb.set_nccl_unique_id("id-from-b");
-  ra.set_nccl_unique_id("id-from-a");
-  rb.set_nccl_version("2.28.3");
-  ra.set_nccl_version("2.28.3");
-  rb.mutable_ranks(0)->set_gpu_device(1);
-  absl::StatusOr<RegisterRanksResponse> got_a, got_b;
-  coordinator.HandleRegisterRanks(rb, [&](absl::StatusOr<RegisterRanksResponse> r) { got_b = r; });
-  coordinator.HandleRegisterRanks(ra, [&](absl::StatusOr<RegisterRanksResponse> r) { got_a = r; });
-  REQUIRE(got_a.ok());
-  REQUIRE(got_b.ok());
-  for (const auto* r : {&got_a, &got_b}) {
-    const JobLayout& layout = (*r)->layout();
-    CHECK(layout.nccl_unique_id() == "id-from-a");
-    CHECK(layout.hosts(0).gpu_devices(0) == -1);  // a's rank registered no GPU
-    CHECK(layout.hosts(1).gpu_devices(0) == 1);
-    CHECK(layout.hosts(1).nccl_version() == "2.28.3");
+TEST_CASE("GPU path: every host's GPUs reach every host once all sent them, bad ones refused") {
+  Fixture f;
+  f.Form();
+  auto send = [&](const std::string& host, GpuHost gpu) {
+    NegotiateRequest request;
+    request.set_job_id(f.job_id);
+    request.set_host(host);
+    *request.mutable_gpu() = std::move(gpu);
+    absl::Status status = absl::UnknownError("unanswered");
+    f.coordinator.HandleNegotiate(
+        request, [&](absl::StatusOr<NegotiateResponse> r) { status = r.status(); });
+    return status;
+  };
+  GpuHost b;
+  b.add_rank_devices(1);
+  b.add_rank_devices(0);
+  b.set_nccl_version("2.28.3");
+  b.set_nccl_unique_id(std::string(128, 'b'));
+  b.set_gpu_mode("auto");
+  GpuHost a = b;
+  a.set_nccl_unique_id(std::string(128, 'a'));
+  a.set_gpu_mode("hierarchical");
+
+  GpuHost one_gpu = b;  // b runs two ranks
+  one_gpu.clear_rank_devices();
+  one_gpu.add_rank_devices(0);
+  CHECK(send("b", one_gpu).code() == absl::StatusCode::kInvalidArgument);
+  GpuHost negative = b;
+  negative.set_rank_devices(0, -1);
+  CHECK(send("b", negative).code() == absl::StatusCode::kInvalidArgument);
+  GpuHost short_id = b;
+  short_id.set_nccl_unique_id("id");
+  CHECK(send("b", short_id).code() == absl::StatusCode::kInvalidArgument);
+
+  REQUIRE(send("b", b).ok());
+  CHECK(send("b", b).code() == absl::StatusCode::kAlreadyExists);
+  CHECK(f.a->events().empty());  // a has not sent its GPUs yet
+  REQUIRE(send("a", a).ok());
+  for (const auto& sink : {f.a, f.b}) {
+    const std::vector<JobEvent> events = sink->events();
+    REQUIRE(events.size() == 1);
+    const GpuLayout& layout = events[0].gpu_layout();
+    REQUIRE(layout.hosts_size() == 2);
+    CHECK(layout.hosts(0).nccl_unique_id() == std::string(128, 'a'));  // cross rank 0 = a
+    CHECK(layout.hosts(0).gpu_mode() == "hierarchical");
+    CHECK(layout.hosts(1).rank_devices(0) == 1);
+    CHECK(layout.hosts(1).nccl_unique_id() == std::string(128, 'b'));
   }
+  CHECK(send("a", a).code() == absl::StatusCode::kAlreadyExists);
+  CHECK(f.a->events().size() == 1);
 }
 
 TEST_CASE("a host whose ranks all left fails a tensor that still needs them") {

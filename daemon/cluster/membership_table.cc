@@ -16,10 +16,16 @@ void MergeJob(JobSummary* into, const JobSummary& from) {
   for (const auto& h : from.hosts()) {
     if (hosts.insert(h).second) into->add_hosts(h);
   }
-  std::set<std::string> placed;
-  for (const auto& hr : into->ranks()) placed.insert(hr.host());
+  std::map<std::string, JobSummary::HostRanks*> placed;
+  for (auto& hr : *into->mutable_ranks()) placed[hr.host()] = &hr;
   for (const auto& hr : from.ranks()) {
-    if (placed.insert(hr.host()).second) *into->add_ranks() = hr;
+    auto it = placed.find(hr.host());
+    if (it == placed.end()) {
+      *into->add_ranks() = hr;
+    } else if (it->second->gpu_devices().empty()) {
+      // Only the host itself knows its ranks' GPUs (the coordinator's report has none).
+      *it->second->mutable_gpu_devices() = hr.gpu_devices();
+    }
   }
   std::sort(into->mutable_hosts()->begin(), into->mutable_hosts()->end());
   std::sort(into->mutable_ranks()->begin(), into->mutable_ranks()->end(),
@@ -29,6 +35,7 @@ void MergeJob(JobSummary* into, const JobSummary& from) {
   into->set_bytes_reduced(std::max(into->bytes_reduced(), from.bytes_reduced()));
   into->set_pending_tensors(std::max(into->pending_tensors(), from.pending_tensors()));
   into->set_age_s(std::max(into->age_s(), from.age_s()));
+  if (into->gpu_plan().empty()) into->set_gpu_plan(from.gpu_plan());
   if (from.state() == "failed" || into->state().empty()) {
     into->set_state(from.state());
     into->set_failure(from.failure());

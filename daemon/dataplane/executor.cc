@@ -25,9 +25,11 @@ Executor::Executor(std::shared_ptr<JobContext> job) : job_(std::move(job)) {
 
 Executor::~Executor() { Stop(); }
 
-void Executor::Enqueue(Response response) {
+void Executor::Enqueue(Response response) { Enqueue(std::move(response), Runner()); }
+
+void Executor::Enqueue(Response response, Runner run) {
   absl::MutexLock lock(&mu_);
-  queue_.push_back(std::move(response));
+  queue_.push_back(Item{std::move(response), std::move(run)});
 }
 
 bool Executor::TryRunInline(Response& response) {
@@ -41,7 +43,7 @@ bool Executor::TryRunInline(Response& response) {
     busy_ = true;  // the executor thread cannot start anything meanwhile: the queue is empty and
                    // only this (the loop) thread enqueues
   }
-  Dispatch(response, /*stopping=*/false);
+  Dispatch(response, Runner(), /*stopping=*/false);
   absl::MutexLock lock(&mu_);
   busy_ = false;
   return true;
@@ -70,7 +72,7 @@ void Executor::Run() {
     }
   }
   for (;;) {
-    Response response;
+    Item item;
     bool stopping;
     {
       absl::MutexLock lock(&mu_);
@@ -80,18 +82,18 @@ void Executor::Run() {
           },
           this));
       if (queue_.empty()) return;  // stopping and drained
-      response = std::move(queue_.front());
+      item = std::move(queue_.front());
       queue_.pop_front();
       stopping = stopping_;
       busy_ = true;
     }
-    Dispatch(response, stopping);
+    Dispatch(item.response, item.run, stopping);
     absl::MutexLock lock(&mu_);
     busy_ = false;
   }
 }
 
-void Executor::Dispatch(const Response& response, bool stopping) {
+void Executor::Dispatch(const Response& response, const Runner& run, bool stopping) {
   absl::Status failure = job_->failure();
   if (!failure.ok()) {
     CompleteAll(response, failure);
@@ -99,6 +101,8 @@ void Executor::Dispatch(const Response& response, bool stopping) {
     CompleteAll(response, absl::UnavailableError("allreduced is shutting down"));
   } else if (!response.error.ok()) {
     CompleteAll(response, response.error);
+  } else if (run) {
+    run(response);
   } else {
     Execute(response);
   }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -26,6 +27,12 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   void Enqueue(negotiation::Response response);
+  // A response this executor does not compute itself (a cross-host job's GPU tensors): `run`
+  // executes it on the executor thread at its place in the committed order, so it may use the
+  // job's TCP mesh (JobContext::mesh()); it must send every rank its COMPLETE. A failed job or a
+  // shutdown completes it with the failure instead, as for any response.
+  using Runner = std::function<void(const negotiation::Response&)>;
+  void Enqueue(negotiation::Response response, Runner run);
   // Runs a small response on the calling thread (the control loop) when the executor thread has
   // nothing queued or running, saving a thread wake-up (~100 us here) on the latency path while
   // keeping the committed order. Returns false (and leaves `response` alone) otherwise.
@@ -41,13 +48,17 @@ class Executor {
  private:
   void Run();
   void Execute(const negotiation::Response& response);
-  void Dispatch(const negotiation::Response& response, bool stopping);
+  void Dispatch(const negotiation::Response& response, const Runner& run, bool stopping);
   void CompleteAll(const negotiation::Response& response, const absl::Status& status);
   absl::StatusOr<std::shared_ptr<shm::ResultSlot>> AllocateSlot(uint64_t bytes);
 
   const std::shared_ptr<JobContext> job_;
   absl::Mutex mu_;
-  std::deque<negotiation::Response> queue_ ABSL_GUARDED_BY(mu_);
+  struct Item {
+    negotiation::Response response;
+    Runner run;  // empty: Execute()
+  };
+  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool busy_ ABSL_GUARDED_BY(mu_) = false;  // the thread is executing a response
   std::thread thread_;

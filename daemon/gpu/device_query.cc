@@ -1,5 +1,8 @@
 #include "daemon/gpu/device_query.h"
 
+#include <fstream>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 #ifdef ARD_WITH_CUDA
@@ -38,6 +41,34 @@ void DescribeDevices(HostInfo* info) {
 #else
   (void)info;
 #endif
+}
+
+std::vector<std::string> PciBusIds(const HostInfo& info) {
+  std::vector<std::string> ids;
+  for (const GpuInfo& g : info.gpus()) {
+    if (g.index() >= ids.size()) ids.resize(g.index() + 1);
+    ids[g.index()] = g.pci_bus_id();
+  }
+  return ids;
+}
+
+std::vector<std::string> PhysicalIds(const HostInfo& info) {
+  std::vector<std::string> ids;
+  if (info.gpus().empty()) return ids;
+  std::string machine;
+  for (const char* path : {"/etc/machine-id", "/proc/sys/kernel/random/boot_id"}) {
+    std::ifstream in(path);
+    if (std::getline(in, machine) && !absl::StripAsciiWhitespace(machine).empty()) break;
+    machine.clear();
+  }
+  machine = std::string(absl::StripAsciiWhitespace(machine));
+  for (const GpuInfo& g : info.gpus()) {
+    if (g.index() >= ids.size()) ids.resize(g.index() + 1);
+    if (!machine.empty() && !g.pci_bus_id().empty()) {
+      ids[g.index()] = absl::StrCat(machine, "/", g.pci_bus_id());
+    }
+  }
+  return ids;
 }
 
 }  // namespace ard::gpu

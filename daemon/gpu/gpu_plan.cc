@@ -1,9 +1,13 @@
 #include "daemon/gpu/gpu_plan.h"
 
 #include <cstring>
+#include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/common/status_macros.h"
 
 namespace ard::gpu {
 
@@ -14,6 +18,18 @@ absl::StatusOr<GpuPlan> PlanGpuJob(const std::string& setting, const std::vector
   }
   std::vector<std::set<int>> devices(hosts.size());
   bool same_nccl = true;
+  std::map<std::string, size_t> host_of_gpu;  // physical GPU -> first host using it
+  std::string shared;                         // "GPU x is used by hosts a and b", or ""
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    for (const std::string& id : hosts[h].rank_gpu_ids) {
+      if (id.empty()) continue;
+      auto [it, fresh] = host_of_gpu.emplace(id, h);
+      if (!fresh && it->second != h && shared.empty()) {
+        shared = absl::StrCat("GPU ", id, " is used by hosts ", hosts[it->second].host, " and ",
+                              hosts[h].host);
+      }
+    }
+  }
   for (size_t h = 0; h < hosts.size(); ++h) {
     if (hosts[h].nccl_version.empty()) {
       return absl::InvalidArgumentError(
@@ -35,6 +51,14 @@ absl::StatusOr<GpuPlan> PlanGpuJob(const std::string& setting, const std::vector
   } else if (hosts.size() == 1) {
     plan.mode = GpuMode::kNccl;
     plan.reason = "single host";
+  } else if (!shared.empty()) {
+    if (setting == "nccl") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gpu_mode=nccl, but ", shared,
+          " (daemons on one machine): NCCL cannot put two ranks on one GPU; use hierarchical"));
+    }
+    plan.mode = GpuMode::kHierarchical;
+    plan.reason = absl::StrCat(shared, ", so one NCCL communicator cannot span them");
   } else if (same_nccl) {
     plan.mode = GpuMode::kNccl;
     plan.reason = absl::StrCat("NCCL ", hosts[0].nccl_version, " on every host");
@@ -63,24 +87,60 @@ absl::StatusOr<GpuPlan> PlanGpuJob(const std::string& setting, const std::vector
   return plan;
 }
 
-std::vector<HostGpus> HostGpusFromLayout(const JobLayout& layout) {
-  std::vector<HostGpus> hosts;
-  for (const auto& h : layout.hosts()) {
-    hosts.push_back(HostGpus{h.name(), h.nccl_version(),
-                             std::vector<int>(h.gpu_devices().begin(), h.gpu_devices().end())});
-  }
-  return hosts;
-}
-
-absl::StatusOr<UniqueId> UniqueIdFromLayout(const JobLayout& layout) {
-  if (layout.nccl_unique_id().size() != kUniqueIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("job layout carries a ",
-                                                   layout.nccl_unique_id().size(),
+namespace {
+absl::StatusOr<UniqueId> ToUniqueId(const GpuHost& host, const std::string& name) {
+  if (host.nccl_unique_id().size() != kUniqueIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("host ", name, " offered a ",
+                                                   host.nccl_unique_id().size(),
                                                    "-byte NCCL id, not ", kUniqueIdBytes));
   }
   UniqueId id;
-  std::memcpy(id.data(), layout.nccl_unique_id().data(), kUniqueIdBytes);
+  std::memcpy(id.data(), host.nccl_unique_id().data(), kUniqueIdBytes);
   return id;
+}
+}  // namespace
+
+absl::StatusOr<int> ResolveDevice(const std::vector<std::string>& daemon_pci_bus_ids,
+                                  int client_ordinal, const std::string& client_pci_bus_id) {
+  bool known = false;
+  for (size_t d = 0; d < daemon_pci_bus_ids.size(); ++d) {
+    if (daemon_pci_bus_ids[d].empty()) continue;
+    known = true;
+    if (absl::EqualsIgnoreCase(daemon_pci_bus_ids[d], client_pci_bus_id)) {
+      return static_cast<int>(d);
+    }
+  }
+  if (!known || client_pci_bus_id.empty()) return client_ordinal;
+  return absl::InvalidArgumentError(
+      absl::StrCat("the process's GPU ", client_ordinal, " (PCI bus ", client_pci_bus_id,
+                   ") is not one of this daemon's GPUs (", absl::StrJoin(daemon_pci_bus_ids, ", "),
+                   "): is the daemon's CUDA_VISIBLE_DEVICES narrower than the process's?"));
+}
+
+absl::StatusOr<CrossHostGpuPlan> PlanFromLayout(const JobLayout& job, const GpuLayout& gpus,
+                                                int cross_rank) {
+  if (gpus.hosts_size() != job.hosts_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("GPU layout lists ", gpus.hosts_size(),
+                                                   " hosts; the job has ", job.hosts_size()));
+  }
+  std::vector<HostGpus> hosts;
+  bool any_hierarchical = false, any_nccl = false;
+  for (int h = 0; h < gpus.hosts_size(); ++h) {
+    const GpuHost& g = gpus.hosts(h);
+    hosts.push_back(
+        HostGpus{job.hosts(h).name(), g.nccl_version(),
+                 std::vector<int>(g.rank_devices().begin(), g.rank_devices().end()),
+                 std::vector<std::string>(g.rank_gpu_ids().begin(), g.rank_gpu_ids().end())});
+    any_hierarchical = any_hierarchical || g.gpu_mode() == "hierarchical";
+    any_nccl = any_nccl || g.gpu_mode() == "nccl";
+  }
+  const std::string setting = any_hierarchical ? "hierarchical" : any_nccl ? "nccl" : "auto";
+  CrossHostGpuPlan out;
+  ARD_ASSIGN_OR_RETURN(out.plan, PlanGpuJob(setting, hosts, cross_rank));
+  if (out.plan.mode == GpuMode::kNccl || cross_rank == 0) {
+    ARD_ASSIGN_OR_RETURN(out.id, ToUniqueId(gpus.hosts(0), job.hosts(0).name()));
+  }
+  return out;
 }
 
 }  // namespace ard::gpu

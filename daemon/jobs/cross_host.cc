@@ -285,6 +285,10 @@ void JobRegistry::OnJobEvent(const std::string& name, uint32_t local_id, const J
     auto sig = job->forwarded_signature.find(put.name());
     if (sig != job->forwarded_signature.end()) job->cache->Apply(put.id(), put.name(), sig->second);
   }
+  if (event.has_gpu_layout()) {
+    OnGpuLayout(*job, event.gpu_layout());
+    if (job->state != LocalJob::State::kRunning) return;
+  }
   for (const CollectiveResponse& cr : event.responses()) {
     Response response;
     response.collective = static_cast<wire::Collective>(cr.collective());
@@ -326,6 +330,7 @@ void JobRegistry::OnJobEvent(const std::string& name, uint32_t local_id, const J
       }
       response.tensors.push_back(std::move(tensor));
     }
+    if (DispatchGpu(*job, response)) continue;
     job->executor->Enqueue(std::move(response));
   }
 }

@@ -44,10 +44,22 @@ void GpuExecutor::Fail(const absl::Status& status) {
   }
 }
 
+void GpuExecutor::ExecuteOnCaller(const Response& response) {
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&initialized_));
+  }
+  Execute(response);
+}
+
 void GpuExecutor::Run() {
   if (absl::Status st = job_->Init(id_); !st.ok()) {
     Fail(absl::Status(st.code(), absl::StrCat("job ", context_->name,
                                               ": GPU communicator init failed: ", st.message())));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    initialized_ = true;
   }
   while (true) {
     Response response;
@@ -90,6 +102,8 @@ void GpuExecutor::Execute(const Response& response) {
     t.prescale = first.meta.prescale;
     t.postscale = first.meta.postscale;
     for (int r = 0; r < context_->size; ++r) {
+      // Another host's rank: its host feeds it to the communicator (or the TCP mesh).
+      if (context_->cross_size > 1 && context_->host_of_rank[r] != context_->cross_rank) continue;
       const auto& req = tensor.ranks[r];
       if (!req || !req->gpu) {
         return CompleteAll(response, absl::InvalidArgumentError(absl::StrCat(
@@ -121,6 +135,7 @@ void GpuExecutor::Execute(const Response& response) {
   for (size_t i = 0; i < response.tensors.size(); ++i) {
     const auto& tensor = response.tensors[i];
     for (int r = 0; r < context_->size; ++r) {
+      if (!tensor.ranks[r]) continue;
       const negotiation::TensorRequest& req = *tensor.ranks[r];
       dataplane::RankResult result;
       result.shape = shapes[i][r];
@@ -141,6 +156,10 @@ absl::Status GpuExecutor::Run(const Response& response, const std::vector<gpu::G
   for (const auto& tensor : response.tensors) {
     std::vector<std::vector<int64_t>> per_rank;
     for (int r = 0; r < size; ++r) {
+      if (!tensor.ranks[r]) {  // another host's rank that joined: no COMPLETE from here
+        per_rank.emplace_back();
+        continue;
+      }
       const wire::Submit& m = tensor.ranks[r]->meta;
       per_rank.emplace_back(m.shape, m.shape + m.ndims);
     }
@@ -156,10 +175,11 @@ absl::Status GpuExecutor::Run(const Response& response, const std::vector<gpu::G
     switch (collective) {
       case wire::Collective::kBroadcast:
         ARD_RETURN_IF_ERROR(job_->Broadcast(tensors[i], m.root_rank));
-        for (auto& shape : out) shape.assign(m.shape, m.shape + m.ndims);  // the root's
+        for (auto& shape : out) shape.assign(m.shape, m.shape + m.ndims);  // equal on all
         break;
       case wire::Collective::kAllgather: {
         for (int r = 0; r < size; ++r) {
+          if (!tensor.ranks[r]) continue;
           const wire::Submit& mr = tensor.ranks[r]->meta;
           if (mr.ndims == 0 || mr.shape[0] != m.shape[0]) {
             return absl::InvalidArgumentError(absl::StrCat(
@@ -171,7 +191,9 @@ absl::Status GpuExecutor::Run(const Response& response, const std::vector<gpu::G
           }
         }
         ARD_RETURN_IF_ERROR(job_->Allgather(tensors[i]));
-        for (auto& shape : out) shape[0] = m.shape[0] * size;
+        for (auto& shape : out) {
+          if (!shape.empty()) shape[0] = m.shape[0] * size;
+        }
         break;
       }
       case wire::Collective::kReducescatter: {
@@ -186,7 +208,7 @@ absl::Status GpuExecutor::Run(const Response& response, const std::vector<gpu::G
           // As for host tensors: the first d0 % size ranks get one row more.
           const int64_t rows = d0 / size + (r < d0 % size ? 1 : 0);
           blocks.push_back(rows * row);
-          out[r][0] = rows;
+          if (!out[r].empty()) out[r][0] = rows;
         }
         ARD_RETURN_IF_ERROR(job_->Reducescatter(tensors[i], blocks));
         break;

@@ -34,6 +34,10 @@ class GpuExecutor {
 
   gpu::GpuJob& job() { return *job_; }
   void Enqueue(negotiation::Response response);
+  // Cross-host jobs: runs a committed GPU response on the calling thread (the job's data-plane
+  // executor, which owns the TCP mesh hierarchical mode crosses hosts on, and keeps one committed
+  // order for the job's CPU and GPU responses), after waiting for Init. Never mixed with Enqueue.
+  void ExecuteOnCaller(const negotiation::Response& response);
   void Stop();
 
  private:
@@ -52,7 +56,10 @@ class GpuExecutor {
   absl::Mutex mu_;
   std::deque<negotiation::Response> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status failed_;  // executor thread only: the GPU side failed (reported once)
+  bool initialized_ ABSL_GUARDED_BY(mu_) = false;  // Init returned (either way)
+  // The thread that executes (this executor's, or ExecuteOnCaller's caller after Init): the GPU
+  // side failed (reported once).
+  absl::Status failed_;
   std::thread thread_;
 };
 

@@ -4,14 +4,20 @@
 // tensors, and their committed responses run on the job's GpuExecutor. A process that leaves has
 // its rank unregistered and, once it holds no other GPU registration, its IPC mappings closed.
 //
-// Connected so far: single-host jobs (a communicator over this host's GPUs), allreduce (grouped
-// too). Cross-host GPU jobs (the ncclUniqueId through RegisterRanks, hierarchical mode's
-// CrossHostReduce over the TCP data plane) are refused with a clear error.
+// Single-host jobs form their GPU side as soon as every local rank registered. A cross-host job's
+// host then sends its GPUs (GpuHost) to the coordinator, which sends every host the GpuLayout once
+// all did (a second round after formation: GPU_REGISTER follows WELCOME); each host derives the
+// same plan from it (gpu_plan.h). Cross-host GPU responses run on the job's data-plane executor
+// thread, in the committed order with its CPU responses; hierarchical mode crosses hosts on the
+// job's TCP mesh from there.
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "daemon/common/logging.h"
+#include "daemon/dataplane/tcp/host_collectives.h"
 #include "daemon/gpu/gpu_plan.h"
 #include "daemon/jobs/job_registry.h"
 #include "daemon/jobs/local_job.h"
@@ -35,13 +41,6 @@ void JobRegistry::HandleGpuRegister(const std::shared_ptr<Session>& s,
         *s, id, absl::FailedPreconditionError("GPU_REGISTER before the job formed (no WELCOME)"));
   }
   LocalJob& job = *jobs_.at(s->job);
-  if (job.cross_host) {
-    return ReplyError(*s, id,
-                      absl::UnimplementedError(absl::StrCat(
-                          "job ", job.name,
-                          " spans hosts; this daemon serves GPU tensors of single-host "
-                          "jobs only (cross-host GPU jobs are not connected yet)")));
-  }
   if (job.state == LocalJob::State::kFailed) {
     return ReplyError(*s, id, absl::AbortedError(job.failure));
   }
@@ -59,16 +58,22 @@ void JobRegistry::HandleGpuRegister(const std::shared_ptr<Session>& s,
   }
   auto count = options_.gpu_device->DeviceCount();
   if (!count.ok()) return ReplyError(*s, id, count.status());
-  if (g.device >= *count) {
+  // The process numbers its GPU under its own CUDA_VISIBLE_DEVICES; its PCI bus id says which of
+  // ours it is.
+  auto device =
+      gpu::ResolveDevice(options_.gpu_pci_bus_ids, g.device,
+                         std::string(g.pci_bus_id, strnlen(g.pci_bus_id, sizeof(g.pci_bus_id))));
+  if (!device.ok()) return ReplyError(*s, id, device.status());
+  if (*device < 0 || *device >= *count) {
     return ReplyError(*s, id,
                       absl::InvalidArgumentError(
-                          absl::StrCat("GPU ", g.device, " does not exist on this daemon (it sees ",
+                          absl::StrCat("GPU ", *device, " does not exist on this daemon (it sees ",
                                        *count, " GPUs; same CUDA_VISIBLE_DEVICES?)")));
   }
   gpu::GpuRegistration reg;
   reg.rank = s->rank;
   reg.pid = static_cast<uint32_t>(s->creds().pid);
-  reg.device = g.device;
+  reg.device = *device;
   std::copy(std::begin(g.arena_handle), std::end(g.arena_handle), reg.arena.begin());
   reg.arena_bytes = g.arena_bytes;
   for (const auto& e : frame.gpu_events) {
@@ -97,7 +102,18 @@ void JobRegistry::HandleGpuRegister(const std::shared_ptr<Session>& s,
   ++gpu_sessions_of_pid_[reg.pid];
   job.gpu_regs[s->rank] = std::move(reg);
   job.gpu_register_ids[s->rank] = id;
-  if (static_cast<int>(job.gpu_regs.size()) == job.size) FormGpu(job);
+  int local_ranks = 0;
+  for (const auto& m : job.members) local_ranks += m != nullptr;
+  if (static_cast<int>(job.gpu_regs.size()) < local_ranks) return;
+  if (!job.cross_host) return FormGpu(job);
+  SendGpuHost(job);
+}
+
+void JobRegistry::FailGpuForming(LocalJob& job, const absl::Status& status) {
+  for (const auto& [rank, id] : job.gpu_register_ids) {
+    if (job.members[rank] != nullptr) ReplyError(*job.members[rank], id, status);
+  }
+  FailJob(job, status);
 }
 
 void JobRegistry::FormGpu(LocalJob& job) {
@@ -105,45 +121,114 @@ void JobRegistry::FormGpu(LocalJob& job) {
   host.host = options_.host_name;
   host.nccl_version = options_.gpu_device->Describe();  // one host: only needs to be non-empty
   for (const auto& [rank, reg] : job.gpu_regs) host.rank_devices.push_back(reg.device);
-  auto fail_all = [&](const absl::Status& status) {
-    for (const auto& [rank, id] : job.gpu_register_ids) {
-      if (job.members[rank] != nullptr) ReplyError(*job.members[rank], id, status);
-    }
-    FailJob(job, status);
-  };
   auto plan = gpu::PlanGpuJob(options_.gpu_mode, {host}, 0);
-  if (!plan.ok()) return fail_all(plan.status());
+  if (!plan.ok()) return FailGpuForming(job, plan.status());
+  plan->mode = gpu::GpuMode::kNccl;  // one host: hierarchical would add nothing
+  auto unique_id = options_.gpu_device->NewUniqueId();
+  if (!unique_id.ok()) return FailGpuForming(job, unique_id.status());
+  StartGpu(job, *plan, *unique_id);
+}
+
+void JobRegistry::SendGpuHost(LocalJob& job) {
+  // This host's ranks in local rank order (the order of JobLayout.hosts[me].ranks).
+  const JobLayout::JobHost& me = job.layout.hosts(job.context->cross_rank);
+  NegotiateRequest request;
+  request.set_job_id(job.layout.job_id());
+  request.set_host(options_.host_name);
+  GpuHost* gpu = request.mutable_gpu();
+  for (int rank : me.ranks()) {
+    const int device = job.gpu_regs.at(rank).device;
+    gpu->add_rank_devices(device);
+    gpu->add_rank_gpu_ids(device < static_cast<int>(options_.gpu_physical_ids.size())
+                              ? options_.gpu_physical_ids[device]
+                              : "");
+  }
+  gpu->set_nccl_version(options_.gpu_device->Describe());
+  gpu->set_gpu_mode(options_.gpu_mode);
+  if (job.context->cross_rank == 0) {  // the only offer (see gpu::PlanFromLayout)
+    auto unique_id = options_.gpu_device->NewUniqueId();
+    if (!unique_id.ok()) return FailGpuForming(job, unique_id.status());
+    gpu->set_nccl_unique_id(unique_id->data(), unique_id->size());
+  }
+  const std::string name = job.name;
+  const uint32_t local_id = job.id;
+  coordinator_->NegotiateAsync(
+      request, [this, name, local_id](absl::StatusOr<NegotiateResponse> r) {
+        if (r.ok()) return;
+        loop_.Post([this, name, local_id, status = r.status()] {
+          LocalJob* j = FindJob(name, local_id);
+          if (j == nullptr || j->state != LocalJob::State::kRunning) return;
+          FailGpuForming(*j, absl::Status(status.code(),
+                                          absl::StrCat("the coordinator refused this host's GPUs: ",
+                                                       status.message())));
+        });
+      });
+  Logger("local")->info("job GPUs sent to the coordinator job={} devices=[{}]", job.name,
+                        absl::StrJoin(gpu->rank_devices(), ","));
+}
+
+void JobRegistry::OnGpuLayout(LocalJob& job, const GpuLayout& layout) {
+  const int local_ranks = job.layout.hosts(job.context->cross_rank).ranks_size();
+  if (job.gpu != nullptr || static_cast<int>(job.gpu_register_ids.size()) != local_ranks) {
+    return FailGpuForming(job, absl::InternalError(absl::StrCat(
+                                   "GPU layout of job ", job.name,
+                                   " arrived before this host's ranks registered their GPUs")));
+  }
+  auto plan = gpu::PlanFromLayout(job.layout, layout, job.context->cross_rank);
+  if (!plan.ok()) return FailGpuForming(job, plan.status());
+  if (!plan->id) {  // hierarchical, not cross rank 0: a communicator of this host's GPUs only
+    auto own = options_.gpu_device->NewUniqueId();
+    if (!own.ok()) return FailGpuForming(job, own.status());
+    plan->id = *own;
+  }
+  StartGpu(job, plan->plan, *plan->id);
+}
+
+void JobRegistry::StartGpu(LocalJob& job, const gpu::GpuPlan& plan, const gpu::UniqueId& id) {
   gpu::GpuJobOptions opts;
-  opts.mode = gpu::GpuMode::kNccl;  // one host: hierarchical would add nothing
+  opts.mode = plan.mode;
   opts.world_ranks = job.size;
-  opts.comm_size = plan->comm_size;
-  opts.local_comm_ranks = plan->local_comm_ranks;
+  opts.comm_size = plan.comm_size;
+  opts.local_comm_ranks = plan.local_comm_ranks;
   opts.initial_fusion_bytes = options_.gpu_fusion_buffer_bytes;
   opts.init_timeout = options_.gpu_init_timeout;
+  if (plan.mode == gpu::GpuMode::kHierarchical && job.context->cross_size > 1) {
+    // Runs on the job's data-plane executor thread (DispatchGpu), which owns the mesh.
+    opts.cross_host = [context = job.context](void* buf, size_t count, wire::DataType dtype,
+                                              wire::ReduceOp op) {
+      tcp::TcpMesh* mesh = context->mesh();
+      if (mesh == nullptr) return absl::UnavailableError("the job's data plane is not connected");
+      return tcp::AllreduceInPlace(*mesh, buf, count, dtype, op);
+    };
+  }
   auto gpu_job = std::make_unique<gpu::GpuJob>(*options_.gpu_device, *ipc_cache_, opts);
   for (const auto& [rank, reg] : job.gpu_regs) {
     if (absl::Status st = gpu_job->RegisterRank(reg); !st.ok()) {
-      return fail_all(absl::Status(st.code(), absl::StrCat("rank ", rank, ": ", st.message())));
+      return FailGpuForming(
+          job, absl::Status(st.code(), absl::StrCat("rank ", rank, ": ", st.message())));
     }
   }
-  auto unique_id = options_.gpu_device->NewUniqueId();
-  if (!unique_id.ok()) return fail_all(unique_id.status());
   const std::string name = job.name;
   const uint32_t job_id = job.id;
   job.gpu = std::make_unique<GpuExecutor>(
-      job.context, std::move(gpu_job), *unique_id, [this, name, job_id](absl::Status status) {
+      job.context, std::move(gpu_job), id, [this, name, job_id](absl::Status status) {
         loop_.Post([this, name, job_id, status] {
           LocalJob* j = FindJob(name, job_id);
           if (j != nullptr && j->state != LocalJob::State::kFailed) FailJob(*j, status);
         });
       });
-  for (const auto& [rank, id] : job.gpu_register_ids) {
+  job.gpu_plan = absl::StrCat(plan.mode == gpu::GpuMode::kNccl ? "nccl" : "hierarchical", ": ",
+                              plan.comm_size, " communicator ranks, ", plan.local_comm_ranks.size(),
+                              " here (", plan.reason, ")");
+  for (const auto& [rank, request_id] : job.gpu_register_ids) {
     if (job.members[rank] != nullptr) {
-      job.members[rank]->Send(local::EncodeEmpty(wire::MsgType::kGpuRegistered, id));
+      job.members[rank]->Send(local::EncodeEmpty(wire::MsgType::kGpuRegistered, request_id));
     }
   }
-  Logger("local")->info("job GPU formed job={} mode={} ({}) comm_ranks={} device=\"{}\"", job.name,
-                        "nccl", plan->reason, plan->comm_size, options_.gpu_device->Describe());
+  Logger("local")->info("job GPU formed job={} mode={} ({}) comm_ranks={} local={} device=\"{}\"",
+                        job.name, plan.mode == gpu::GpuMode::kNccl ? "nccl" : "hierarchical",
+                        plan.reason, plan.comm_size, plan.local_comm_ranks.size(),
+                        options_.gpu_device->Describe());
 }
 
 absl::Status JobRegistry::CheckGpuSubmit(LocalJob& job, const Session& s,
@@ -217,7 +302,13 @@ bool JobRegistry::DispatchGpu(LocalJob& job, negotiation::Response& response) {
     }
     return true;
   }
-  job.gpu->Enqueue(std::move(response));
+  if (job.cross_host) {
+    GpuExecutor* gpu = job.gpu.get();  // stopped before the data-plane executor (RemoveIfEmpty)
+    job.executor->Enqueue(std::move(response),
+                          [gpu](const negotiation::Response& r) { gpu->ExecuteOnCaller(r); });
+  } else {
+    job.gpu->Enqueue(std::move(response));
+  }
   return true;
 }
 

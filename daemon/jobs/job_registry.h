@@ -19,11 +19,12 @@
 #include "absl/time/time.h"
 #include "daemon/cluster/peer_client.h"
 #include "daemon/common/event_loop.h"
-#include "daemon/local/frame_codec.h"
-#include "daemon/local/local_socket_server.h"
 #include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/gpu/device.h"
+#include "daemon/gpu/gpu_plan.h"
 #include "daemon/gpu/ipc_cache.h"
+#include "daemon/local/frame_codec.h"
+#include "daemon/local/local_socket_server.h"
 #include "daemon/local/session.h"
 #include "daemon/negotiation/tensor_request.h"
 #include "proto/common.pb.h"
@@ -49,6 +50,12 @@ struct JobOptions {
   uint64_t gpu_fusion_buffer_bytes = 64ull << 20;
   absl::Duration gpu_init_timeout = absl::Seconds(60);
   uint32_t max_gpu_event_pool = 1024;
+  // Each GPU's physical identity ("<machine id>/<PCI bus id>"; index = ordinal; may be short or
+  // empty when unknown): tells the coordinator's plan which daemons share a GPU.
+  std::vector<std::string> gpu_physical_ids;
+  // Each GPU's PCI bus id (index = ordinal; empty when unknown): GPU_REGISTER's bus id picks the
+  // daemon's ordinal, so the process's CUDA_VISIBLE_DEVICES may differ from the daemon's.
+  std::vector<std::string> gpu_pci_bus_ids;
 };
 
 namespace tcp = dataplane::tcp;
@@ -94,7 +101,15 @@ class JobRegistry : public local::SessionHandler {
   // GPU path (gpu_jobs.cc).
   void HandleGpuRegister(const std::shared_ptr<local::Session>& s,
                          const local::DecodedFrame& frame);
+  // Single-host job: every local rank registered; plans and starts the job's GPU side.
   void FormGpu(LocalJob& job);
+  // Cross-host job: every local rank registered; sends this host's GPUs to the coordinator, whose
+  // GpuLayout (JobEvent.gpu_layout, once every host sent its GPUs) reaches OnGpuLayout.
+  void SendGpuHost(LocalJob& job);
+  void OnGpuLayout(LocalJob& job, const GpuLayout& layout);
+  void StartGpu(LocalJob& job, const gpu::GpuPlan& plan, const gpu::UniqueId& id);
+  // Answers every pending GPU_REGISTER of the job with `status` and fails the job.
+  void FailGpuForming(LocalJob& job, const absl::Status& status);
   // A GPU_SUBMIT's placement against the job's GpuJob; OK for a host-memory SUBMIT.
   absl::Status CheckGpuSubmit(LocalJob& job, const local::Session& s,
                               const local::DecodedFrame& frame);

@@ -47,6 +47,7 @@ std::vector<JobSummary> JobRegistry::Summaries() const {
       }
     }
     s.set_job_id(job->layout.job_id());
+    s.set_gpu_plan(job->gpu_plan);
     if (job->context) {
       s.set_collectives_completed(job->context->collectives_completed.load());
       s.set_bytes_reduced(job->context->bytes_reduced.load());

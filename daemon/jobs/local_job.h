@@ -66,6 +66,7 @@ struct LocalJob {
   std::map<int, gpu::GpuRegistration> gpu_regs;
   std::map<int, uint64_t> gpu_register_ids;
   std::unique_ptr<GpuExecutor> gpu;
+  std::string gpu_plan;  // for status: mode, communicator ranks, why
 
   int connected() const {
     int n = 0;

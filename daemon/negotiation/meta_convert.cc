@@ -21,6 +21,7 @@ TensorMeta ToMeta(const TensorRequest& r) {
   m.set_group_id(r.meta.group_id);
   m.set_group_size(r.meta.group_size);
   m.set_bytes(r.meta.bytes);
+  m.set_gpu(r.gpu.has_value());
   return m;
 }
 
@@ -63,6 +64,9 @@ absl::StatusOr<TensorRequest> FromMeta(const TensorMeta& m, const std::string& n
   r.meta.group_size = m.group_size();
   r.meta.num_splits = m.splits_size();
   r.splits.assign(m.splits().begin(), m.splits().end());
+  // Another host's GPU tensor: only that it lies in GPU memory matters here (the placement in
+  // its staging arena is its host's business).
+  if (m.gpu()) r.gpu = wire::GpuPlacement{};
   if (auto s = local::ValidateSubmit(r.meta, r.splits); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " of rank ", m.rank(), ": ",
                                                    s.message()));

@@ -68,6 +68,20 @@ TEST_CASE("mismatches produce Horovod-shaped errors for every rank") {
   }
   ready.clear();
   {
+    // GPU path: one rank's tensor in GPU memory, another's in host memory (after a host hop the
+    // remote rank carries only the flag, TensorMeta.gpu).
+    ReadinessTable t(2);
+    TensorRequest on_gpu = Req(1, "x");
+    on_gpu.gpu = wire::GpuPlacement{};
+    t.Submit(Req(0, "x"), kT0, &ready).IgnoreError();
+    t.Submit(on_gpu, kT0, &ready).IgnoreError();
+    REQUIRE(ready.size() == 1);
+    CHECK(ready[0].error.message() ==
+          "Mismatched memory for x: rank 0 submitted it from host memory, but rank 1 from GPU "
+          "memory.");
+  }
+  ready.clear();
+  {
     ReadinessTable t(2);
     t.Submit(Req(0, "x"), kT0, &ready).IgnoreError();
     t.Submit(Req(1, "x", Collective::kAllreduce, {2, 3}, wire::DataType::kInt32), kT0, &ready)

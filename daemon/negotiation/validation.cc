@@ -68,6 +68,12 @@ absl::Status ValidatePair(const TensorRequest& a, const TensorRequest& b) {
                                  "."));
   }
   if (c == Collective::kBarrier || c == Collective::kJoin) return absl::OkStatus();
+  if (a.gpu.has_value() != b.gpu.has_value()) {
+    return Mismatch(absl::StrCat("Mismatched memory for ", a.name(), ": rank ", a.rank,
+                                 " submitted it from ", a.gpu ? "GPU" : "host",
+                                 " memory, but rank ", b.rank, " from ", b.gpu ? "GPU" : "host",
+                                 " memory."));
+  }
   if (a.meta.dtype != b.meta.dtype) {
     return Mismatch(absl::StrCat("Mismatched data types: One rank had type ",
                                  DataTypeName(a.meta.dtype), ", but another rank had type ",
