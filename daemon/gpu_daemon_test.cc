@@ -683,5 +683,85 @@ TEST_CASE("GPU allreduce across two daemons, NCCL-spanning and hierarchical") {
   a.Shutdown();
 }
 
+// The other collectives across the same two daemons (ranks 0, 1 on a's GPUs 0, 1; rank 2 on b's
+// GPU 0), in both plans: one communicator spanning the hosts, and hierarchical (host buffers
+// summed over the TCP mesh).
+TEST_CASE("GPU broadcast, allgather, reducescatter across two daemons, NCCL-spanning and "
+          "hierarchical") {
+  const std::string b_mode = GENERATE(std::string("auto"), std::string("hierarchical"));
+  INFO("host b gpu_mode=" << b_mode);
+  TempDir dir;
+  HostWorld world;
+  HostDevice device_a(world, "a", 1, 2), device_b(world, "b", 2, 1);
+  DaemonConfig ca = Config(dir);
+  ca.set_host_name("a");
+  ca.set_local_socket(dir.path() + "/a.sock");
+  Daemon a(ca, &device_a);
+  REQUIRE(a.Start().ok());
+  DaemonConfig cb = Config(dir);
+  cb.set_host_name("b");
+  cb.set_local_socket(dir.path() + "/b.sock");
+  cb.set_coordinator("127.0.0.1:" + std::to_string(a.port()));
+  cb.set_gpu_mode(b_mode);
+  Daemon b(cb, &device_b);
+  REQUIRE(b.Start().ok());
+  REQUIRE(Eventually([&] { return UpHosts(a) == 2; }));
+  const std::vector<std::string> host = {"a", "a", "b"};
+  std::vector<std::unique_ptr<FakeProcess>> procs;
+  std::vector<std::unique_ptr<WireClient>> clients;
+  for (int r = 0; r < 3; ++r) {
+    const bool on_a = host[r] == "a";
+    procs.push_back(std::make_unique<FakeProcess>(world, host[r], 100 + r, on_a ? 2 : 1,
+                                                  on_a ? r : 0, r));
+    clients.push_back(std::make_unique<WireClient>(dir.path() + "/" + host[r] + ".sock", "xcoll",
+                                                   r, 3, on_a ? r : 0, on_a ? 2 : 1));
+  }
+  for (auto& c : clients) c->Expect(wire::MsgType::kWelcome);
+  for (int r = 0; r < 3; ++r) clients[r]->Register(procs[r]->Registration(), 5);
+  for (auto& c : clients) REQUIRE(c->Next().type == wire::MsgType::kGpuRegistered);
+  using wire::Collective;
+  using wire::DataType;
+  for (int step = 0; step < 2; ++step) {
+    CAPTURE(step);
+    wire::Submit bcast = Meta(Collective::kBroadcast, "bcast", DataType::kInt64, {2});
+    bcast.root_rank = 2;  // on host b
+    wire::Submit gather = Meta(Collective::kAllgather, "gather", DataType::kInt32, {1, 2});
+    wire::Submit scatter = Meta(Collective::kReducescatter, "scatter", DataType::kFloat32, {4});
+    scatter.reduce_op = static_cast<uint32_t>(wire::ReduceOp::kAverage);
+    scatter.prescale = 3;
+    scatter.postscale = 2;
+    for (int r = 0; r < 3; ++r) {
+      procs[r]->Submit<int64_t>(0, {100 * r + step, -r}, 0);
+      procs[r]->Submit<int32_t>(256, {r, 10 * r + step}, 1);
+      procs[r]->Submit<float>(512, {1.0f * r, 2, 3, 4.0f + step}, 2);
+      clients[r]->SubmitMeta(1, bcast, 0, 0);
+      clients[r]->SubmitMeta(2, gather, 256, 1);
+      clients[r]->SubmitMeta(3, scatter, 512, 2);
+    }
+    // Reducescatter of 4 rows over 3 ranks: blocks of 2, 1, 1; the average of the inputs x 3 x 2.
+    const std::vector<std::vector<float>> block = {{6, 12}, {18}, {6.0f * (4 + step)}};
+    for (int r = 0; r < 3; ++r) {
+      std::vector<std::vector<int64_t>> shapes(4);
+      for (int k = 0; k < 3; ++k) {
+        Reply done = clients[r]->Expect(wire::MsgType::kComplete);
+        INFO("rank " << r << ": " << done.message);
+        REQUIRE(done.code == 0);
+        shapes[done.request_id] = done.shape;
+      }
+      CHECK(shapes[1] == std::vector<int64_t>{2});
+      CHECK(shapes[2] == std::vector<int64_t>{3, 2});
+      CHECK(shapes[3] == std::vector<int64_t>{r == 0 ? 2 : 1});
+      CHECK(procs[r]->Result<int64_t>(0, 2, 0) == std::vector<int64_t>{200 + step, -2});
+      CHECK(procs[r]->Result<int32_t>(256, 6, 1) ==
+            std::vector<int32_t>{0, step, 1, 10 + step, 2, 20 + step});
+      CHECK(procs[r]->Result<float>(512, block[r].size(), 2) == block[r]);
+    }
+  }
+  clients.clear();
+  CHECK(Eventually([&] { return device_a.open_mappings() == 0 && device_b.open_mappings() == 0; }));
+  b.Shutdown();
+  a.Shutdown();
+}
+
 }  // namespace
 }  // namespace ard
