@@ -686,8 +686,9 @@ TEST_CASE("GPU allreduce across two daemons, NCCL-spanning and hierarchical") {
 // The other collectives across the same two daemons (ranks 0, 1 on a's GPUs 0, 1; rank 2 on b's
 // GPU 0), in both plans: one communicator spanning the hosts, and hierarchical (host buffers
 // summed over the TCP mesh).
-TEST_CASE("GPU broadcast, allgather, reducescatter across two daemons, NCCL-spanning and "
-          "hierarchical") {
+TEST_CASE(
+    "GPU broadcast, allgather, reducescatter across two daemons, NCCL-spanning and "
+    "hierarchical") {
   const std::string b_mode = GENERATE(std::string("auto"), std::string("hierarchical"));
   INFO("host b gpu_mode=" << b_mode);
   TempDir dir;
@@ -711,10 +712,10 @@ TEST_CASE("GPU broadcast, allgather, reducescatter across two daemons, NCCL-span
   std::vector<std::unique_ptr<WireClient>> clients;
   for (int r = 0; r < 3; ++r) {
     const bool on_a = host[r] == "a";
-    procs.push_back(std::make_unique<FakeProcess>(world, host[r], 100 + r, on_a ? 2 : 1,
-                                                  on_a ? r : 0, r));
-    clients.push_back(std::make_unique<WireClient>(dir.path() + "/" + host[r] + ".sock", "xcoll",
-                                                   r, 3, on_a ? r : 0, on_a ? 2 : 1));
+    procs.push_back(
+        std::make_unique<FakeProcess>(world, host[r], 100 + r, on_a ? 2 : 1, on_a ? r : 0, r));
+    clients.push_back(std::make_unique<WireClient>(dir.path() + "/" + host[r] + ".sock", "xcoll", r,
+                                                   3, on_a ? r : 0, on_a ? 2 : 1));
   }
   for (auto& c : clients) c->Expect(wire::MsgType::kWelcome);
   for (int r = 0; r < 3; ++r) clients[r]->Register(procs[r]->Registration(), 5);
