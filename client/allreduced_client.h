@@ -69,6 +69,11 @@ enum {
  *                to form; negative: forever.
  *   arena_segment_bytes  0 -> $ALLREDUCED_ARENA_SEGMENT_BYTES, else 64 MiB: first input segment.
  *   arena_max_bytes      0 -> $ALLREDUCED_ARENA_MAX_BYTES, else 16 GiB: cap on all input segments.
+ * GPU path only, from the environment (no option fields): $ALLREDUCED_GPU_ARENA_BYTES (default
+ * 64 MiB, at least 4096) sizes the device staging arena, $ALLREDUCED_GPU_EVENTS (default 64,
+ * 1..1024; the daemon's max_gpu_event_pool may allow fewer) the interprocess event pool; both are
+ * created at the first ard_submit_device. A bad value fails ard_client_create with
+ * ARD_INVALID_ARGUMENT naming the variable.
  * The strings are only read during ard_client_create. */
 typedef struct {
   const char* socket_path;
@@ -158,16 +163,27 @@ typedef void (*ard_done_fn)(void* user, uint64_t handle, const ard_result* resul
 ARD_API int ard_submit(ard_client* client, const ard_request* request, ard_done_fn done,
                        void* user, uint64_t* handle, char* err, size_t err_len);
 
-/* GPU path (issue 6): an allreduce of a CUDA device tensor. `request` as for ard_submit, with
- * request->data a device pointer on CUDA device `device` (the input; collective must be
- * allreduce), `device_out` the device pointer the result is written to (may equal data) and
- * `stream` the framework's CUstream (NULL: the legacy default stream). The first call registers
- * this process's staging arena and event pool with the daemon (GPU_REGISTER) and blocks until
- * every local rank of the job registered (up to the client timeout). Then, without waiting for the
- * GPU: the input is copied into the staging arena on `stream` and submitted; on completion the
- * copy to device_out is enqueued on `stream` (after the daemon's result) before `done` runs, so
- * work issued on `stream` afterwards sees the result. result->data is NULL and bytes 0. Use one
- * stream for all of a process's device submits (staging ranges are reused in completion order).
+/* GPU path (issue 6): a collective on a CUDA device tensor: allreduce (with prescale/postscale),
+ * broadcast, allgather or reducescatter. `request` as for ard_submit, with request->data a device
+ * pointer on CUDA device `device` (the input), `device_out` the device pointer the result is
+ * written to and `stream` the framework's CUstream (NULL: the legacy default stream).
+ * device_out must hold the whole result, whose shape comes back in result->shape:
+ *   allreduce, broadcast  the input's size (device_out may equal data);
+ *   reducescatter         this rank's block of the first dimension (as for host tensors: the first
+ *                         shape[0] % size ranks get one row more), at most the input's size;
+ *   allgather             size x the input (every rank's first dimension must be equal for
+ *                         device tensors; unequal ones fail that tensor on every rank with
+ *                         ARD_INVALID_ARGUMENT — use ard_submit for uneven allgather).
+ * The staging range each submit takes is that large (allgather: size x input bytes) and comes out
+ * of the staging arena of $ALLREDUCED_GPU_ARENA_BYTES (default 64 MiB), with one of
+ * $ALLREDUCED_GPU_EVENTS (default 64) pool events per submit in flight; ARD_RESOURCE_EXHAUSTED
+ * when either is used up (retry after completions). The first call registers this process's
+ * staging arena and event pool with the daemon (GPU_REGISTER) and blocks until every local rank of
+ * the job registered (up to the client timeout). Then, without waiting for the GPU: the input is
+ * copied into the staging arena on `stream` and submitted; on completion the copy to device_out is
+ * enqueued on `stream` (after the daemon's result) before `done` runs, so work issued on `stream`
+ * afterwards sees the result. result->data is NULL and bytes 0. Use one stream for all of a
+ * process's device submits (staging ranges are reused in completion order).
  * ARD_FAILED_PRECONDITION "no CUDA driver/device" without a GPU; otherwise as ard_submit. */
 ARD_API int ard_submit_device(ard_client* client, const ard_request* request, int device,
                               void* device_out, void* stream, ard_done_fn done, void* user,

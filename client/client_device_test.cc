@@ -23,12 +23,13 @@ TEST_CASE("ard_submit_device without a GPU: a clear error, and host submits stil
   uint64_t handle = 0;
   float out[2];
 
-  // Not an allreduce: refused as misuse, whatever the machine has.
-  FloatTensor b("bcast", {1.0f});
-  b.request.collective = 3;  // broadcast
+  // Alltoall is not served for device tensors: refused as misuse, whatever the machine has.
+  FloatTensor b("a2a", {1.0f, 2.0f});
+  b.request.collective = 4;  // alltoall
   CHECK(ard_submit_device(client, &b.request, 0, out, nullptr, nullptr, nullptr, &handle, err,
                           sizeof(err)) == ARD_INVALID_ARGUMENT);
-  CHECK(std::string(err).find("only allreduce") != std::string::npos);
+  CHECK(std::string(err).find("only allreduce, broadcast, allgather and reducescatter") !=
+        std::string::npos);
   CHECK(ard_submit_device(client, &t.request, 0, nullptr, nullptr, nullptr, nullptr, &handle, err,
                           sizeof(err)) == ARD_INVALID_ARGUMENT);
 

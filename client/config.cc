@@ -72,6 +72,26 @@ Status ResolveArena(const ard_options& options, const EnvLookup& env, ClientConf
   return OkStatus();
 }
 
+// The GPU staging sizes: environment only (ard_options has no fields for them).
+Status ResolveGpu(const EnvLookup& env, ClientConfig* out) {
+  ARD_CLIENT_RETURN_IF_ERROR(UintOption(0, env, "ALLREDUCED_GPU_ARENA_BYTES", kDefaultGpuArenaBytes,
+                                        &out->gpu_arena_bytes));
+  if (out->gpu_arena_bytes < kMinGpuArenaBytes) {
+    return InvalidArgument(
+        "environment variable ALLREDUCED_GPU_ARENA_BYTES=" + std::to_string(out->gpu_arena_bytes) +
+        " is below the minimum of " + std::to_string(kMinGpuArenaBytes));
+  }
+  uint64_t events;
+  ARD_CLIENT_RETURN_IF_ERROR(
+      UintOption(0, env, "ALLREDUCED_GPU_EVENTS", kDefaultGpuEvents, &events));
+  if (events > wire::kMaxGpuEvents) {
+    return InvalidArgument("environment variable ALLREDUCED_GPU_EVENTS=" + std::to_string(events) +
+                           " is outside 1.." + std::to_string(wire::kMaxGpuEvents));
+  }
+  out->gpu_events = static_cast<uint32_t>(events);
+  return OkStatus();
+}
+
 }  // namespace
 
 bool IsValidJobName(const std::string& job) {
@@ -107,6 +127,7 @@ Status ResolveConfig(const ard_options& options, const EnvLookup& env, ClientCon
   ARD_CLIENT_RETURN_IF_ERROR(ValidateRanks(config.ranks));
   ARD_CLIENT_RETURN_IF_ERROR(ResolveTimeout(options.timeout_ms, env, &config.timeout_ms));
   ARD_CLIENT_RETURN_IF_ERROR(ResolveArena(options, env, &config));
+  ARD_CLIENT_RETURN_IF_ERROR(ResolveGpu(env, &config));
   *out = std::move(config);
   return OkStatus();
 }

@@ -18,6 +18,9 @@ inline constexpr int kDefaultInitTimeoutMs = 60000;
 inline constexpr uint64_t kDefaultSegmentBytes = 64ull << 20;
 inline constexpr uint64_t kDefaultArenaMaxBytes = 16ull << 30;
 inline constexpr uint64_t kMinSegmentBytes = 4096;
+inline constexpr uint64_t kDefaultGpuArenaBytes = 64ull << 20;
+inline constexpr uint64_t kMinGpuArenaBytes = 4096;
+inline constexpr uint32_t kDefaultGpuEvents = 64;
 
 struct ClientConfig {
   std::string socket_path;
@@ -26,6 +29,10 @@ struct ClientConfig {
   int timeout_ms = kDefaultInitTimeoutMs;  // < 0: wait forever
   uint64_t arena_segment_bytes = kDefaultSegmentBytes;  // page multiple, <= arena_max_bytes
   uint64_t arena_max_bytes = kDefaultArenaMaxBytes;
+  // GPU path: device staging arena and interprocess event pool, created at the first device
+  // submit ($ALLREDUCED_GPU_ARENA_BYTES, $ALLREDUCED_GPU_EVENTS).
+  uint64_t gpu_arena_bytes = kDefaultGpuArenaBytes;  // >= kMinGpuArenaBytes
+  uint32_t gpu_events = kDefaultGpuEvents;           // 1..wire::kMaxGpuEvents
 };
 
 // InvalidArgument (naming the option or variable) for a bad job name, socket path, rank value or

@@ -175,5 +175,30 @@ TEST_CASE("ResolveConfig rejects bad values with a clear message") {
   CHECK(code(options, {{"ALLREDUCED_RANK", "junk"}}) == wire::Code::kOk);
 }
 
+TEST_CASE("ResolveConfig: GPU staging sizes from the environment, validated") {
+  ClientConfig config;
+  REQUIRE(ResolveConfig(Defaults(), Lookup({}), &config).ok());
+  CHECK(config.gpu_arena_bytes == (64ull << 20));
+  CHECK(config.gpu_events == 64);
+  REQUIRE(ResolveConfig(Defaults(),
+                        Lookup({{"ALLREDUCED_GPU_ARENA_BYTES", "1048576"},
+                                {"ALLREDUCED_GPU_EVENTS", "1024"}}),
+                        &config)
+              .ok());
+  CHECK(config.gpu_arena_bytes == 1048576);
+  CHECK(config.gpu_events == 1024);
+  auto message = [&](const Env& env) {
+    Status s = ResolveConfig(Defaults(), Lookup(env), &config);
+    CHECK(s.code() == wire::Code::kInvalidArgument);
+    return s.message();
+  };
+  CHECK(message({{"ALLREDUCED_GPU_ARENA_BYTES", "64MiB"}}).find("ALLREDUCED_GPU_ARENA_BYTES") !=
+        std::string::npos);
+  CHECK(message({{"ALLREDUCED_GPU_ARENA_BYTES", "100"}}).find("minimum") != std::string::npos);
+  CHECK(message({{"ALLREDUCED_GPU_EVENTS", "0"}}).find("ALLREDUCED_GPU_EVENTS") !=
+        std::string::npos);
+  CHECK(message({{"ALLREDUCED_GPU_EVENTS", "1025"}}).find("1..1024") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace ard::client

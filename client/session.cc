@@ -246,7 +246,7 @@ Status Session::HandleComplete(const Frame& frame) {
   } else if (c.bytes > 0) {
     SendRelease(id);  // a failed request has nothing to read; free the daemon's slot now
   }
-  if (!FinishGpu(id, &outcome.status)) {
+  if (!FinishGpu(id, &outcome.status, &c)) {
     // A host submit: nothing more.
   }
   if (outcome.status.ok()) {
@@ -280,7 +280,7 @@ Status Session::HandleError(const Frame& frame, bool notify) {
   }
   Outcome outcome;
   outcome.status = status;
-  FinishGpu(id, &outcome.status);
+  FinishGpu(id, &outcome.status, nullptr);
   FreeInput(id);
   Finished finished;
   if (requests_.Complete(id, std::move(outcome), &finished)) Deliver({finished});

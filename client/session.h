@@ -76,15 +76,18 @@ class Session {
   // GPU path (session_gpu.cc).
   struct GpuPending {
     uint64_t offset = 0, bytes = 0, reserved = 0;  // staging range [offset, offset + reserved)
+    uint64_t capacity = 0;  // result bytes that fit (allgather: size x input bytes)
+    uint64_t elem = 1;      // dtype size: the result's bytes follow from COMPLETE's shape
     uint32_t event = 0;
     void* out = nullptr;
     void* stream = nullptr;
   };
   Status RegisterGpu(int device);  // once per process, under gpu_mu_
   Status AllocateGpu(uint64_t bytes, GpuPending* pending);  // under gpu_mu_
-  // COMPLETE/ERROR of a device submit: enqueues the copy-out (when `status` is OK) and frees its
-  // staging range and event. Returns the status to report. False: `id` is not a device submit.
-  bool FinishGpu(uint64_t id, Status* status);
+  // COMPLETE/ERROR of a device submit: enqueues the copy-out of the result (its size from
+  // `complete`'s shape; NULL for an ERROR) when `status` is OK and frees its staging range and
+  // event. Returns the status to report. False: `id` is not a device submit.
+  bool FinishGpu(uint64_t id, Status* status, const wire::Complete* complete);
   bool HandleGpuReply(const Frame& frame, const Status& status);  // GPU_REGISTER's answer
 
   const ClientConfig config_;

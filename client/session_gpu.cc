@@ -13,14 +13,10 @@ namespace ard::client {
 
 using wire::MsgType;
 
-namespace {
-constexpr uint64_t kGpuArenaBytes = 64ull << 20;
-constexpr uint32_t kGpuEvents = 64;
-}  // namespace
-
 Status Session::RegisterGpu(int device) {
   std::unique_ptr<GpuStaging> staging;
-  ARD_CLIENT_RETURN_IF_ERROR(GpuStaging::Create(device, kGpuArenaBytes, kGpuEvents, &staging));
+  ARD_CLIENT_RETURN_IF_ERROR(
+      GpuStaging::Create(device, config_.gpu_arena_bytes, config_.gpu_events, &staging));
   std::unique_lock<std::mutex> lock(gpu_mu_, std::adopt_lock);
   gpu_register_id_ = next_handle_.fetch_add(1);
   gpu_answered_ = false;
@@ -65,6 +61,12 @@ bool Session::HandleGpuReply(const Frame& frame, const Status& status) {
 }
 
 Status Session::AllocateGpu(uint64_t bytes, GpuPending* pending) {
+  if (bytes > gpu_->arena_bytes()) {
+    return Status(wire::Code::kResourceExhausted,
+                  "GPU staging arena (" + std::to_string(gpu_->arena_bytes()) +
+                      " bytes, ALLREDUCED_GPU_ARENA_BYTES) cannot hold " + std::to_string(bytes) +
+                      " bytes");
+  }
   const uint64_t want =
       (bytes + wire::kSlotAlignment - 1) / wire::kSlotAlignment * wire::kSlotAlignment;
   if (gpu_free_events_.empty()) {
@@ -75,7 +77,7 @@ Status Session::AllocateGpu(uint64_t bytes, GpuPending* pending) {
   for (auto it = gpu_free_.begin(); it != gpu_free_.end(); ++it) {
     if (it->second < want) continue;
     pending->offset = it->first;
-    pending->bytes = bytes;
+    pending->capacity = bytes;
     pending->reserved = want;
     if (it->second > want) gpu_free_[it->first + want] = it->second - want;
     gpu_free_.erase(it);
@@ -91,10 +93,25 @@ Status Session::AllocateGpu(uint64_t bytes, GpuPending* pending) {
 Status Session::SubmitDevice(const ard_request& request, int device, void* device_out, void* stream,
                              ard_done_fn done, void* user, uint64_t* handle) {
   ARD_CLIENT_RETURN_IF_ERROR(ValidateRequest(request, max_tensor_bytes_));
-  if (request.collective != static_cast<int>(wire::Collective::kAllreduce) || request.bytes == 0) {
+  const auto collective = static_cast<wire::Collective>(request.collective);
+  const bool served =
+      collective == wire::Collective::kAllreduce || collective == wire::Collective::kBroadcast ||
+      collective == wire::Collective::kAllgather || collective == wire::Collective::kReducescatter;
+  if (!served || request.bytes == 0) {
     return Status(wire::Code::kInvalidArgument,
                   std::string("ard_submit_device: ") + request.name +
-                      ": only allreduce of a non-empty tensor is served for device tensors");
+                      ": only allreduce, broadcast, allgather and reducescatter of a non-empty "
+                      "tensor are served for device tensors");
+  }
+  // The staging range holds the input and then the result: allgather's is size times the input
+  // (every rank's first dimension must be equal for device tensors).
+  uint64_t capacity = request.bytes;
+  if (collective == wire::Collective::kAllgather) {
+    const uint64_t size = topology_.size > 0 ? static_cast<uint64_t>(topology_.size) : 1;
+    if (request.bytes > UINT64_MAX / size) {
+      return Status(wire::Code::kInvalidArgument, "ard_submit_device: allgather result too large");
+    }
+    capacity = request.bytes * size;
   }
   ARD_CLIENT_RETURN_IF_ERROR(requests_.failure());
   gpu_mu_.lock();
@@ -112,7 +129,9 @@ Status Session::SubmitDevice(const ard_request& request, int device, void* devic
                                                     std::to_string(device));
   }
   GpuPending pending;
-  Status status = AllocateGpu(request.bytes, &pending);
+  Status status = AllocateGpu(capacity, &pending);
+  pending.bytes = request.bytes;
+  pending.elem = wire::DataTypeSize(static_cast<uint32_t>(request.dtype));
   if (status.ok()) {
     status = gpu_->CopyIn(pending.offset, request.data, request.bytes, pending.event, stream);
     if (!status.ok()) {
@@ -142,20 +161,39 @@ Status Session::SubmitDevice(const ard_request& request, int device, void* devic
       return OkStatus();
     }
   }
-  Status ignored;
-  FinishGpu(id, &ignored);
+  Status not_sent = status;  // not OK: frees the range and event without a copy-out
+  FinishGpu(id, &not_sent, nullptr);
   return status;
 }
 
-bool Session::FinishGpu(uint64_t id, Status* status) {
+bool Session::FinishGpu(uint64_t id, Status* status, const wire::Complete* complete) {
   std::lock_guard<std::mutex> lock(gpu_mu_);
   auto it = gpu_pending_.find(id);
   if (it == gpu_pending_.end()) return false;
   const GpuPending p = it->second;
   gpu_pending_.erase(it);
   if (status->ok()) {
+    uint64_t bytes = p.bytes;
+    if (complete != nullptr) {  // allgather and reducescatter change the shape
+      uint64_t elems = 1;
+      bool valid = complete->ndims <= wire::kMaxDims;
+      for (uint32_t d = 0; valid && d < complete->ndims; ++d) {
+        const int64_t n = complete->shape[d];
+        valid = n >= 0 && (n == 0 || elems <= p.capacity / static_cast<uint64_t>(n));
+        if (valid) elems *= static_cast<uint64_t>(n);
+      }
+      valid = valid && elems <= p.capacity / (p.elem == 0 ? 1 : p.elem);
+      bytes = elems * p.elem;
+      if (!valid) {
+        *status = Status(wire::Code::kInternal, "the daemon's result shape does not fit the " +
+                                                    std::to_string(p.capacity) +
+                                                    " bytes reserved for it");
+      }
+    }
     // The stream waits for the daemon's record of the event, then copies the result out.
-    *status = gpu_->CopyOut(p.offset, p.out, p.bytes, p.event, p.stream);
+    if (status->ok() && bytes > 0) {
+      *status = gpu_->CopyOut(p.offset, p.out, bytes, p.event, p.stream);
+    }
   }
   gpu_free_[p.offset] = p.reserved;
   gpu_free_events_.push_back(p.event);

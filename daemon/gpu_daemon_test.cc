@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,7 @@ struct Reply {
   int32_t code = 0;  // ERROR / NOTIFY / COMPLETE
   std::string message;
   std::vector<int64_t> shape;  // COMPLETE
+  uint64_t offset = 0;         // COMPLETE of a host tensor: its result in segment 0
 };
 
 // A training process's local connection, speaking the wire protocol directly.
@@ -105,9 +107,16 @@ class WireClient {
     hello.pid = static_cast<uint32_t>(getpid());
     hello.segment_bytes = 1 << 16;
     REQUIRE(local::SendMessage(fd_, Frame(wire::MsgType::kHello, 0, &hello, sizeof(hello)), memfd));
+    input_ =
+        static_cast<char*>(mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0));
+    REQUIRE(input_ != MAP_FAILED);
     close(memfd);
   }
-  ~WireClient() { HangUp(); }
+  ~WireClient() {
+    HangUp();
+    munmap(input_, 1 << 16);
+    if (results_ != nullptr) munmap(const_cast<char*>(results_), results_bytes_);
+  }
 
   void HangUp() {
     if (fd_ >= 0) close(fd_);
@@ -120,7 +129,6 @@ class WireClient {
     REQUIRE(poll(&p, 1, 10000) == 1);
     auto m = local::RecvMessage(fd_, 1 << 20);
     REQUIRE(m.ok());
-    if (m->fd >= 0) close(m->fd);
     wire::FrameHeader h;
     REQUIRE(m->bytes.size() >= sizeof(h));
     std::memcpy(&h, m->bytes.data(), sizeof(h));
@@ -128,6 +136,15 @@ class WireClient {
     Reply r;
     r.type = static_cast<wire::MsgType>(h.type);
     r.request_id = h.request_id;
+    if (r.type == wire::MsgType::kWelcome && m->fd >= 0) {  // result segment 0, read-only
+      wire::Welcome w;
+      std::memcpy(&w, payload, sizeof(w));
+      results_bytes_ = w.result_segment_bytes;
+      void* at = mmap(nullptr, results_bytes_, PROT_READ, MAP_SHARED, m->fd, 0);
+      REQUIRE(at != MAP_FAILED);
+      results_ = static_cast<const char*>(at);
+    }
+    if (m->fd >= 0) close(m->fd);
     if (r.type == wire::MsgType::kError || r.type == wire::MsgType::kNotify) {
       wire::Error e;
       std::memcpy(&e, payload, sizeof(e));
@@ -138,6 +155,7 @@ class WireClient {
       std::memcpy(&c, payload, sizeof(c));
       r.code = c.code;
       r.shape.assign(c.shape, c.shape + c.ndims);
+      r.offset = c.segment == 0 ? c.offset : UINT64_MAX;
       r.message.assign(payload + sizeof(c) + c.num_splits * sizeof(int64_t), c.message_bytes);
     }
     return r;
@@ -166,6 +184,38 @@ class WireClient {
         fd_, Frame(wire::MsgType::kGpuRegister, request_id, &g, sizeof(g), tail), -1));
   }
 
+  // Any collective: `s` as built by Meta().
+  void SubmitMeta(uint64_t request_id, const wire::Submit& s, uint64_t offset, uint32_t event) {
+    wire::GpuPlacement p{offset, event, 0};
+    std::string tail(reinterpret_cast<const char*>(&p), sizeof(p));
+    REQUIRE(local::SendMessage(
+        fd_, Frame(wire::MsgType::kGpuSubmit, request_id, &s, sizeof(s), tail), -1));
+  }
+
+  // A host-memory allreduce (SUBMIT) of float sums from input segment 0 at offset 0.
+  void SubmitHost(uint64_t request_id, const std::string& name, const std::vector<float>& values) {
+    std::memcpy(input_, values.data(), values.size() * sizeof(float));
+    wire::Submit s{};
+    s.collective = static_cast<uint32_t>(wire::Collective::kAllreduce);
+    s.dtype = static_cast<uint32_t>(wire::DataType::kFloat32);
+    s.reduce_op = static_cast<uint32_t>(wire::ReduceOp::kSum);
+    s.prescale = s.postscale = 1.0;
+    std::strncpy(s.name, name.c_str(), sizeof(s.name) - 1);
+    s.ndims = 1;
+    s.shape[0] = static_cast<int64_t>(values.size());
+    s.bytes = values.size() * sizeof(float);
+    s.group_id = -1;
+    REQUIRE(local::SendMessage(fd_, Frame(wire::MsgType::kSubmit, request_id, &s, sizeof(s)), -1));
+  }
+  // A host tensor's result (its COMPLETE's place in result segment 0).
+  std::vector<float> HostResult(const Reply& done, size_t count) const {
+    REQUIRE(results_ != nullptr);
+    REQUIRE(done.offset + count * sizeof(float) <= results_bytes_);
+    std::vector<float> out(count);
+    std::memcpy(out.data(), results_ + done.offset, count * sizeof(float));
+    return out;
+  }
+
   void Submit(uint64_t request_id, const std::string& name, wire::DataType dtype, wire::ReduceOp op,
               int64_t count, uint64_t offset, uint32_t event) {
     wire::Submit s{};
@@ -186,7 +236,26 @@ class WireClient {
 
  private:
   int fd_ = -1;
+  char* input_ = nullptr;          // input segment 0
+  const char* results_ = nullptr;  // result segment 0
+  size_t results_bytes_ = 0;
 };
+
+wire::Submit Meta(wire::Collective collective, const std::string& name, wire::DataType dtype,
+                  std::vector<int64_t> shape) {
+  wire::Submit s{};
+  s.collective = static_cast<uint32_t>(collective);
+  s.dtype = static_cast<uint32_t>(dtype);
+  s.reduce_op = static_cast<uint32_t>(wire::ReduceOp::kSum);
+  s.prescale = s.postscale = 1.0;
+  std::strncpy(s.name, name.c_str(), sizeof(s.name) - 1);
+  s.ndims = static_cast<uint32_t>(shape.size());
+  int64_t elems = 1;
+  for (size_t d = 0; d < shape.size(); ++d) elems *= s.shape[d] = shape[d];
+  s.bytes = elems * wire::DataTypeSize(s.dtype);
+  s.group_id = -1;
+  return s;
+}
 
 // Each rank's GPU of job `job` on `host` ("": any) in the cluster status, as `allreducectl
 // status` gets it.
@@ -400,6 +469,116 @@ TEST_CASE("GPU path: a process hanging up mid-job fails the job and its IPC hand
   daemon.Shutdown();
 }
 
+TEST_CASE("GPU broadcast, allgather, reducescatter and scaled allreduce through the daemon") {
+  TempDir dir;
+  HostWorld world;
+  HostDevice device(world, "h", 1, 2);
+  Daemon daemon(Config(dir), &device);
+  REQUIRE(daemon.Start().ok());
+  const std::string sock = dir.path() + "/h.sock";
+  std::vector<std::unique_ptr<FakeProcess>> procs;
+  std::vector<std::unique_ptr<WireClient>> clients;
+  const std::vector<int> gpu_of = {0, 1, 0};  // ranks 0 and 2 share GPU 0
+  for (int r = 0; r < 3; ++r) {
+    procs.push_back(std::make_unique<FakeProcess>(world, "h", 100 + r, 2, gpu_of[r], r));
+    clients.push_back(std::make_unique<WireClient>(sock, "coll", r, 3));
+  }
+  for (auto& c : clients) c->Expect(wire::MsgType::kWelcome);
+  for (int r = 0; r < 3; ++r) clients[r]->Register(procs[r]->Registration(), 1);
+  for (auto& c : clients) REQUIRE(c->Next().type == wire::MsgType::kGpuRegistered);
+  using wire::Collective;
+  using wire::DataType;
+
+  for (int step = 0; step < 2; ++step) {
+    CAPTURE(step);
+    // Broadcast from rank 1 of a [2, 2] int32 tensor.
+    wire::Submit bcast = Meta(Collective::kBroadcast, "bcast", DataType::kInt32, {2, 2});
+    bcast.root_rank = 1;
+    // Allgather of [1, 2] float16 (as raw halves) per rank: the result is [3, 2].
+    wire::Submit gather = Meta(Collective::kAllgather, "gather", DataType::kFloat16, {1, 2});
+    // Reducescatter of [5] float: blocks of 2, 2, 1 rows; average, prescale 2, postscale 10.
+    wire::Submit scatter = Meta(Collective::kReducescatter, "scatter", DataType::kFloat32, {5});
+    scatter.reduce_op = static_cast<uint32_t>(wire::ReduceOp::kAverage);
+    scatter.prescale = 2;
+    scatter.postscale = 10;
+    // Allreduce of [2] float64 with prescale 0.5, postscale 4.
+    wire::Submit scaled = Meta(Collective::kAllreduce, "scaled", DataType::kFloat64, {2});
+    scaled.prescale = 0.5;
+    scaled.postscale = 4;
+    for (int r = 0; r < 3; ++r) {
+      procs[r]->Submit<int32_t>(0, {r, r + step, -r, 100 * r}, 0);
+      procs[r]->Submit<uint16_t>(256, {uint16_t(r + 1), uint16_t(0x3c00 + r)}, 1);
+      procs[r]->Submit<float>(1024, {1.0f + r, 2, 3, 4, 5.0f * r}, 2);
+      procs[r]->Submit<double>(2048, {1.0 + r + step, -2}, 3);
+      clients[r]->SubmitMeta(1, bcast, 0, 0);
+      clients[r]->SubmitMeta(2, gather, 256, 1);
+      clients[r]->SubmitMeta(3, scatter, 1024, 2);
+      clients[r]->SubmitMeta(4, scaled, 2048, 3);
+    }
+    const std::vector<std::vector<int64_t>> scatter_shapes = {{2}, {2}, {1}};
+    for (int r = 0; r < 3; ++r) {
+      std::vector<std::vector<int64_t>> shapes(5);
+      for (int k = 0; k < 4; ++k) {
+        Reply done = clients[r]->Expect(wire::MsgType::kComplete);
+        INFO(done.message);
+        REQUIRE(done.code == 0);
+        shapes[done.request_id] = done.shape;
+      }
+      CHECK(shapes[1] == std::vector<int64_t>{2, 2});
+      CHECK(shapes[2] == std::vector<int64_t>{3, 2});
+      CHECK(shapes[3] == scatter_shapes[r]);
+      CHECK(shapes[4] == std::vector<int64_t>{2});
+      CHECK(procs[r]->Result<int32_t>(0, 4, 0) == std::vector<int32_t>{1, 1 + step, -1, 100});
+      CHECK(procs[r]->Result<uint16_t>(256, 6, 1) ==
+            std::vector<uint16_t>{1, 0x3c00, 2, 0x3c01, 3, 0x3c02});
+      // Sum of inputs x 2 / 3 x 10: {1+2+3, 6, 9, 12, 0+5+10} * 20 / 3.
+      const std::vector<std::vector<float>> block = {{40, 40}, {60, 80}, {100}};
+      CHECK(procs[r]->Result<float>(1024, block[r].size(), 2) == block[r]);
+      CHECK(procs[r]->Result<double>(2048, 2, 3) == std::vector<double>{(6.0 + 3 * step) * 2, -12});
+    }
+  }
+
+  // Bad input is that process's error: a broadcast root outside the job, an allgather whose
+  // result (3 x input) would run past its staging arena.
+  wire::Submit root = Meta(Collective::kBroadcast, "root", DataType::kFloat32, {1});
+  root.root_rank = 3;
+  clients[2]->SubmitMeta(5, root, 0, 0);
+  Reply bad_root = clients[2]->Expect(wire::MsgType::kComplete);
+  CHECK(bad_root.code == static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  CHECK_THAT(bad_root.message, Catch::Contains("root rank 3"));
+  wire::Submit big = Meta(Collective::kAllgather, "big", DataType::kFloat32, {1024});
+  clients[0]->SubmitMeta(6, big, (1 << 16) - 8192, 0);  // input fits, 3 x input does not
+  Reply bad_range = clients[0]->Expect(wire::MsgType::kComplete);
+  CHECK(bad_range.code == static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  CHECK_THAT(bad_range.message, Catch::Contains("staging arena"));
+
+  // Unequal first dimensions of a device allgather: that tensor fails on every rank (the
+  // mismatch is between ranks), the job goes on.
+  for (int r = 0; r < 3; ++r) {
+    clients[r]->SubmitMeta(
+        7, Meta(Collective::kAllgather, "uneven", DataType::kFloat32, {r == 2 ? 2 : 1}), 0, 0);
+  }
+  for (int r = 0; r < 3; ++r) {
+    Reply uneven = clients[r]->Expect(wire::MsgType::kComplete);
+    CHECK(uneven.request_id == 7);
+    CHECK(uneven.code == static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+    CHECK_THAT(uneven.message, Catch::Contains("first dimension must be equal"));
+  }
+  for (int r = 0; r < 3; ++r) {
+    procs[r]->Submit<float>(0, {1.0f + r}, 0);
+    clients[r]->Submit(8, "after", DataType::kFloat32, wire::ReduceOp::kSum, 1, 0, 0);
+  }
+  for (int r = 0; r < 3; ++r) {
+    Reply after = clients[r]->Expect(wire::MsgType::kComplete);
+    INFO(after.message);
+    CHECK(after.code == 0);
+    CHECK(procs[r]->Result<float>(0, 1, 0) == std::vector<float>{6});
+  }
+  clients.clear();
+  CHECK(Eventually([&] { return device.open_mappings() == 0; }));
+  daemon.Shutdown();
+}
+
 // Two daemons ("hosts" a and b, real gRPC negotiation and TCP data plane on loopback), each on
 // its own device double in one simulated cluster: ranks 0 and 1 on a's GPUs 0 and 1, rank 2 on b's
 // GPU 0. The GPUs register after the job formed; the coordinator's second round gives both hosts
@@ -464,13 +643,22 @@ TEST_CASE("GPU allreduce across two daemons, NCCL-spanning and hierarchical") {
                          1);
       clients[r]->Submit(10 * step + 3, "d", wire::DataType::kFloat64, wire::ReduceOp::kAverage, 1,
                          512, 2);
+      // A host tensor of the same job, between the GPU ones: its data plane shares the job's one
+      // committed order (and TCP mesh) with the GPU responses.
+      clients[r]->SubmitHost(10 * step + 4, "h", {1.0f * r + step, 1.0f});
     }
     for (int r = 0; r < 3; ++r) {
-      for (int k = 1; k <= 3; ++k) {
+      std::set<uint64_t> completed;
+      for (int k = 1; k <= 4; ++k) {
         Reply done = clients[r]->Expect(wire::MsgType::kComplete);
         INFO("rank " << r << ": " << done.message);
         REQUIRE(done.code == 0);
+        completed.insert(done.request_id);
+        if (done.request_id == static_cast<uint64_t>(10 * step + 4)) {
+          CHECK(clients[r]->HostResult(done, 2) == std::vector<float>{3.0f + 3 * step, 3.0f});
+        }
       }
+      CHECK(completed.size() == 4);
       CHECK(procs[r]->Result<float>(0, 2, 0) == std::vector<float>{6.0f + 3 * step, -6.0f});
       CHECK(procs[r]->Result<int32_t>(256, 2, 1) == std::vector<int32_t>{step, 5});
       CHECK(procs[r]->Result<double>(512, 1, 2) == std::vector<double>{3.0});
@@ -488,6 +676,87 @@ TEST_CASE("GPU allreduce across two daemons, NCCL-spanning and hierarchical") {
     Reply failed = clients[r]->Expect(wire::MsgType::kComplete);
     CHECK(failed.code != 0);
     CHECK_THAT(failed.message, Catch::Contains("2 on b"));
+  }
+  clients.clear();
+  CHECK(Eventually([&] { return device_a.open_mappings() == 0 && device_b.open_mappings() == 0; }));
+  b.Shutdown();
+  a.Shutdown();
+}
+
+// The other collectives across the same two daemons (ranks 0, 1 on a's GPUs 0, 1; rank 2 on b's
+// GPU 0), in both plans: one communicator spanning the hosts, and hierarchical (host buffers
+// summed over the TCP mesh).
+TEST_CASE(
+    "GPU broadcast, allgather, reducescatter across two daemons, NCCL-spanning and "
+    "hierarchical") {
+  const std::string b_mode = GENERATE(std::string("auto"), std::string("hierarchical"));
+  INFO("host b gpu_mode=" << b_mode);
+  TempDir dir;
+  HostWorld world;
+  HostDevice device_a(world, "a", 1, 2), device_b(world, "b", 2, 1);
+  DaemonConfig ca = Config(dir);
+  ca.set_host_name("a");
+  ca.set_local_socket(dir.path() + "/a.sock");
+  Daemon a(ca, &device_a);
+  REQUIRE(a.Start().ok());
+  DaemonConfig cb = Config(dir);
+  cb.set_host_name("b");
+  cb.set_local_socket(dir.path() + "/b.sock");
+  cb.set_coordinator("127.0.0.1:" + std::to_string(a.port()));
+  cb.set_gpu_mode(b_mode);
+  Daemon b(cb, &device_b);
+  REQUIRE(b.Start().ok());
+  REQUIRE(Eventually([&] { return UpHosts(a) == 2; }));
+  const std::vector<std::string> host = {"a", "a", "b"};
+  std::vector<std::unique_ptr<FakeProcess>> procs;
+  std::vector<std::unique_ptr<WireClient>> clients;
+  for (int r = 0; r < 3; ++r) {
+    const bool on_a = host[r] == "a";
+    procs.push_back(
+        std::make_unique<FakeProcess>(world, host[r], 100 + r, on_a ? 2 : 1, on_a ? r : 0, r));
+    clients.push_back(std::make_unique<WireClient>(dir.path() + "/" + host[r] + ".sock", "xcoll", r,
+                                                   3, on_a ? r : 0, on_a ? 2 : 1));
+  }
+  for (auto& c : clients) c->Expect(wire::MsgType::kWelcome);
+  for (int r = 0; r < 3; ++r) clients[r]->Register(procs[r]->Registration(), 5);
+  for (auto& c : clients) REQUIRE(c->Next().type == wire::MsgType::kGpuRegistered);
+  using wire::Collective;
+  using wire::DataType;
+  for (int step = 0; step < 2; ++step) {
+    CAPTURE(step);
+    wire::Submit bcast = Meta(Collective::kBroadcast, "bcast", DataType::kInt64, {2});
+    bcast.root_rank = 2;  // on host b
+    wire::Submit gather = Meta(Collective::kAllgather, "gather", DataType::kInt32, {1, 2});
+    wire::Submit scatter = Meta(Collective::kReducescatter, "scatter", DataType::kFloat32, {4});
+    scatter.reduce_op = static_cast<uint32_t>(wire::ReduceOp::kAverage);
+    scatter.prescale = 3;
+    scatter.postscale = 2;
+    for (int r = 0; r < 3; ++r) {
+      procs[r]->Submit<int64_t>(0, {100 * r + step, -r}, 0);
+      procs[r]->Submit<int32_t>(256, {r, 10 * r + step}, 1);
+      procs[r]->Submit<float>(512, {1.0f * r, 2, 3, 4.0f + step}, 2);
+      clients[r]->SubmitMeta(1, bcast, 0, 0);
+      clients[r]->SubmitMeta(2, gather, 256, 1);
+      clients[r]->SubmitMeta(3, scatter, 512, 2);
+    }
+    // Reducescatter of 4 rows over 3 ranks: blocks of 2, 1, 1; the average of the inputs x 3 x 2.
+    const std::vector<std::vector<float>> block = {{6, 12}, {18}, {6.0f * (4 + step)}};
+    for (int r = 0; r < 3; ++r) {
+      std::vector<std::vector<int64_t>> shapes(4);
+      for (int k = 0; k < 3; ++k) {
+        Reply done = clients[r]->Expect(wire::MsgType::kComplete);
+        INFO("rank " << r << ": " << done.message);
+        REQUIRE(done.code == 0);
+        shapes[done.request_id] = done.shape;
+      }
+      CHECK(shapes[1] == std::vector<int64_t>{2});
+      CHECK(shapes[2] == std::vector<int64_t>{3, 2});
+      CHECK(shapes[3] == std::vector<int64_t>{r == 0 ? 2 : 1});
+      CHECK(procs[r]->Result<int64_t>(0, 2, 0) == std::vector<int64_t>{200 + step, -2});
+      CHECK(procs[r]->Result<int32_t>(256, 6, 1) ==
+            std::vector<int32_t>{0, step, 1, 10 + step, 2, 20 + step});
+      CHECK(procs[r]->Result<float>(512, block[r].size(), 2) == block[r]);
+    }
   }
   clients.clear();
   CHECK(Eventually([&] { return device_a.open_mappings() == 0 && device_b.open_mappings() == 0; }));

@@ -16,7 +16,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli/bench_cuda.h"
 #include "client/cli/bench_layout.h"
+#include "client/cli/bench_nccl.h"
 #include "client/cli/bench_report.h"
 #include "client/cli/bench_worker_lines.h"
 #include "client/local_wire.h"
@@ -44,10 +47,13 @@ struct Child {
   bool ready = false, done = false, reaped = false;
 };
 
+// Runs one set of children to the end: the daemon's workers (`bench-worker`, one per rank) or,
+// with `peer`, the NCCL peer (`bench-nccl`, one process for info.ranks GPUs).
 class Launcher {
  public:
-  Launcher(const BenchOptions& o, std::vector<BenchLayout> layouts, BenchRunInfo info)
+  Launcher(const BenchOptions& o, std::vector<BenchLayout> layouts, BenchRunInfo info, bool peer)
       : o_(o),
+        peer_(peer),
         layouts_(std::move(layouts)),
         info_(std::move(info)),
         rows_(layouts_.size()),
@@ -55,11 +61,13 @@ class Launcher {
     for (size_t i = 0; i < layouts_.size(); ++i) rows_[i].layout = layouts_[i];
   }
 
-  int Run() {
+  // Prints the table header and each row as it completes (not with --json); returns the first
+  // failure, or "" when every child finished.
+  std::string Run() {
     if (!o_.json) std::fputs(FormatTableHeader(info_).c_str(), stdout);
     std::fflush(stdout);
-    children_.resize(o_.ranks());
-    for (int r = 0; r < o_.ranks(); ++r) {
+    children_.resize(peer_ ? 1 : o_.ranks());
+    for (int r = 0; r < static_cast<int>(children_.size()); ++r) {
       Child& c = children_[r];
       c.rank = r;
       c.socket_index = r / o_.np;
@@ -69,26 +77,15 @@ class Launcher {
     Loop();
     if (!failure_.empty()) KillAll();
     ReapAll();
-    if (!failure_.empty()) {
-      std::fflush(stdout);
-      std::fprintf(stderr, "allreducectl: bench: %s\n", failure_.c_str());
-      return 1;
-    }
-    std::fputs((o_.json ? FormatJson(rows_, info_) : FormatTableFooter(rows_, info_)).c_str(),
-               stdout);
     std::fflush(stdout);
-    uint64_t wrong = 0;
-    for (const BenchRow& r : rows_) wrong += r.wrong;
-    if (wrong > 0) {
-      std::fprintf(stderr, "allreducectl: bench: %llu wrong result elements\n",
-                   static_cast<unsigned long long>(wrong));
-      return 1;
-    }
-    return 0;
+    return failure_;
   }
+
+  const std::vector<BenchRow>& rows() const { return rows_; }
 
  private:
   std::string Who(const Child& c) const {
+    if (peer_) return absl::StrCat("nccl peer (", info_.ranks, " GPUs)");
     return absl::StrCat("rank ", c.rank, " (socket ", o_.sockets[c.socket_index], ")");
   }
 
@@ -102,7 +99,7 @@ class Launcher {
       Fail(absl::StrCat("pipe: ", std::strerror(errno)));
       return false;
     }
-    std::vector<std::string> args = {"allreducectl", "bench-worker"};
+    std::vector<std::string> args = {"allreducectl", peer_ ? "bench-nccl" : "bench-worker"};
     for (std::string& a : WorkerArgs(o_)) args.push_back(std::move(a));
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
@@ -111,12 +108,14 @@ class Launcher {
                       [e](const char* v) { return std::strncmp(*e, v, std::strlen(v)) == 0; });
       if (!ours) env.push_back(*e);
     }
-    env.push_back("ALLREDUCED_SOCKET=" + o_.sockets[c->socket_index]);
-    env.push_back("ALLREDUCED_JOB=" + o_.job);
-    env.push_back(absl::StrCat("ALLREDUCED_RANK=", c->rank));
-    env.push_back(absl::StrCat("ALLREDUCED_SIZE=", o_.ranks()));
-    env.push_back(absl::StrCat("ALLREDUCED_LOCAL_RANK=", c->local_rank));
-    env.push_back(absl::StrCat("ALLREDUCED_LOCAL_SIZE=", o_.np));
+    if (!peer_) {
+      env.push_back("ALLREDUCED_SOCKET=" + o_.sockets[c->socket_index]);
+      env.push_back("ALLREDUCED_JOB=" + o_.job);
+      env.push_back(absl::StrCat("ALLREDUCED_RANK=", c->rank));
+      env.push_back(absl::StrCat("ALLREDUCED_SIZE=", o_.ranks()));
+      env.push_back(absl::StrCat("ALLREDUCED_LOCAL_RANK=", c->local_rank));
+      env.push_back(absl::StrCat("ALLREDUCED_LOCAL_SIZE=", o_.np));
+    }
     auto pointers = [](std::vector<std::string>& v) {
       std::vector<char*> p;
       for (std::string& s : v) p.push_back(s.data());
@@ -192,9 +191,9 @@ class Launcher {
     switch (w.kind) {
       case WorkerLine::Kind::kReady:
         c.ready = true;
-        if (w.size != o_.ranks()) {
+        if (w.size != info_.ranks) {
           Fail(absl::StrCat(Who(c), ": the daemon formed a job of ", w.size, " ranks, expected ",
-                            o_.ranks()));
+                            info_.ranks));
         }
         return;
       case WorkerLine::Kind::kRow:
@@ -234,13 +233,15 @@ class Launcher {
   std::string TimeoutMessage() const {
     int ready = 0;
     for (const Child& c : children_) ready += c.ready ? 1 : 0;
-    return absl::StrCat("timed out after ", o_.timeout_ms, " ms (--timeout_ms): ", ready, " of ",
-                        o_.ranks(), " ranks joined the job, ", next_print_, " of ", rows_.size(),
-                        " sizes done");
+    return absl::StrCat(peer_ ? "nccl peer: " : "", "timed out after ", o_.timeout_ms,
+                        " ms (--timeout_ms): ", ready, " of ", children_.size(),
+                        peer_ ? " peer processes started, " : " ranks joined the job, ",
+                        next_print_, " of ", rows_.size(), " sizes done");
   }
 
   void PrintFinishedRows() {
-    while (next_print_ < rows_.size() && reports_[next_print_] == o_.ranks()) {
+    while (next_print_ < rows_.size() &&
+           reports_[next_print_] == static_cast<int>(children_.size())) {
       if (!o_.json) std::fputs(FormatTableRow(rows_[next_print_], info_).c_str(), stdout);
       std::fflush(stdout);
       ++next_print_;
@@ -265,6 +266,7 @@ class Launcher {
   }
 
   const BenchOptions& o_;
+  const bool peer_;
   const std::vector<BenchLayout> layouts_;
   const BenchRunInfo info_;
   std::vector<Child> children_;
@@ -273,6 +275,28 @@ class Launcher {
   size_t next_print_ = 0;     // sizes complete and printed so far
   std::string failure_;       // the first failure; ends the run
 };
+
+// Measures the NCCL peer on `gpus` GPUs; fills *info and *rows, returns "" or why it failed.
+std::string RunPeer(const BenchOptions& o, const std::vector<BenchLayout>& layouts, int gpus,
+                    BenchRunInfo* info, std::vector<BenchRow>* rows) {
+  std::string version, path;
+  absl::Status st = ProbeNccl(&version, &path);
+  if (st.ok()) st = NcclSupports(o.dtype, o.reduce_op);
+  if (!st.ok()) return std::string(st.message());
+  info->ranks = info->np = gpus;
+  info->sockets.clear();
+  info->job.clear();
+  info->peer = absl::StrFormat("NCCL %s (%s) ncclAllReduce, %d rank%s in one process (GPU%s 0%s)",
+                               version, path, gpus, gpus == 1 ? "" : "s", gpus == 1 ? "" : "s",
+                               gpus == 1 ? "" : absl::StrCat("-", gpus - 1));
+  if (o.reduce_op == 2 && o.check) info->peer += ", average not checked";
+  BenchOptions po = o;
+  po.peer_gpus = gpus;
+  Launcher peer(po, layouts, *info, /*peer=*/true);
+  std::string failure = peer.Run();
+  *rows = peer.rows();
+  return failure;
+}
 
 }  // namespace
 
@@ -285,6 +309,18 @@ int RunBenchLauncher(const BenchOptions& options) {
     o.job = absl::StrCat("bench-", getpid(), "-", ms);
   }
   o.parent_pid = getpid();
+  int gpus = 0;  // GPUs the workers use (local ranks share them round robin): the peer's ranks
+  if (o.gpu) {
+    // Fail before any worker starts: without a driver and GPU nothing can run.
+    const BenchCuda* cuda = nullptr;
+    absl::Status st = LoadBenchCuda(&cuda);
+    if (!st.ok()) {
+      std::fprintf(stderr, "allreducectl: bench: %s: %s\n",
+                   absl::StatusCodeToString(st.code()).c_str(), std::string(st.message()).c_str());
+      return 1;
+    }
+    gpus = std::min(o.np, cuda->device_count);
+  }
   std::vector<BenchLayout> layouts =
       LayoutsFor(o.collective, o.sizes, wire::DataTypeSize(o.dtype), o.ranks());
   if (layouts.empty()) {
@@ -297,7 +333,57 @@ int RunBenchLauncher(const BenchOptions& options) {
   for (const BenchLayout& l : layouts) o.sizes.push_back(l.size_bytes);
   BenchRunInfo info{o.collective, o.dtype,  o.reduce_op, o.ranks(), o.np,
                     o.sockets,    o.warmup, o.iters,     o.check,   o.job};
-  return Launcher(o, std::move(layouts), std::move(info)).Run();
+  info.gpu = o.gpu;
+  Launcher daemon(o, layouts, info, /*peer=*/false);
+  const std::string failure = daemon.Run();
+  if (!failure.empty()) {
+    std::fprintf(stderr, "allreducectl: bench: %s\n", failure.c_str());
+    return 1;
+  }
+  const std::vector<BenchRow>& rows = daemon.rows();
+  if (!o.json) std::fputs(FormatTableFooter(rows, info).c_str(), stdout);
+  std::fflush(stdout);
+  uint64_t wrong = 0;
+  for (const BenchRow& r : rows) wrong += r.wrong;
+
+  std::vector<BenchRow> peer_rows;
+  BenchRunInfo peer_info = info;
+  bool have_peer = false;
+  if (o.gpu && o.peer != BenchOptions::Peer::kNone) {
+    std::string peer_failure = RunPeer(o, layouts, gpus, &peer_info, &peer_rows);
+    if (peer_failure.empty()) {
+      have_peer = true;
+      for (const BenchRow& r : peer_rows) wrong += r.wrong;
+      if (!o.json) {
+        std::fputs((FormatTableFooter(peer_rows, peer_info) +
+                    FormatRatioTable(rows, info, peer_rows, peer_info))
+                       .c_str(),
+                   stdout);
+      }
+    } else if (o.peer == BenchOptions::Peer::kNccl) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "allreducectl: bench: nccl peer: %s\n", peer_failure.c_str());
+      return 1;
+    } else {
+      if (!o.json) std::printf("# peer: not measured: %s\n", peer_failure.c_str());
+      std::fflush(stdout);
+      std::fprintf(stderr, "allreducectl: bench: warning: NCCL peer not measured: %s\n",
+                   peer_failure.c_str());
+    }
+  }
+  if (o.json) {
+    std::fputs(
+        FormatJson(rows, info, have_peer ? &peer_rows : nullptr, have_peer ? &peer_info : nullptr)
+            .c_str(),
+        stdout);
+  }
+  std::fflush(stdout);
+  if (wrong > 0) {
+    std::fprintf(stderr, "allreducectl: bench: %llu wrong result elements\n",
+                 static_cast<unsigned long long>(wrong));
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace ard::cli

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "client/cli/bench_launcher.h"
+#include "client/cli/bench_nccl.h"
 #include "client/cli/bench_options.h"
 #include "client/cli/bench_worker.h"
 
@@ -38,6 +39,12 @@ int BenchWorkerMain(const std::vector<std::string>& args) {
   BenchOptions options;
   const int rc = Parse(args, /*worker=*/true, &options);
   return rc >= 0 ? rc : RunBenchWorker(options);
+}
+
+int BenchNcclMain(const std::vector<std::string>& args) {
+  BenchOptions options;
+  const int rc = Parse(args, /*worker=*/true, &options);
+  return rc >= 0 ? rc : RunNcclPeer(options);
 }
 
 }  // namespace ard::cli

@@ -12,5 +12,7 @@ namespace ard::cli {
 // Exit codes: 0 ok, 1 the run failed or found wrong results, 2 usage error (one line on stderr).
 int BenchMain(const std::vector<std::string>& args);
 int BenchWorkerMain(const std::vector<std::string>& args);
+// The hidden `bench-nccl` subcommand: the NCCL peer of --device gpu (bench_nccl.h).
+int BenchNcclMain(const std::vector<std::string>& args);
 
 }  // namespace ard::cli

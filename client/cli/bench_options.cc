@@ -23,7 +23,7 @@ const char kBenchUsage[] =
     "  --sockets A[,B...]   daemon local sockets (default $ALLREDUCED_SOCKET)\n"
     "  --np N               processes per socket (default 2); ranks n = N * sockets\n"
     "  --sizes A:B | A,B,.. bytes; A:B doubles from A up to B; suffixes K M G (KiB MiB GiB)\n"
-    "                       (default 4:256M)\n"
+    "                       (default 4:256M; 4:64M with --device gpu)\n"
     "  --op OP              allreduce|allgather|broadcast|alltoall|reducescatter (allreduce)\n"
     "  --dtype T            float32|float16|bfloat16|float64|int32|int64|int8|uint8 (float32)\n"
     "  --reduce R           sum|average|min|max|product (sum; allreduce, reducescatter)\n"
@@ -34,6 +34,15 @@ const char kBenchUsage[] =
     "  --json               one JSON object instead of the table\n"
     "  --job NAME           job name (default bench-<pid>-<ms>)\n"
     "  --timeout_ms N       limit for the whole run (600000)\n"
+    "  --device cpu|gpu     where the tensors live (cpu). gpu: each worker allocates its\n"
+    "                       tensors on CUDA device local_rank mod GPUs, submits with\n"
+    "                       ard_submit_device on its own stream and times up to the stream's\n"
+    "                       synchronization; allreduce only. Fails at once without a CUDA\n"
+    "                       driver and GPU\n"
+    "  --peer auto|nccl|none  with --device gpu: also measure ncclAllReduce (libnccl.so.2,\n"
+    "                       one process, one rank per GPU the workers used) on the same sizes\n"
+    "                       and print the ratios; auto: skip with a warning if NCCL cannot\n"
+    "                       run, nccl: that is a failure (auto)\n"
     "\n"
     "Sizes follow nccl-tests: size is the largest buffer of one rank, rounded down to whole\n"
     "elements (and to a multiple of n elements for allgather, alltoall, reducescatter; sizes\n"
@@ -166,7 +175,7 @@ absl::StatusOr<std::vector<uint64_t>> ParseSizes(const std::string& text) {
 absl::Status ParseBenchArgs(const std::vector<std::string>& args, bool worker, BenchOptions* o,
                             bool* help) {
   *help = false;
-  std::string sizes = "4:256M";
+  std::string sizes;
   std::string sockets;
   if (const char* env = std::getenv("ALLREDUCED_SOCKET"); env != nullptr) sockets = env;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -215,8 +224,26 @@ absl::Status ParseBenchArgs(const std::vector<std::string>& args, bool worker, B
         st = absl::InvalidArgumentError(absl::StrCat("--job must be 1 to ", wire::kJobNameBytes - 1,
                                                      " of [A-Za-z0-9._-], not '", v, "'"));
       }
+    } else if (value("--device")) {
+      if (v != "cpu" && v != "gpu") {
+        st = absl::InvalidArgumentError(absl::StrCat("--device must be cpu or gpu, not '", v, "'"));
+      }
+      o->gpu = v == "gpu";
+    } else if (value("--peer")) {
+      if (v == "auto") {
+        o->peer = BenchOptions::Peer::kAuto;
+      } else if (v == "nccl") {
+        o->peer = BenchOptions::Peer::kNccl;
+      } else if (v == "none") {
+        o->peer = BenchOptions::Peer::kNone;
+      } else {
+        st = absl::InvalidArgumentError(
+            absl::StrCat("--peer must be auto, nccl or none, not '", v, "'"));
+      }
     } else if (worker && value("--parent_pid")) {
       st = ParseInt("--parent_pid", v, 1, &o->parent_pid);
+    } else if (worker && value("--peer_gpus")) {
+      st = ParseInt("--peer_gpus", v, 1, &o->peer_gpus);
     } else {
       st = absl::InvalidArgumentError(absl::StrCat(
           a.rfind("-", 0) == 0 ? "unknown option or missing value: " : "unexpected argument ", a));
@@ -234,6 +261,14 @@ absl::Status ParseBenchArgs(const std::vector<std::string>& args, bool worker, B
     return absl::InvalidArgumentError(
         absl::StrCat("at most ", wire::kMaxSplits, " ranks (--np x sockets)"));
   }
+  if (o->gpu && o->collective != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device gpu serves allreduce only (the daemon's GPU path), not --op ",
+                     CollectiveName(o->collective)));
+  }
+  // The client's GPU staging arena holds 64 MiB (client/session_gpu.cc): larger device tensors
+  // cannot be submitted today.
+  if (sizes.empty()) sizes = o->gpu ? "4:64M" : "4:256M";
   absl::StatusOr<std::vector<uint64_t>> parsed = ParseSizes(sizes);
   if (!parsed.ok()) return parsed.status();
   o->sizes = *std::move(parsed);
@@ -255,6 +290,8 @@ std::vector<std::string> WorkerArgs(const BenchOptions& o) {
   };
   if (!o.job.empty()) args.push_back("--job=" + o.job);
   if (o.check) args.push_back("--check");
+  if (o.gpu) args.push_back("--device=gpu");
+  if (o.peer_gpus > 0) args.push_back(absl::StrCat("--peer_gpus=", o.peer_gpus));
   return args;
 }
 

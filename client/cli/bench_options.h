@@ -26,9 +26,14 @@ struct BenchOptions {
   bool json = false;
   std::string job;          // empty: bench-<pid>-<ms since epoch>
   int timeout_ms = 600000;  // the whole run, all sizes
+  bool gpu = false;         // --device gpu: tensors in CUDA device memory (ard_submit_device)
+  enum class Peer { kAuto, kNccl, kNone };
+  Peer peer = Peer::kAuto;  // --peer (GPU only): NCCL measured next to the daemon path
 
   // bench-worker only (set by the parent).
   int parent_pid = 0;  // the worker dies with this process (PR_SET_PDEATHSIG)
+  // bench-nccl only: the peer runs one rank per GPU 0..peer_gpus-1 in one process.
+  int peer_gpus = 0;
 
   int ranks() const { return np * static_cast<int>(sockets.size()); }
 };
@@ -41,7 +46,8 @@ absl::StatusOr<uint64_t> ParseSize(const std::string& text);
 // "A,B,C": that list, in that order.
 absl::StatusOr<std::vector<uint64_t>> ParseSizes(const std::string& text);
 
-// Parses the arguments after `bench` (or `bench-worker`, which also takes --parent_pid).
+// Parses the arguments after `bench` (or `bench-worker` and `bench-nccl`, which also take
+// --parent_pid and --peer_gpus).
 // -h/--help sets *help. InvalidArgument names the bad option.
 absl::Status ParseBenchArgs(const std::vector<std::string>& args, bool worker,
                             BenchOptions* options, bool* help);

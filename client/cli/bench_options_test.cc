@@ -1,5 +1,7 @@
 #include "client/cli/bench_options.h"
 
+#include <algorithm>
+
 #include "catch2/catch.hpp"
 
 namespace ard::cli {
@@ -111,6 +113,47 @@ TEST_CASE("bad bench arguments name the problem") {
   CHECK(error({"--sockets=/s", "--np"}).find("missing value") != std::string::npos);
   CHECK(ParseBenchArgs({"--help"}, false, &o, &help).ok());
   CHECK(help);
+}
+
+TEST_CASE("--device gpu and --peer") {
+  BenchOptions o;
+  bool help = false;
+  REQUIRE(ParseBenchArgs({"--sockets=/s"}, false, &o, &help).ok());
+  CHECK_FALSE(o.gpu);  // cpu by default
+  CHECK(o.peer == BenchOptions::Peer::kAuto);
+  const std::vector<std::string> cpu_args = WorkerArgs(o);
+  CHECK(std::find(cpu_args.begin(), cpu_args.end(), "--device=gpu") == cpu_args.end());
+
+  BenchOptions g;
+  REQUIRE(ParseBenchArgs({"--sockets=/s", "--device", "gpu", "--peer=none", "--dtype=float16"},
+                         false, &g, &help)
+              .ok());
+  CHECK(g.gpu);
+  CHECK(g.peer == BenchOptions::Peer::kNone);
+  CHECK(g.sizes.back() == 64u << 20);  // the client's GPU staging arena holds 64 MiB
+  g.parent_pid = 7;
+  g.peer_gpus = 2;
+  BenchOptions w;  // what bench-nccl and bench-worker get back
+  REQUIRE(ParseBenchArgs(WorkerArgs(g), true, &w, &help).ok());
+  CHECK(w.gpu);
+  CHECK(w.peer_gpus == 2);
+  CHECK(w.dtype == 7);
+
+  BenchOptions c;
+  REQUIRE(ParseBenchArgs({"--sockets=/s", "--device=cpu", "--peer=nccl"}, false, &c, &help).ok());
+  CHECK_FALSE(c.gpu);
+  CHECK(c.peer == BenchOptions::Peer::kNccl);
+
+  auto error = [&](std::vector<std::string> args) {
+    BenchOptions x;
+    return std::string(ParseBenchArgs(args, false, &x, &help).message());
+  };
+  CHECK(error({"--sockets=/s", "--device=tpu"}).find("--device must be cpu or gpu") !=
+        std::string::npos);
+  CHECK(error({"--sockets=/s", "--peer=gloo"}).find("--peer must be") != std::string::npos);
+  CHECK(error({"--sockets=/s", "--device=gpu", "--op=allgather"})
+            .find("--device gpu serves allreduce only") != std::string::npos);
+  CHECK(error({"--sockets=/s", "--peer_gpus=2"}).find("unknown option") != std::string::npos);
 }
 
 TEST_CASE("names") {

@@ -51,13 +51,25 @@ double BusBandwidth(const BenchRow& row, const BenchRunInfo& info) {
 }
 
 std::string FormatTableHeader(const BenchRunInfo& info) {
-  std::string out = absl::StrFormat(
-      "# allreducectl bench: op %s, dtype %s, redop %s, %d ranks (%d per socket x %d socket%s), "
-      "warmup %d, iters %d, job %s\n",
-      CollectiveName(info.collective), DataTypeName(info.dtype), RedopColumn(info), info.ranks,
-      info.np, info.sockets.size(), info.sockets.size() == 1 ? "" : "s", info.warmup, info.iters,
-      info.job);
-  absl::StrAppendFormat(&out, "# sockets: %s\n", absl::StrJoin(info.sockets, ","));
+  std::string out;
+  if (!info.peer.empty()) {
+    out = absl::StrFormat("# peer: %s; op %s, dtype %s, redop %s, %d ranks, warmup %d, iters %d\n",
+                          info.peer, CollectiveName(info.collective), DataTypeName(info.dtype),
+                          RedopColumn(info), info.ranks, info.warmup, info.iters);
+  } else {
+    out = absl::StrFormat(
+        "# allreducectl bench: op %s, dtype %s, redop %s, %d ranks (%d per socket x %d socket%s), "
+        "warmup %d, iters %d, job %s\n",
+        CollectiveName(info.collective), DataTypeName(info.dtype), RedopColumn(info), info.ranks,
+        info.np, info.sockets.size(), info.sockets.size() == 1 ? "" : "s", info.warmup, info.iters,
+        info.job);
+    absl::StrAppendFormat(&out, "# sockets: %s\n", absl::StrJoin(info.sockets, ","));
+    if (info.gpu) {
+      out +=
+          "# device: gpu (each rank on CUDA device local_rank mod GPUs; ard_submit_device on its "
+          "own stream, timed to cuStreamSynchronize)\n";
+    }
+  }
   absl::StrAppendFormat(&out, "#%11s %12s %8s %6s %10s %7s %7s%s\n", "size", "count", "type",
                         "redop", "time", "algbw", "busbw", info.check ? " #wrong" : "");
   absl::StrAppendFormat(&out, "#%11s %12s %8s %6s %10s %7s %7s\n", "(B)", "(elements)", "", "",
@@ -85,9 +97,10 @@ std::string FormatTableFooter(const std::vector<BenchRow>& rows, const BenchRunI
   return out;
 }
 
-std::string FormatJson(const std::vector<BenchRow>& rows, const BenchRunInfo& info) {
-  std::vector<std::string> sockets, items;
-  for (const std::string& s : info.sockets) sockets.push_back(JsonString(s));
+namespace {
+
+std::string JsonRows(const std::vector<BenchRow>& rows, const BenchRunInfo& info) {
+  std::vector<std::string> items;
   for (const BenchRow& r : rows) {
     std::string item = absl::StrCat(
         "{\"size\":", r.layout.size_bytes, ",\"count\":", r.layout.count,
@@ -98,14 +111,59 @@ std::string FormatJson(const std::vector<BenchRow>& rows, const BenchRunInfo& in
     if (info.check) absl::StrAppend(&item, ",\"wrong\":", r.wrong);
     items.push_back(item + "}");
   }
-  return absl::StrCat("{\"op\":", JsonString(CollectiveName(info.collective)),
-                      ",\"dtype\":", JsonString(DataTypeName(info.dtype)),
-                      ",\"redop\":", JsonString(RedopColumn(info)), ",\"ranks\":", info.ranks,
-                      ",\"np\":", info.np, ",\"sockets\":[", absl::StrJoin(sockets, ","),
-                      "],\"job\":", JsonString(info.job), ",\"warmup\":", info.warmup,
-                      ",\"iters\":", info.iters, ",\"check\":", info.check ? "true" : "false",
-                      ",\"rows\":[", absl::StrJoin(items, ","),
-                      "],\"avg_busbw\":", JsonNumber(AverageBusBandwidth(rows, info)), "}\n");
+  return absl::StrCat("[", absl::StrJoin(items, ","), "]");
+}
+
+double Ratio(double a, double b) { return b > 0 ? a / b : 0; }
+
+}  // namespace
+
+std::string FormatJson(const std::vector<BenchRow>& rows, const BenchRunInfo& info,
+                       const std::vector<BenchRow>* peer_rows, const BenchRunInfo* peer_info) {
+  std::vector<std::string> sockets;
+  for (const std::string& s : info.sockets) sockets.push_back(JsonString(s));
+  std::string out = absl::StrCat(
+      "{\"op\":", JsonString(CollectiveName(info.collective)),
+      ",\"dtype\":", JsonString(DataTypeName(info.dtype)),
+      ",\"redop\":", JsonString(RedopColumn(info)), ",\"ranks\":", info.ranks, ",\"np\":", info.np,
+      ",\"sockets\":[", absl::StrJoin(sockets, ","), "],\"job\":", JsonString(info.job),
+      ",\"warmup\":", info.warmup, ",\"iters\":", info.iters,
+      ",\"check\":", info.check ? "true" : "false", ",\"rows\":", JsonRows(rows, info),
+      ",\"avg_busbw\":", JsonNumber(AverageBusBandwidth(rows, info)));
+  if (info.gpu) out += ",\"device\":\"gpu\"";
+  if (peer_rows != nullptr && peer_info != nullptr) {
+    absl::StrAppend(&out, ",\"peer\":{\"name\":", JsonString(peer_info->peer),
+                    ",\"ranks\":", peer_info->ranks, ",\"rows\":", JsonRows(*peer_rows, *peer_info),
+                    ",\"avg_busbw\":", JsonNumber(AverageBusBandwidth(*peer_rows, *peer_info)),
+                    "},\"ratios\":[");
+    for (size_t i = 0; i < rows.size() && i < peer_rows->size(); ++i) {
+      absl::StrAppend(
+          &out, i == 0 ? "" : ",", "{\"size\":", rows[i].layout.size_bytes,
+          ",\"time\":", JsonNumber(Ratio(rows[i].time_us, (*peer_rows)[i].time_us)), ",\"busbw\":",
+          JsonNumber(Ratio(BusBandwidth(rows[i], info), BusBandwidth((*peer_rows)[i], *peer_info))),
+          "}");
+    }
+    out += "]";
+  }
+  return out + "}\n";
+}
+
+std::string FormatRatioTable(const std::vector<BenchRow>& rows, const BenchRunInfo& info,
+                             const std::vector<BenchRow>& peer_rows,
+                             const BenchRunInfo& peer_info) {
+  std::string out = absl::StrFormat(
+      "# allreduced (%d ranks) / peer (%d ranks): time ratio above 1 = allreduced is slower\n",
+      info.ranks, peer_info.ranks);
+  absl::StrAppendFormat(&out, "#%11s %10s %10s %11s %11s\n", "size", "time", "peer time",
+                        "time ratio", "busbw ratio");
+  absl::StrAppendFormat(&out, "#%11s %10s %10s\n", "(B)", "(us)", "(us)");
+  for (size_t i = 0; i < rows.size() && i < peer_rows.size(); ++i) {
+    absl::StrAppendFormat(
+        &out, "%12u %10.1f %10.1f %11.2f %11.2f\n", rows[i].layout.size_bytes, rows[i].time_us,
+        peer_rows[i].time_us, Ratio(rows[i].time_us, peer_rows[i].time_us),
+        Ratio(BusBandwidth(rows[i], info), BusBandwidth(peer_rows[i], peer_info)));
+  }
+  return out;
 }
 
 }  // namespace ard::cli

@@ -22,6 +22,10 @@ struct BenchRunInfo {
   int iters = 0;
   bool check = false;
   std::string job;
+  bool gpu = false;  // --device gpu
+  // Set for a peer's rows (the NCCL peer of --device gpu): what it is, e.g. "NCCL 2.28.3
+  // ncclAllReduce, 2 ranks in one process (GPUs 0-1)"; `sockets` and `job` are then unused.
+  std::string peer;
 };
 
 // One size, aggregated over ranks.
@@ -44,7 +48,18 @@ std::string FormatTableFooter(const std::vector<BenchRow>& rows, const BenchRunI
 
 // {"op":..,"dtype":..,"redop":..,"ranks":n,"np":..,"sockets":[..],"job":..,"warmup":..,
 //  "iters":..,"rows":[{"size":..,"count":..,"type":..,"redop":..,"time_us":..,"algbw":..,
-//  "busbw":..[,"wrong":..]}],"avg_busbw":..}, one line with '\n'.
-std::string FormatJson(const std::vector<BenchRow>& rows, const BenchRunInfo& info);
+//  "busbw":..[,"wrong":..]}],"avg_busbw":..}, one line with '\n'. With --device gpu it also has
+//  "device":"gpu" and, when a peer was measured (`peer` not null),
+//  "peer":{"name":..,"ranks":..,"rows":[..as above..],"avg_busbw":..} and
+//  "ratios":[{"size":..,"time":..,"busbw":..}] (see FormatRatioTable).
+std::string FormatJson(const std::vector<BenchRow>& rows, const BenchRunInfo& info,
+                       const std::vector<BenchRow>* peer_rows = nullptr,
+                       const BenchRunInfo* peer_info = nullptr);
+
+// The daemon path next to a peer, size by size (rows of equal index): time ratio = daemon time /
+// peer time (above 1: the daemon is slower), busbw ratio = daemon busbw / peer busbw (each with
+// its own rank count). Comment lines and rows, each ending in '\n'.
+std::string FormatRatioTable(const std::vector<BenchRow>& rows, const BenchRunInfo& info,
+                             const std::vector<BenchRow>& peer_rows, const BenchRunInfo& peer_info);
 
 }  // namespace ard::cli

@@ -70,5 +70,37 @@ TEST_CASE("json: one object with the run and its rows") {
         std::string::npos);
 }
 
+TEST_CASE("--device gpu: a device line, the peer's header, ratios, and the peer in json") {
+  BenchRunInfo info = Info(1, 4, true);
+  info.gpu = true;
+  CHECK(FormatTableHeader(info).find("# device: gpu") != std::string::npos);
+  CHECK(FormatTableHeader(Info(1, 4, true)).find("# device") == std::string::npos);
+
+  BenchRunInfo peer = info;
+  peer.ranks = peer.np = 2;
+  peer.sockets.clear();
+  peer.peer = "NCCL 2.28.3 ncclAllReduce, 2 ranks in one process";
+  const std::string header = FormatTableHeader(peer);
+  CHECK(header.rfind("# peer: NCCL 2.28.3 ncclAllReduce, 2 ranks in one process; op allreduce",
+                     0) == 0);
+  CHECK(header.find("# sockets") == std::string::npos);
+  CHECK(header.find("busbw #wrong\n") != std::string::npos);  // the same columns as the daemon's
+
+  // 1 MB: daemon 2000 us on 4 ranks (busbw 0.75), NCCL 1000 us on 2 ranks (busbw 1.0).
+  const std::vector<BenchRow> rows = {Row(1000000, 250000, 2000)};
+  const std::vector<BenchRow> peer_rows = {Row(1000000, 250000, 1000)};
+  const std::string ratios = FormatRatioTable(rows, info, peer_rows, peer);
+  CHECK(ratios.find("allreduced (4 ranks) / peer (2 ranks)") != std::string::npos);
+  CHECK(ratios.find("     1000000     2000.0     1000.0        2.00        0.75\n") !=
+        std::string::npos);
+
+  const std::string json = FormatJson(rows, info, &peer_rows, &peer);
+  CHECK(json.find(",\"device\":\"gpu\",\"peer\":{\"name\":\"NCCL 2.28.3 ncclAllReduce, 2 ranks in "
+                  "one process\",\"ranks\":2,\"rows\":[{\"size\":1000000,") != std::string::npos);
+  CHECK(json.find("\"ratios\":[{\"size\":1000000,\"time\":2,\"busbw\":0.75}]}\n") !=
+        std::string::npos);
+  CHECK(FormatJson(rows, Info(1, 4, true)).find("device") == std::string::npos);
+}
+
 }  // namespace
 }  // namespace ard::cli

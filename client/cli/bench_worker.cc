@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/allreduced_client.h"
+#include "client/cli/bench_cuda.h"
 #include "client/cli/bench_layout.h"
 #include "client/cli/bench_pattern.h"
 #include "client/cli/bench_worker_lines.h"
@@ -57,7 +58,11 @@ class Worker {
     int code = ard_client_create(&options, &client_, err, sizeof(err));
     if (code != ARD_OK) return CodeStatus(code, err);
     ard_client_topology(client_, &topo_);
-    return absl::OkStatus();
+    if (!o_.gpu) return absl::OkStatus();
+    const BenchCuda* cuda = nullptr;
+    absl::Status st = LoadBenchCuda(&cuda);
+    if (!st.ok()) return st;
+    return gpu_.Init(cuda, topo_.local_rank % cuda->device_count);
   }
 
   const ard_topology& topo() const { return topo_; }
@@ -75,12 +80,18 @@ class Worker {
     name_ = absl::StrCat("bench.", index);
     shape_ = static_cast<int64_t>(layout.input_elements);
     *wrong = 0;
+    absl::Status st;
+    if (o_.gpu) st = gpu_.Prepare(input_.data(), input_.size(), output_.size());
+    if (!st.ok()) return st;
     for (int i = 0; i < o_.warmup; ++i) {
-      absl::Status st = Iterate();
+      st = Iterate();
       if (!st.ok()) return st;
-      if (o_.check) *wrong += CountWrong(spec_, topo_.rank, output_.data());
+      if (o_.check) {
+        st = Check(wrong);
+        if (!st.ok()) return st;
+      }
     }
-    absl::Status st = Barrier(index);
+    st = Barrier(index);
     if (!st.ok()) return st;
     const Clock::time_point start = Clock::now();
     for (int i = 0; i < o_.iters; ++i) {
@@ -89,8 +100,7 @@ class Worker {
     }
     const std::chrono::duration<double, std::micro> elapsed = Clock::now() - start;
     *time_us = elapsed.count() / o_.iters;
-    if (o_.check) *wrong += CountWrong(spec_, topo_.rank, output_.data());
-    return absl::OkStatus();
+    return o_.check ? Check(wrong) : absl::OkStatus();
   }
 
  private:
@@ -107,23 +117,63 @@ class Worker {
     uint64_t handle = 0;
     int code = ard_submit(client_, &req, nullptr, nullptr, &handle, err, sizeof(err));
     if (code != ARD_OK) return CodeStatus(code, absl::StrCat("submit ", req.name, ": ", err));
+    return WaitHandle(req.name, handle, use);
+  }
+
+  // Waits for an accepted `handle` until the run's deadline, hands its result to `use`, then
+  // releases it.
+  template <typename Use>
+  absl::Status WaitHandle(const char* name, uint64_t handle, Use use) {
     ard_result r;
-    code = ard_wait(client_, handle, RemainingMs(), &r);
+    int code = ard_wait(client_, handle, RemainingMs(), &r);
     if (code == ARD_PENDING) {
       return absl::DeadlineExceededError(absl::StrCat(
-          req.name, " did not complete within the run's --timeout_ms (", o_.timeout_ms, " ms)"));
+          name, " did not complete within the run's --timeout_ms (", o_.timeout_ms, " ms)"));
     }
     if (code != ARD_OK) {
       std::string message = r.message != nullptr ? r.message : "";
       ard_release(client_, handle);
-      return CodeStatus(code, absl::StrCat(req.name, ": ", message));
+      return CodeStatus(code, absl::StrCat(name, ": ", message));
     }
     absl::Status st = use(r);
     ard_release(client_, handle);
     return st;
   }
 
-  absl::Status Iterate() {
+  // Adds the wrong elements of the last result (copied out of the GPU first with --device gpu).
+  absl::Status Check(uint64_t* wrong) {
+    if (o_.gpu) {
+      absl::Status st = gpu_.CopyOut(output_.data(), output_.size());
+      if (!st.ok()) return st;
+    }
+    *wrong += CountWrong(spec_, topo_.rank, output_.data());
+    return absl::OkStatus();
+  }
+
+  absl::Status Iterate() { return o_.gpu ? IterateDevice() : IterateHost(); }
+
+  // --device gpu: ard_submit_device from the device input to the device output on this worker's
+  // stream; the iteration ends when the stream (which holds the copy-out) has drained.
+  absl::Status IterateDevice() {
+    ard_request req;
+    ard_request_init(&req);
+    req.collective = o_.collective;
+    req.dtype = o_.dtype;
+    req.reduce_op = o_.reduce_op;
+    req.name = name_.c_str();
+    req.ndims = 1;
+    req.shape = &shape_;
+    req.data = gpu_.input();
+    req.bytes = input_.size();
+    char err[1024] = {};
+    uint64_t handle = 0;
+    int code = ard_submit_device(client_, &req, gpu_.device(), gpu_.output(), gpu_.stream(),
+                                 nullptr, nullptr, &handle, err, sizeof(err));
+    if (code != ARD_OK) return CodeStatus(code, absl::StrCat("submit ", req.name, ": ", err));
+    return WaitHandle(req.name, handle, [this](const ard_result&) { return gpu_.Synchronize(); });
+  }
+
+  absl::Status IterateHost() {
     ard_request req;
     ard_request_init(&req);
     req.collective = o_.collective;
@@ -156,6 +206,7 @@ class Worker {
 
   const BenchOptions& o_;
   const Clock::time_point deadline_;
+  BenchGpuMemory gpu_;  // --device gpu; destroyed after the client (declared before it)
   ard_client* client_ = nullptr;
   ard_topology topo_{};
   BenchPatternSpec spec_;

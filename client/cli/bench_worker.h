@@ -7,6 +7,10 @@
 // Per size: --warmup iterations, a barrier, then --iters timed iterations; one iteration =
 // ard_submit (copies the input into the arena) + ard_wait + memcpy of the result into a private
 // buffer + ard_release, on one tensor name per size (as a training loop reuses its names).
+// With --device gpu the input and output live on CUDA device local_rank mod GPUs (bench_cuda.h)
+// and one iteration = ard_submit_device on the worker's own stream + ard_wait +
+// cuStreamSynchronize (the client enqueued the copy-out on that stream) + ard_release; results
+// are copied to the host only to check them.
 // Single-threaded (the client library runs its own receiver thread).
 #pragma once
 

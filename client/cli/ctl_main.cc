@@ -7,8 +7,8 @@
 
 #include "absl/strings/numbers.h"
 #include "client/cli/bench_main.h"
-#include "daemon/rpc/tls.h"
 #include "client/cli/status_format.h"
+#include "daemon/rpc/tls.h"
 #include "grpcpp/create_channel.h"
 #include "proto/admin.grpc.pb.h"
 
@@ -79,7 +79,7 @@ int Parse(const std::vector<std::string>& args, Options* o) {
       return Usage("unknown option " + a);
     } else if (o->command.empty()) {
       o->command = a;
-      if (a == "bench" || a == "bench-worker") {
+      if (a == "bench" || a == "bench-worker" || a == "bench-nccl") {
         o->rest.assign(args.begin() + i + 1, args.end());
         return -1;
       }
@@ -133,6 +133,7 @@ int CtlMain(int argc, char** argv) {
   if (rc >= 0) return rc;
   if (options.command == "bench") return BenchMain(options.rest);
   if (options.command == "bench-worker") return BenchWorkerMain(options.rest);
+  if (options.command == "bench-nccl") return BenchNcclMain(options.rest);
   return RunStatus(options);
 }
 

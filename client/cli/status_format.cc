@@ -122,6 +122,8 @@ std::string FormatStatusTable(const GetClusterStatusResponse& status) {
     jobs.push_back({j.name(), j.state(), absl::StrCat(j.size()), absl::StrJoin(placement, " "),
                     absl::StrCat(j.collectives_completed()), FormatBytes(j.bytes_reduced()),
                     absl::StrCat(j.pending_tensors()), FormatDuration(j.age_s()), note});
+    if (!j.gpu_plan().empty())
+      absl::StrAppend(&details, "  gpu: job ", j.name(), " ", j.gpu_plan(), "\n");
     for (const auto& t : j.stalled()) {
       std::vector<std::string> missing;
       for (int i = 0; i < t.missing_ranks_size(); ++i) {

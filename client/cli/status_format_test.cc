@@ -99,7 +99,10 @@ TEST_CASE("GPU path: each host's GPUs with memory and NCCL version, each job's d
   hr->set_host("b");
   hr->add_ranks(0);
   hr->add_gpu_devices(0);
+  j->set_gpu_plan("nccl: 1 communicator ranks, 1 here (single host)");
   std::string t = FormatStatusTable(r);
+  CHECK(t.find("  gpu: job train nccl: 1 communicator ranks, 1 here (single host)\n") !=
+        std::string::npos);
   CHECK(t.find("GPUs:\n  b gpu 0: NVIDIA H100, 80.0 GiB, 0000:3b:00.0 (NCCL 2.28.3, CUDA 13.0)") !=
         std::string::npos);
   CHECK(t.find("b:[0] gpu[0]") != std::string::npos);

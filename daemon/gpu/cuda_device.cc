@@ -399,6 +399,12 @@ class CudaDevice : public Device {
     return absl::OkStatus();
   }
 
+  absl::Status MemsetAsync(void* dst, int value, size_t bytes, Stream& stream) override {
+    ARD_CUDA_RETURN(cudaSetDevice(stream.device()), stream.device());
+    ARD_CUDA_RETURN(cudaMemsetAsync(dst, value, bytes, StreamOf(stream)), stream.device());
+    return absl::OkStatus();
+  }
+
   absl::Status Synchronize(Stream& stream) override {
     ARD_CUDA_RETURN(cudaSetDevice(stream.device()), stream.device());
     ARD_CUDA_RETURN(cudaStreamSynchronize(StreamOf(stream)), stream.device());

@@ -116,6 +116,8 @@ class Device {
   virtual absl::Status Wait(Stream& stream, Event& event) = 0;
   // Any direction (unified addressing): device <-> device, device <-> host.
   virtual absl::Status CopyAsync(void* dst, const void* src, size_t bytes, Stream& stream) = 0;
+  // Sets `bytes` bytes of device memory at `dst` to `value` (cudaMemsetAsync).
+  virtual absl::Status MemsetAsync(void* dst, int value, size_t bytes, Stream& stream) = 0;
   // Blocks until the work issued on `stream` is done; its first error otherwise.
   virtual absl::Status Synchronize(Stream& stream) = 0;
 

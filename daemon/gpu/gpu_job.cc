@@ -172,9 +172,7 @@ absl::Status GpuJob::EnsureFusion(size_t bytes) {
 absl::Status GpuJob::Allreduce(const std::vector<GpuTensor>& tensors) {
   ARD_RETURN_IF_ERROR(Failure());
   absl::MutexLock lock(&mu_);
-  if (gpus_.empty() || gpus_[0].comm == nullptr) {
-    return absl::FailedPreconditionError("GPU communicator not initialized");
-  }
+  ARD_RETURN_IF_ERROR(Ready());
   std::vector<FusionTensor> metas;
   for (const GpuTensor& t : tensors) {
     if (!DeviceReductionSupported(t.meta.dtype)) {
@@ -190,17 +188,14 @@ absl::Status GpuJob::Allreduce(const std::vector<GpuTensor>& tensors) {
     metas.push_back(t.meta);
   }
   FusionLayout layout = PlanFusion(metas);
-  absl::Status status = EnsureFusion(layout.total_bytes);
-  for (LocalGpu& gpu : gpus_) {
-    if (status.ok()) status = Gather(gpu, tensors, layout);
-  }
-  if (status.ok()) {
-    bool host_exchange = options_.mode == GpuMode::kHierarchical && options_.cross_host;
-    status = host_exchange ? ReduceHierarchical(layout) : Reduce(layout);
-  }
+  absl::Status status = ReduceAll(tensors, layout);
   for (LocalGpu& gpu : gpus_) {
     if (status.ok()) status = Scatter(gpu, tensors, layout);
   }
+  return Finish(status);
+}
+
+absl::Status GpuJob::Finish(absl::Status status) {
   if (!status.ok()) {
     Abort(status);
     return status;

@@ -51,6 +51,11 @@ struct GpuJobOptions {
   uint64_t initial_fusion_bytes = 1 << 20;  // per GPU; grows to the largest fused response
   absl::Duration init_timeout = absl::Seconds(60);
   CrossHostReduce cross_host;  // kHierarchical with several hosts
+  // kNccl across hosts: the communicator rank of every job rank's GPU (index = job rank), the
+  // same on every host, or empty. Known, it lets broadcast/allgather/reducescatter use the native
+  // NCCL calls; empty, they go through an allreduce (every host must agree, so set it on all or
+  // none). A single-host job derives it from its registrations.
+  std::vector<int> comm_rank_of;
 };
 
 // One process's GPU registration (sent once by the client).
@@ -73,6 +78,10 @@ struct GpuTensorInput {
 struct GpuTensor {
   FusionTensor meta;
   std::vector<GpuTensorInput> inputs;  // every local rank of the job
+  // Allreduce/reducescatter: each input is multiplied by prescale first, the result by postscale
+  // last (as for host tensors). Applied in host memory (NCCL has no scale op): 1.0 skips it.
+  double prescale = 1.0;
+  double postscale = 1.0;
 };
 
 class GpuJob {
@@ -91,6 +100,18 @@ class GpuJob {
 
   absl::Status Init(const UniqueId& id);
   absl::Status Allreduce(const std::vector<GpuTensor>& tensors);
+  // The other collectives, one tensor each; every result is written in place at each local rank's
+  // input offset and its input event recorded again, as for Allreduce. Byte-exact data movement
+  // for any dtype.
+  // Broadcast: `tensor.meta.count` elements of job rank `root`'s input to every rank.
+  absl::Status Broadcast(const GpuTensor& tensor, int root);
+  // Allgather: every rank contributes `tensor.meta.count` elements (equal first dimensions);
+  // each rank receives world_ranks * count elements in rank order, so its staging range must hold
+  // world_ranks times its input (the client reserves that).
+  absl::Status Allgather(const GpuTensor& tensor);
+  // Reducescatter: `tensor.meta.count` elements reduced (with pre/postscale); job rank r receives
+  // block r, `blocks[r]` elements starting at the sum of the blocks before it (world_ranks blocks).
+  absl::Status Reducescatter(const GpuTensor& tensor, const std::vector<size_t>& blocks);
   // Polls every communicator's asynchronous error; aborts the job on the first one.
   absl::Status CheckHealth();
   void Abort(absl::Status status);
@@ -120,6 +141,35 @@ class GpuJob {
   absl::Status Reduce(const FusionLayout& layout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReduceHierarchical(const FusionLayout& layout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AllreduceRuns(const FusionLayout& layout, bool host_local)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // gpu_job_collectives.cc.
+  absl::Status Ready() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HostExchange() const {
+    return options_.mode == GpuMode::kHierarchical && options_.cross_host;
+  }
+  absl::Status ReduceAll(const std::vector<GpuTensor>& tensors, const FusionLayout& layout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ScaleFusion(LocalGpu& gpu, const std::vector<GpuTensor>& tensors,
+                           const FusionLayout& layout, bool post)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<int> CommRankOf() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WaitInputs(LocalGpu& gpu, const GpuTensor& tensor)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SyncAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status GroupedBytesSum(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status HostCollective(const GpuTensor& tensor, size_t result_bytes,
+                              const std::function<absl::Status(std::vector<char>&)>& fill)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Finish(absl::Status status);
+  absl::Status CheckTensor(const GpuTensor& tensor, size_t range_bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct Piece {
+    size_t arena_offset = 0;  // from the rank's input offset
+    size_t fusion_offset = 0;
+    size_t bytes = 0;
+  };
+  absl::Status ScatterBlocks(const GpuTensor& tensor,
+                             const std::function<std::vector<Piece>(int rank)>& pieces)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Device& device_;   // Not owned.

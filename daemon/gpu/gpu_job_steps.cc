@@ -52,7 +52,7 @@ absl::Status GpuJob::Gather(LocalGpu& gpu, const std::vector<GpuTensor>& tensors
                                             At(*r.arena, in->offset), Bytes(tensors[i].meta),
                                             *gpu.stream));
     }
-    return absl::OkStatus();
+    return ScaleFusion(gpu, tensors, layout, /*post=*/false);
   }
   // Several processes share this GPU: reduce their inputs in host memory, in rank order.
   std::vector<char> sum(layout.total_bytes), part(layout.total_bytes);
@@ -66,6 +66,12 @@ absl::Status GpuJob::Gather(LocalGpu& gpu, const std::vector<GpuTensor>& tensors
                                             Bytes(tensors[i].meta), *gpu.stream));
     }
     ARD_RETURN_IF_ERROR(device_.Synchronize(*gpu.stream));
+    for (size_t i = 0; i < tensors.size(); ++i) {  // each input scaled before it is reduced
+      const GpuTensor& t = tensors[i];
+      if (t.prescale != 1.0) {
+        collectives::Scale(dst + layout.offsets[i], t.meta.count, t.meta.dtype, t.prescale);
+      }
+    }
     if (k == 0) continue;
     for (size_t i = 0; i < tensors.size(); ++i) {
       const FusionTensor& m = tensors[i].meta;

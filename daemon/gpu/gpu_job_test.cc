@@ -2,10 +2,12 @@
 // group calls, hierarchical mode, abort on a failed rank, and bad input.
 #include "daemon/gpu/gpu_job.h"
 
+#include <functional>
 #include <future>
 #include <thread>
 
 #include "catch2/catch.hpp"
+#include "daemon/collectives/half_float.h"
 #include "daemon/gpu/ipc_cache.h"
 #include "daemon/gpu/testing/fake_process.h"
 #include "daemon/gpu/testing/host_device.h"
@@ -130,11 +132,12 @@ struct TwoHosts {
   std::vector<std::unique_ptr<FakeProcess>> procs;  // rank r on host r / 2, GPU r % 2
   UniqueId id{};
 
-  TwoHosts(GpuMode mode, testing::TwoHostExchange* exchange) {
+  TwoHosts(GpuMode mode, testing::TwoHostExchange* exchange, bool known_comm_ranks = false) {
     GpuJobOptions oa, ob;
     oa.mode = ob.mode = mode;
     oa.world_ranks = ob.world_ranks = 4;
     if (mode == GpuMode::kNccl) {
+      if (known_comm_ranks) oa.comm_rank_of = ob.comm_rank_of = {0, 1, 2, 3};
       oa.comm_size = ob.comm_size = 4;
       oa.local_comm_ranks = {{0, 0}, {1, 1}};
       ob.local_comm_ranks = {{2, 0}, {3, 1}};
@@ -170,7 +173,96 @@ struct TwoHosts {
     REQUIRE(run(*ja, 0).ok());
     REQUIRE(fb.get().ok());
   }
+
+  // Runs `op(job, first local rank)` on both hosts at once.
+  void Both(const std::function<absl::Status(GpuJob&, int)>& op) {
+    auto fb = std::async(std::launch::async, [&] { return op(*jb, 2); });
+    absl::Status a = op(*ja, 0);
+    absl::Status b = fb.get();
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+  }
+  static std::vector<GpuTensorInput> Local(int first, uint64_t offset, uint32_t event) {
+    return {{first, offset, event}, {first + 1, offset, event}};
+  }
+  int Calls(const std::string& kind) {
+    return da.collective_calls(kind) + db.collective_calls(kind);
+  }
 };
+
+TEST_CASE("two hosts: broadcast, allgather, reducescatter, scaled allreduce in every mode") {
+  struct Mode {
+    const char* name;
+    GpuMode mode;
+    bool known;
+  };
+  for (Mode m : {Mode{"nccl, communicator ranks unknown", GpuMode::kNccl, false},
+                 Mode{"nccl, communicator ranks known", GpuMode::kNccl, true},
+                 Mode{"hierarchical", GpuMode::kHierarchical, false}}) {
+    CAPTURE(m.name);
+    testing::TwoHostExchange exchange;
+    TwoHosts hosts(m.mode, &exchange, m.known);
+    auto& procs = hosts.procs;
+    // Broadcast from rank 3 (host b) of 3 int64.
+    for (int r = 0; r < 4; ++r) procs[r]->Submit<int64_t>(0, {r * 10, -r, int64_t(1) << 40}, 0);
+    hosts.Both([](GpuJob& job, int first) {
+      return job.Broadcast(
+          Tensor(DataType::kInt64, ReduceOp::kSum, 3, TwoHosts::Local(first, 0, 0)), 3);
+    });
+    for (auto& p : procs) {
+      CHECK(p->Result<int64_t>(0, 3, 0) == std::vector<int64_t>{30, -3, int64_t(1) << 40});
+    }
+    // Allgather of one float per rank.
+    for (int r = 0; r < 4; ++r) procs[r]->Submit<float>(256, {r * 1.5f}, 1);
+    hosts.Both([](GpuJob& job, int first) {
+      return job.Allgather(
+          Tensor(DataType::kFloat32, ReduceOp::kSum, 1, TwoHosts::Local(first, 256, 1)));
+    });
+    for (auto& p : procs)
+      CHECK(p->Result<float>(256, 4, 1) == std::vector<float>{0, 1.5f, 3, 4.5f});
+    // Reducescatter, even (4 rows of 1) then uneven (6 rows of 1: 2, 2, 1, 1), sum.
+    for (size_t rows : {4, 6}) {
+      CAPTURE(rows);
+      std::vector<size_t> blocks =
+          rows == 4 ? std::vector<size_t>{1, 1, 1, 1} : std::vector<size_t>{2, 2, 1, 1};
+      for (int r = 0; r < 4; ++r) {
+        std::vector<int32_t> v;
+        for (size_t i = 0; i < rows; ++i) v.push_back(static_cast<int32_t>(i * 100 + r));
+        procs[r]->Submit<int32_t>(512, v, 2);
+      }
+      hosts.Both([&](GpuJob& job, int first) {
+        return job.Reducescatter(
+            Tensor(DataType::kInt32, ReduceOp::kSum, rows, TwoHosts::Local(first, 512, 2)), blocks);
+      });
+      size_t start = 0;
+      for (int r = 0; r < 4; ++r) {
+        std::vector<int32_t> want;
+        for (size_t i = start; i < start + blocks[r]; ++i) want.push_back(int32_t(i * 400 + 6));
+        CHECK(procs[r]->Result<int32_t>(512, blocks[r], 2) == want);
+        start += blocks[r];
+      }
+    }
+    // Allreduce with prescale and postscale (average: (1 + 2 + 3 + 4) / 4 * 2 * 0.25).
+    for (int r = 0; r < 4; ++r) procs[r]->Submit<double>(1024, {1.0 + r}, 3);
+    hosts.Both([](GpuJob& job, int first) {
+      GpuTensor t =
+          Tensor(DataType::kFloat64, ReduceOp::kAverage, 1, TwoHosts::Local(first, 1024, 3));
+      t.prescale = 2;
+      t.postscale = 0.25;
+      return job.Allreduce({t});
+    });
+    for (auto& p : procs) CHECK(p->Result<double>(1024, 1, 3) == std::vector<double>{1.25});
+    const bool native = m.known;
+    // Hierarchical: no native call crosses hosts; each of its 3 reducing collectives broadcasts
+    // the host's result back to both GPUs of both hosts.
+    CHECK(hosts.Calls("broadcast") == (native ? 4 : m.mode == GpuMode::kHierarchical ? 12 : 0));
+    CHECK(hosts.Calls("allgather") == (native ? 4 : 0));
+    CHECK(hosts.Calls("reducescatter") == (native ? 4 : 0));             // the even one only
+    if (m.mode == GpuMode::kHierarchical) CHECK(exchange.calls() == 5);  // one per collective
+    CHECK(hosts.ja->CheckHealth().ok());
+    CHECK(hosts.jb->CheckHealth().ok());
+  }
+}
 
 TEST_CASE("two hosts, one communicator spanning all four GPUs") {
   TwoHosts hosts(GpuMode::kNccl, nullptr);
@@ -188,6 +280,135 @@ TEST_CASE("hierarchical: reduce within the host, exchange between hosts, broadca
   hosts.RunAllreduce(ReduceOp::kMax);
   for (auto& p : hosts.procs) CHECK(p->Result<float>(64, 2, 3) == std::vector<float>{4, 8});
   CHECK(exchange.calls() == 2);  // one host exchange per fused allreduce, not per GPU
+}
+
+// Several processes on one host; `share` puts ranks 0 and 2 on GPU 0 (not one rank per GPU).
+struct OneHost {
+  HostWorld world;
+  HostDevice daemon{world, "h", 1, 3};
+  IpcCache cache{daemon};
+  std::unique_ptr<GpuJob> job;
+  std::vector<std::unique_ptr<FakeProcess>> procs;
+
+  OneHost(int ranks, bool share) {
+    GpuJobOptions options;
+    options.world_ranks = ranks;
+    const int gpus = share ? ranks - 1 : ranks;
+    options.comm_size = gpus;
+    for (int g = 0; g < gpus; ++g) options.local_comm_ranks.push_back({g, g});
+    options.initial_fusion_bytes = 64;
+    job = std::make_unique<GpuJob>(daemon, cache, options);
+    for (int r = 0; r < ranks; ++r) {
+      const int gpu = share && r == ranks - 1 ? 0 : r;
+      procs.push_back(std::make_unique<FakeProcess>(world, "h", 100 + r, 3, gpu, r));
+      REQUIRE(job->RegisterRank(procs[r]->Registration()).ok());
+    }
+    REQUIRE(job->Init(*daemon.NewUniqueId()).ok());
+  }
+  std::vector<GpuTensorInput> Inputs(uint64_t offset, uint32_t event) {
+    std::vector<GpuTensorInput> in;
+    for (int r = 0; r < static_cast<int>(procs.size()); ++r) in.push_back({r, offset, event});
+    return in;
+  }
+};
+
+TEST_CASE("one host: broadcast, allgather, reducescatter and pre/postscale, shared and own GPUs") {
+  for (bool share : {true, false}) {
+    CAPTURE(share);
+    OneHost h(3, share);
+    const int n = 3;
+    // Broadcast of an int16 tensor (not reducible: moved byte for byte) from rank 2.
+    for (int r = 0; r < n; ++r) h.procs[r]->Submit<int16_t>(0, {int16_t(r), int16_t(-r - 7)}, 0);
+    GpuTensor b = Tensor(DataType::kInt16, ReduceOp::kSum, 2, h.Inputs(0, 0));
+    REQUIRE(h.job->Broadcast(b, 2).ok());
+    for (auto& p : h.procs) CHECK(p->Result<int16_t>(0, 2, 0) == std::vector<int16_t>{2, -9});
+    // Allgather of 2 doubles per rank: 6 doubles in rank order, in place at each input.
+    for (int r = 0; r < n; ++r) h.procs[r]->Submit<double>(512, {r + 0.5, -1.0 * r}, 1);
+    REQUIRE(h.job->Allgather(Tensor(DataType::kFloat64, ReduceOp::kSum, 2, h.Inputs(512, 1))).ok());
+    for (auto& p : h.procs) {
+      CHECK(p->Result<double>(512, 6, 1) == std::vector<double>{0.5, 0, 1.5, -1, 2.5, -2});
+    }
+    // Reducescatter of 5 rows of 2 int32 over 3 ranks: blocks of 2, 2 and 1 rows; max.
+    for (int r = 0; r < n; ++r) {
+      std::vector<int32_t> v;
+      for (int i = 0; i < 10; ++i) v.push_back(i == r ? 100 : i * (r + 1));
+      h.procs[r]->Submit<int32_t>(1024, v, 2);
+    }
+    REQUIRE(h.job
+                ->Reducescatter(Tensor(DataType::kInt32, ReduceOp::kMax, 10, h.Inputs(1024, 2)),
+                                {4, 4, 2})
+                .ok());
+    CHECK(h.procs[0]->Result<int32_t>(1024, 4, 2) == std::vector<int32_t>{100, 100, 100, 9});
+    CHECK(h.procs[1]->Result<int32_t>(1024, 4, 2) == std::vector<int32_t>{12, 15, 18, 21});
+    CHECK(h.procs[2]->Result<int32_t>(1024, 2, 2) == std::vector<int32_t>{24, 27});
+    // Allreduce with prescale 0.5 and postscale 3 next to an unscaled tensor in the same fusion.
+    for (int r = 0; r < n; ++r) {
+      h.procs[r]->Submit<float>(2048, {1.0f + r, 2.0f}, 3);
+      h.procs[r]->Submit<float>(4096, {1.0f + r}, 3);
+    }
+    GpuTensor scaled = Tensor(DataType::kFloat32, ReduceOp::kSum, 2, h.Inputs(2048, 3));
+    scaled.prescale = 0.5;
+    scaled.postscale = 3;
+    REQUIRE(
+        h.job->Allreduce({scaled, Tensor(DataType::kFloat32, ReduceOp::kSum, 1, h.Inputs(4096, 3))})
+            .ok());
+    for (auto& p : h.procs) {
+      CHECK(p->Result<float>(2048, 2, 3) == std::vector<float>{9.0f, 9.0f});
+      CHECK(p->Result<float>(4096, 1, 3) == std::vector<float>{6.0f});
+    }
+    // Broadcast is native on every GPU (the root's communicator rank is known); allgather only
+    // with one process per GPU (else a byte sum); uneven reducescatter is an allreduce.
+    CHECK(h.daemon.collective_calls("broadcast") == (share ? 2 : n));
+    CHECK(h.daemon.collective_calls("allgather") == (share ? 0 : n));
+    CHECK(h.daemon.collective_calls("reducescatter") == 0);  // uneven blocks: allreduce
+    CHECK(h.job->CheckHealth().ok());
+  }
+}
+
+TEST_CASE("one host, one process per GPU: even reducescatter is native, with pre/postscale") {
+  OneHost h(2, false);
+  for (int r = 0; r < 2; ++r) h.procs[r]->Submit<float>(0, {1.0f + r, 2, 3, 4.0f * r}, 0);
+  GpuTensor t = Tensor(DataType::kFloat32, ReduceOp::kAverage, 4, h.Inputs(0, 0));
+  t.prescale = 2;
+  t.postscale = 10;
+  REQUIRE(h.job->Reducescatter(t, {2, 2}).ok());
+  CHECK(h.daemon.collective_calls("reducescatter") == 2);
+  CHECK(h.procs[0]->Result<float>(0, 2, 0) == std::vector<float>{30, 40});
+  CHECK(h.procs[1]->Result<float>(0, 2, 0) == std::vector<float>{60, 40});
+}
+
+TEST_CASE("float16 allreduce with pre/postscale and bool broadcast through the double") {
+  OneHost h(3, true);
+  using collectives::FloatToHalf;
+  using collectives::HalfToFloat;
+  for (int r = 0; r < 3; ++r) {
+    h.procs[r]->Submit<uint16_t>(0, {FloatToHalf(1.5f * (r + 1)), FloatToHalf(-2.0f)}, 0);
+    h.procs[r]->Submit<uint8_t>(256, {uint8_t(r == 1), 1, 0}, 1);
+  }
+  GpuTensor t = Tensor(DataType::kFloat16, ReduceOp::kAverage, 2, h.Inputs(0, 0));
+  t.prescale = 4;
+  t.postscale = 0.5;
+  REQUIRE(h.job->Allreduce({t}).ok());
+  REQUIRE(h.job->Broadcast(Tensor(DataType::kBool, ReduceOp::kSum, 3, h.Inputs(256, 1)), 1).ok());
+  for (auto& p : h.procs) {
+    std::vector<uint16_t> out = p->Result<uint16_t>(0, 2, 0);
+    CHECK(HalfToFloat(out[0]) == 6.0f);  // (1.5 + 3 + 4.5) * 4 / 3 * 0.5
+    CHECK(HalfToFloat(out[1]) == -4.0f);
+    CHECK(p->Result<uint8_t>(256, 3, 1) == std::vector<uint8_t>{1, 1, 0});
+  }
+}
+
+TEST_CASE("bad broadcast root and unchecked ranges are refused without touching the GPU") {
+  OneHost h(2, false);
+  const int before = h.daemon.group_ends();
+  GpuTensor t = Tensor(DataType::kFloat32, ReduceOp::kSum, 1, h.Inputs(0, 0));
+  CHECK(h.job->Broadcast(t, 2).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(h.job->Broadcast(t, -1).code() == absl::StatusCode::kInvalidArgument);
+  // An allgather result that would not fit the arena (64 KiB) past the input.
+  GpuTensor big = Tensor(DataType::kFloat32, ReduceOp::kSum, 1, h.Inputs((1 << 16) - 4, 0));
+  CHECK(h.job->Allgather(big).code() == absl::StatusCode::kInternal);
+  CHECK(h.daemon.group_ends() == before);
+  CHECK(h.job->CheckHealth().ok());  // nothing aborted: refused before any GPU work
 }
 
 TEST_CASE("a failed rank: the asynchronous error aborts the job; later work fails fast") {

@@ -137,8 +137,9 @@ absl::StatusOr<CrossHostGpuPlan> PlanFromLayout(const JobLayout& job, const GpuL
   const std::string setting = any_hierarchical ? "hierarchical" : any_nccl ? "nccl" : "auto";
   CrossHostGpuPlan out;
   ARD_ASSIGN_OR_RETURN(out.plan, PlanGpuJob(setting, hosts, cross_rank));
-  const int id_host = out.plan.mode == GpuMode::kNccl ? 0 : cross_rank;
-  ARD_ASSIGN_OR_RETURN(out.id, ToUniqueId(gpus.hosts(id_host), job.hosts(id_host).name()));
+  if (out.plan.mode == GpuMode::kNccl || cross_rank == 0) {
+    ARD_ASSIGN_OR_RETURN(out.id, ToUniqueId(gpus.hosts(0), job.hosts(0).name()));
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 // cross-rank order, GPUs ascending within a host; kHierarchical numbers only this host's GPUs.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,11 +42,13 @@ absl::StatusOr<GpuPlan> PlanGpuJob(const std::string& setting, const std::vector
 // A cross-host job's plan from the coordinator's GpuLayout (every host's GPUs, NCCL version, mode
 // setting and offered id; index = cross rank) and the job's layout (host names). Every host
 // derives the same plan: the mode setting is "hierarchical" when any host's is, else "nccl" when
-// any host's is, else "auto"; the communicator id is cross rank 0's in NCCL mode (one
-// communicator spans the job) and this host's own offer in hierarchical mode.
+// any host's is, else "auto". Only cross rank 0 offers an id (ncclGetUniqueId starts a bootstrap
+// thread that waits for the communicator's ranks, so an unused id would leak it): NCCL mode uses
+// it on every host (one communicator spans the job); hierarchical mode uses it on cross rank 0
+// and leaves `id` empty elsewhere (that host creates its own for its host-local communicator).
 struct CrossHostGpuPlan {
   GpuPlan plan;
-  UniqueId id{};
+  std::optional<UniqueId> id;
 };
 // Which of this daemon's GPUs a process registered: the process names its GPU by its own CUDA
 // ordinal and its PCI bus id (GPU_REGISTER), and its CUDA_VISIBLE_DEVICES may differ from the

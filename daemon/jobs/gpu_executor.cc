@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/logging.h"
+#include "daemon/common/status_macros.h"
 #include "daemon/dataplane/executor.h"
 
 namespace ard::jobs {
@@ -98,6 +99,8 @@ void GpuExecutor::Execute(const Response& response) {
     t.meta.op = static_cast<wire::ReduceOp>(first.meta.reduce_op);
     const size_t elem = wire::DataTypeSize(first.meta.dtype);
     t.meta.count = elem == 0 ? 0 : first.meta.bytes / elem;
+    t.prescale = first.meta.prescale;
+    t.postscale = first.meta.postscale;
     for (int r = 0; r < context_->size; ++r) {
       // Another host's rank: its host feeds it to the communicator (or the TCP mesh).
       if (context_->cross_size > 1 && context_->host_of_rank[r] != context_->cross_rank) continue;
@@ -114,20 +117,28 @@ void GpuExecutor::Execute(const Response& response) {
     bytes += first.meta.bytes;
     tensors.push_back(std::move(t));
   }
-  absl::Status st = job_->Allreduce(tensors);
+  std::vector<std::vector<std::vector<int64_t>>> shapes;  // per tensor, per rank
+  absl::Status st = Run(response, tensors, &shapes);
+  if (absl::IsInvalidArgument(st) && job_->CheckHealth().ok()) {
+    // This tensor's input, not the GPU (which would have aborted the job): the job goes on.
+    return CompleteAll(response, st);
+  }
   if (st.ok()) st = job_->CheckHealth();
   if (!st.ok()) {
     const absl::Status failure(
-        st.code(), absl::StrCat("job ", context_->name, ": GPU allreduce failed: ", st.message()));
+        st.code(),
+        absl::StrCat("job ", context_->name, ": GPU ",
+                     negotiation::CollectiveName(response.collective), " failed: ", st.message()));
     Fail(failure);
     return CompleteAll(response, failed_);
   }
-  for (const auto& tensor : response.tensors) {
+  for (size_t i = 0; i < response.tensors.size(); ++i) {
+    const auto& tensor = response.tensors[i];
     for (int r = 0; r < context_->size; ++r) {
       if (!tensor.ranks[r]) continue;
       const negotiation::TensorRequest& req = *tensor.ranks[r];
       dataplane::RankResult result;
-      result.shape.assign(req.meta.shape, req.meta.shape + req.meta.ndims);
+      result.shape = shapes[i][r];
       if (context_->ranks[r] != nullptr) {
         dataplane::Executor::SendComplete(*context_->ranks[r], req, absl::OkStatus(), &result);
       }
@@ -135,6 +146,79 @@ void GpuExecutor::Execute(const Response& response) {
   }
   context_->collectives_completed.fetch_add(response.tensors.size(), std::memory_order_relaxed);
   context_->bytes_reduced.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+// Runs the response's collective and fills each rank's result shape. InvalidArgument for input
+// only this tensor's ranks got wrong (the job goes on); another error is the GPU's (the job fails).
+absl::Status GpuExecutor::Run(const Response& response, const std::vector<gpu::GpuTensor>& tensors,
+                              std::vector<std::vector<std::vector<int64_t>>>* shapes) {
+  const int size = context_->size;
+  for (const auto& tensor : response.tensors) {
+    std::vector<std::vector<int64_t>> per_rank;
+    for (int r = 0; r < size; ++r) {
+      if (!tensor.ranks[r]) {  // another host's rank that joined: no COMPLETE from here
+        per_rank.emplace_back();
+        continue;
+      }
+      const wire::Submit& m = tensor.ranks[r]->meta;
+      per_rank.emplace_back(m.shape, m.shape + m.ndims);
+    }
+    shapes->push_back(std::move(per_rank));
+  }
+  const wire::Collective collective =
+      response.tensors.empty() ? response.collective : response.tensors[0].first().collective();
+  if (collective == wire::Collective::kAllreduce) return job_->Allreduce(tensors);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const negotiation::ReadyTensor& tensor = response.tensors[i];
+    const wire::Submit& m = tensor.first().meta;
+    auto& out = (*shapes)[i];
+    switch (collective) {
+      case wire::Collective::kBroadcast:
+        ARD_RETURN_IF_ERROR(job_->Broadcast(tensors[i], m.root_rank));
+        for (auto& shape : out) shape.assign(m.shape, m.shape + m.ndims);  // equal on all
+        break;
+      case wire::Collective::kAllgather: {
+        for (int r = 0; r < size; ++r) {
+          if (!tensor.ranks[r]) continue;
+          const wire::Submit& mr = tensor.ranks[r]->meta;
+          if (mr.ndims == 0 || mr.shape[0] != m.shape[0]) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "ALLGATHER of GPU tensor ", tensor.name,
+                ": every rank's first dimension must be equal for device tensors (rank 0 has ",
+                m.ndims == 0 ? std::string("a scalar") : absl::StrCat(m.shape[0]), ", rank ", r,
+                " has ", mr.ndims == 0 ? std::string("a scalar") : absl::StrCat(mr.shape[0]),
+                "); use host tensors for uneven allgather"));
+          }
+        }
+        ARD_RETURN_IF_ERROR(job_->Allgather(tensors[i]));
+        for (auto& shape : out) {
+          if (!shape.empty()) shape[0] = m.shape[0] * size;
+        }
+        break;
+      }
+      case wire::Collective::kReducescatter: {
+        if (m.ndims == 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "REDUCESCATTER of GPU tensor ", tensor.name, " needs at least one dimension"));
+        }
+        const int64_t d0 = m.shape[0];
+        const size_t row = d0 == 0 ? 0 : tensors[i].meta.count / d0;
+        std::vector<size_t> blocks;
+        for (int r = 0; r < size; ++r) {
+          // As for host tensors: the first d0 % size ranks get one row more.
+          const int64_t rows = d0 / size + (r < d0 % size ? 1 : 0);
+          blocks.push_back(rows * row);
+          if (!out[r].empty()) out[r][0] = rows;
+        }
+        ARD_RETURN_IF_ERROR(job_->Reducescatter(tensors[i], blocks));
+        break;
+      }
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(negotiation::CollectiveName(collective),
+                                                       " is not served for GPU tensors"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void GpuExecutor::CompleteAll(const Response& response, const absl::Status& status) {

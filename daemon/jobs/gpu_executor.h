@@ -1,8 +1,9 @@
 // A job's GPU executor (DESIGN.md "GPU path"): one thread per job with GPU ranks that initializes
-// the job's communicators (GpuJob::Init) and then runs the job's committed GPU allreduces through
-// GpuJob in the order the control loop enqueued them, sending each rank its COMPLETE (bytes 0: the
-// result is in the rank's staging arena, and the pool event the client recorded has been recorded
-// again after it). CPU tensors of the same job keep going through dataplane::Executor.
+// the job's communicators (GpuJob::Init) and then runs the job's committed GPU collectives
+// (allreduce, broadcast, allgather, reducescatter) through GpuJob in the order the control loop
+// enqueued them, sending each rank its COMPLETE (bytes 0: the result is in the rank's staging
+// arena, and the pool event the client recorded has been recorded again after it). CPU tensors of
+// the same job keep going through dataplane::Executor.
 //
 // Lifecycle: 1. constructed by the JobRegistry once every local rank registered its GPU (thread
 // starts, Init first); 2. Enqueue() from the loop; 3. a failure (Init, a collective, an
@@ -42,6 +43,9 @@ class GpuExecutor {
  private:
   void Run();
   void Execute(const negotiation::Response& response);
+  absl::Status Run(const negotiation::Response& response,
+                   const std::vector<gpu::GpuTensor>& tensors,
+                   std::vector<std::vector<std::vector<int64_t>>>* shapes);
   void CompleteAll(const negotiation::Response& response, const absl::Status& status);
   void Fail(const absl::Status& status);
 

@@ -145,9 +145,11 @@ void JobRegistry::SendGpuHost(LocalJob& job) {
   }
   gpu->set_nccl_version(options_.gpu_device->Describe());
   gpu->set_gpu_mode(options_.gpu_mode);
-  auto unique_id = options_.gpu_device->NewUniqueId();
-  if (!unique_id.ok()) return FailGpuForming(job, unique_id.status());
-  gpu->set_nccl_unique_id(unique_id->data(), unique_id->size());
+  if (job.context->cross_rank == 0) {  // the only offer (see gpu::PlanFromLayout)
+    auto unique_id = options_.gpu_device->NewUniqueId();
+    if (!unique_id.ok()) return FailGpuForming(job, unique_id.status());
+    gpu->set_nccl_unique_id(unique_id->data(), unique_id->size());
+  }
   const std::string name = job.name;
   const uint32_t local_id = job.id;
   coordinator_->NegotiateAsync(
@@ -174,7 +176,12 @@ void JobRegistry::OnGpuLayout(LocalJob& job, const GpuLayout& layout) {
   }
   auto plan = gpu::PlanFromLayout(job.layout, layout, job.context->cross_rank);
   if (!plan.ok()) return FailGpuForming(job, plan.status());
-  StartGpu(job, plan->plan, plan->id);
+  if (!plan->id) {  // hierarchical, not cross rank 0: a communicator of this host's GPUs only
+    auto own = options_.gpu_device->NewUniqueId();
+    if (!own.ok()) return FailGpuForming(job, own.status());
+    plan->id = *own;
+  }
+  StartGpu(job, plan->plan, *plan->id);
 }
 
 void JobRegistry::StartGpu(LocalJob& job, const gpu::GpuPlan& plan, const gpu::UniqueId& id) {
@@ -233,20 +240,47 @@ absl::Status JobRegistry::CheckGpuSubmit(LocalJob& job, const Session& s,
                      " registered its GPU (wait for GPU_REGISTERED)"));
   }
   const wire::Submit& m = frame.submit;
-  if (static_cast<wire::Collective>(m.collective) != wire::Collective::kAllreduce) {
-    return absl::UnimplementedError(
-        absl::StrCat("tensor ", m.name, ": only allreduce is served for GPU tensors so far"));
+  const auto collective = static_cast<wire::Collective>(m.collective);
+  const char* name = negotiation::CollectiveName(collective);
+  uint64_t range = m.bytes;  // of the staging arena the result needs
+  switch (collective) {
+    case wire::Collective::kAllreduce:
+    case wire::Collective::kReducescatter:
+      if (!gpu::DeviceReductionSupported(static_cast<wire::DataType>(m.dtype))) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", m.name, ": ",
+                                                       negotiation::DataTypeName(m.dtype),
+                                                       " cannot be reduced on a GPU communicator"));
+      }
+      if (collective == wire::Collective::kReducescatter && m.ndims == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor ", m.name, ": ", name, " needs at least one dimension"));
+      }
+      break;
+    case wire::Collective::kBroadcast:
+      if (m.root_rank < 0 || m.root_rank >= job.size) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", m.name, ": ", name, " root rank ",
+                                                       m.root_rank, " is outside the job's ",
+                                                       job.size, " ranks"));
+      }
+      break;
+    case wire::Collective::kAllgather:
+      if (m.ndims == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor ", m.name, ": ", name, " needs at least one dimension"));
+      }
+      // Every rank's first dimension must match, so the result is size times the input, which
+      // the client reserved in its staging arena.
+      if (m.bytes > UINT64_MAX / static_cast<uint64_t>(job.size)) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", m.name, ": too large"));
+      }
+      range = m.bytes * static_cast<uint64_t>(job.size);
+      break;
+    default:
+      return absl::UnimplementedError(absl::StrCat("tensor ", m.name, ": ", name,
+                                                   " is not served for GPU tensors (allreduce, "
+                                                   "broadcast, allgather and reducescatter are)"));
   }
-  if (m.prescale != 1.0 || m.postscale != 1.0) {
-    return absl::UnimplementedError(
-        absl::StrCat("tensor ", m.name, ": prescale/postscale are not served for GPU tensors"));
-  }
-  if (!gpu::DeviceReductionSupported(static_cast<wire::DataType>(m.dtype))) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", m.name, ": ",
-                                                   negotiation::DataTypeName(m.dtype),
-                                                   " cannot be reduced on a GPU communicator"));
-  }
-  return job.gpu->job().CheckInput(s.rank, frame.gpu_placement.offset, m.bytes,
+  return job.gpu->job().CheckInput(s.rank, frame.gpu_placement.offset, range,
                                    frame.gpu_placement.event);
 }
 

@@ -9,10 +9,12 @@ bool Fusable(const Response& r) {
   return r.error.ok() && r.collective == wire::Collective::kAllreduce && !r.tensors.empty();
 }
 
-// Responses fuse when every element is reduced the same way.
+// Responses fuse when every element is reduced the same way, from the same kind of memory (GPU
+// tensors go to the GPU executor, host tensors to the host data plane).
 auto Kind(const Response& r) {
-  const wire::Submit& m = r.tensors[0].first().meta;
-  return std::make_tuple(m.dtype, m.reduce_op, m.prescale, m.postscale);
+  const TensorRequest& first = r.tensors[0].first();
+  const wire::Submit& m = first.meta;
+  return std::make_tuple(m.dtype, m.reduce_op, m.prescale, m.postscale, first.gpu.has_value());
 }
 
 }  // namespace

@@ -52,6 +52,21 @@ TEST_CASE("different dtypes, other collectives and errors do not fuse") {
   CHECK(!plan[3].error.ok());
 }
 
+TEST_CASE("GPU tensors and host tensors do not fuse with each other") {
+  Response on_gpu = Ready("g1", 4), on_gpu2 = Ready("g2", 4);
+  on_gpu.tensors[0].ranks[0]->gpu = wire::GpuPlacement{};
+  on_gpu2.tensors[0].ranks[0]->gpu = wire::GpuPlacement{};
+  std::vector<Response> ready;
+  ready.push_back(std::move(on_gpu));
+  ready.push_back(Ready("h1", 4));
+  ready.push_back(std::move(on_gpu2));
+  ready.push_back(Ready("h2", 4));
+  auto plan = PlanFusion(std::move(ready), 1 << 20);
+  REQUIRE(plan.size() == 2);
+  CHECK(Names(plan[0]) == std::vector<std::string>{"g1", "g2"});
+  CHECK(Names(plan[1]) == std::vector<std::string>{"h1", "h2"});
+}
+
 TEST_CASE("a tensor larger than the threshold travels alone") {
   auto plan = PlanFusion({Ready("big", 500), Ready("small", 5)}, 100);
   REQUIRE(plan.size() == 2);

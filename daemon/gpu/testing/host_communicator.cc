@@ -77,21 +77,25 @@ class HostCommunicator : public Communicator {
     if (!collectives::ReductionSupported(dtype)) {
       return absl::InvalidArgumentError("dtype not supported by reductions");
     }
+    device_.CountCall("allreduce");
     return Enqueue(Spec{Kind::kAllreduce, dtype, op, average_over, 0, count}, send, recv, stream);
   }
   absl::Status Broadcast(const void* send, void* recv, size_t count, wire::DataType dtype, int root,
                          Stream& stream) override {
     if (root < 0 || root >= size()) return absl::InvalidArgumentError("broadcast root");
+    device_.CountCall("broadcast");
     return Enqueue(Spec{Kind::kBroadcast, dtype, wire::ReduceOp::kSum, 1, root, count}, send, recv,
                    stream);
   }
   absl::Status Allgather(const void* send, void* recv, size_t send_count, wire::DataType dtype,
                          Stream& stream) override {
+    device_.CountCall("allgather");
     return Enqueue(Spec{Kind::kAllgather, dtype, wire::ReduceOp::kSum, 1, 0, send_count}, send,
                    recv, stream);
   }
   absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, wire::DataType dtype,
                              wire::ReduceOp op, Stream& stream) override {
+    device_.CountCall("reducescatter");
     return Enqueue(Spec{Kind::kReduceScatter, dtype, op, size(), 0, recv_count}, send, recv,
                    stream);
   }

@@ -320,6 +320,16 @@ absl::Status HostDevice::CopyAsync(void* dst, const void* src, size_t bytes, Str
       false);
 }
 
+absl::Status HostDevice::MemsetAsync(void* dst, int value, size_t bytes, Stream& stream) {
+  return Issue(
+      stream,
+      [dst, value, bytes] {
+        std::memset(dst, value, bytes);
+        return absl::OkStatus();
+      },
+      false);
+}
+
 absl::Status HostDevice::Synchronize(Stream& stream) {
   return static_cast<HostStream&>(stream).Drain();
 }

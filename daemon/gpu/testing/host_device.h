@@ -60,6 +60,7 @@ class HostDevice : public Device {
   absl::Status Record(Event& event, Stream& stream) override;
   absl::Status Wait(Stream& stream, Event& event) override;
   absl::Status CopyAsync(void* dst, const void* src, size_t bytes, Stream& stream) override;
+  absl::Status MemsetAsync(void* dst, int value, size_t bytes, Stream& stream) override;
   absl::Status Synchronize(Stream& stream) override;
   absl::StatusOr<UniqueId> NewUniqueId() override;
   absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> InitCommunicators(
@@ -72,6 +73,17 @@ class HostDevice : public Device {
   int memory_opens() const { return memory_opens_.load(); }
   int open_mappings() const { return open_mappings_->load(); }
   int group_ends() const { return group_ends_.load(); }
+  // Collectives issued through this device's communicators, by kind: "allreduce", "broadcast",
+  // "allgather", "reducescatter".
+  int collective_calls(const std::string& kind) const {
+    absl::MutexLock lock(&mu_);
+    auto it = calls_.find(kind);
+    return it == calls_.end() ? 0 : it->second;
+  }
+  void CountCall(const std::string& kind) {
+    absl::MutexLock lock(&mu_);
+    ++calls_[kind];
+  }
   uint32_t pid() const { return pid_; }
 
   // Issues `task` on `stream` (or defers it to GroupEnd inside a group). Used by communicators.
@@ -96,6 +108,7 @@ class HostDevice : public Device {
   mutable absl::Mutex mu_;
   std::map<std::thread::id, int> group_depth_ ABSL_GUARDED_BY(mu_);
   std::map<std::thread::id, std::vector<Deferred>> deferred_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> calls_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ard::gpu::testing
