@@ -3,9 +3,9 @@
 "cpu_placement": tensors pinned to the CPU still go through the CPU kernels (host path) with the
 same results, whether or not the library has GPU kernels and the host has a GPU.
 "gpu": every process uses one GPU (local_rank % GPUs, made TensorFlow's only visible GPU, so on a
-multi-GPU host TensorFlow's GPU:0 is CUDA device 1 for local rank 1); allreduce of device tensors
-(real GPU kernels, ard_submit_device on TensorFlow's stream) and the HostMemory ops, values checked
-on every rank. Needs a GPU host with tensorflow[and-cuda].
+multi-GPU host TensorFlow's GPU:0 is CUDA device 1 for local rank 1); allreduce, broadcast and
+reducescatter of device tensors (real GPU kernels, ard_submit_device on TensorFlow's stream) and
+the HostMemory ops, values checked on every rank. Needs a GPU host with tensorflow[and-cuda].
 """
 import numpy as np
 import tensorflow as tf
@@ -94,13 +94,29 @@ def gpu_scenario():
         y, dw = step_fn(w)
         check(np.isclose(y.numpy(), 13.0 * n) and np.allclose(dw.numpy(), [4.0 * n, 6.0 * n]),
               f"tf.function/gradient {y.numpy()} {dw.numpy()}")
+        # Broadcast and reducescatter through the device path (results stay on the GPU).
+        for root in range(n):
+            bc = hvd.broadcast(tf.fill([3], float(r)), root_rank=root, name=f"bcast-{root}")
+            check(_on(bc, "GPU") and list(bc.numpy()) == [root] * 3, f"broadcast {bc.numpy()}")
+        bb = hvd.broadcast(tf.fill([2], r == n - 1), root_rank=n - 1, name="bcast-bool")
+        check(list(bb.numpy()) == [True, True], f"broadcast bool {bb.numpy()}")
+        rs = hvd.reducescatter(tf.ones([2 * n, 3]), op=hvd.Sum, name="rs")
+        check(_on(rs, "GPU") and rs.shape == (2, 3) and np.allclose(rs.numpy(), n),
+              f"reducescatter {rs.numpy()}")
+        # 2n+1 rows: rank 0's block has one row more; rows hold their index, so blocks are known.
+        rows = tf.tile(tf.range(2 * n + 1, dtype=tf.float32)[:, None], [1, 2]) * (r + 1)
+        uneven = hvd.reducescatter(rows, op=hvd.Sum, name="rs-uneven")
+        first = 2 * r + min(r, 1)
+        want = np.arange(first, first + (3 if r == 0 else 2))[:, None] * total * np.ones([1, 2])
+        check(uneven.shape == want.shape and np.allclose(uneven.numpy(), want),
+              f"uneven reducescatter {uneven.numpy()}")
+        ga, gb = hvd.grouped_reducescatter([tf.ones([n, 2]), tf.fill([n], float(r))], op=hvd.Sum,
+                                           name="grs")
+        check(np.allclose(ga.numpy(), n) and np.allclose(gb.numpy(), sum(range(n))),
+              f"grouped_reducescatter {ga.numpy()} {gb.numpy()}")
         # Ops staged through host memory (HostMemory GPU registrations).
-        bc = hvd.broadcast(tf.fill([3], r), root_rank=n - 1, name="bcast")
-        check(list(bc.numpy()) == [n - 1] * 3, f"broadcast {bc.numpy()}")
         g = hvd.allgather(tf.fill([r + 1, 2], float(r)), name="gather")
         check(list(g.numpy()[:, 0]) == [s for s in range(n) for _ in range(s + 1)], "allgather")
-        rs = hvd.reducescatter(tf.ones([2 * n, 3]), op=hvd.Sum, name="rs")
-        check(rs.shape == (2, 3) and np.allclose(rs.numpy(), n), f"reducescatter {rs.numpy()}")
         out, received = hvd.alltoall(tf.fill([n, 2], r), name="a2a")
         check(list(out.numpy()[:, 0]) == list(range(n)), f"alltoall {out.numpy()}")
         # broadcast_variables of GPU variables (broadcast + assign).

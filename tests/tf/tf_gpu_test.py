@@ -19,17 +19,17 @@ import tensorflow as tf  # noqa: E402
 from tensorflow.python.framework import kernels  # noqa: E402
 
 # Every op with a GPU kernel in a CUDA build -> the arguments TensorFlow keeps in host memory.
-# Allreduce and grouped allreduce take device tensors (ard_submit_device); the others are staged
-# through host memory and run by the CPU kernels.
+# Allreduce, broadcast and reducescatter (and grouped) take device tensors (ard_submit_device); the
+# others are staged through host memory and run by the CPU kernels.
 GPU_KERNELS = {
     "AllreducedAllreduce": [],
     "AllreducedGroupedAllreduce": [],
     "AllreducedAllgather": ["tensor", "gathered"],
-    "AllreducedBroadcast": ["tensor", "output"],
+    "AllreducedBroadcast": [],
     "AllreducedAlltoall": ["tensor", "splits", "output", "received_splits"],
-    "AllreducedReducescatter": ["tensor", "output"],
+    "AllreducedReducescatter": [],
     "AllreducedGroupedAllgather": ["tensors", "gathered"],
-    "AllreducedGroupedReducescatter": ["tensors", "outputs"],
+    "AllreducedGroupedReducescatter": [],
     "AllreducedBarrier": [],
     "AllreducedJoin": ["last_joined_rank"],
     "AllreducedTopology": ["value"],

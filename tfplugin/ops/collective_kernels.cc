@@ -252,17 +252,15 @@ REGISTER_KERNEL_BUILDER(Name("AllreducedGroupedReducescatter").Device(::tensorfl
                         GroupedOp<kReducescatter>);
 
 #ifdef ARD_TF_GPU_KERNELS
-// GPU placements of the ops without a device path yet (the client serves only allreduce of device
-// tensors): TensorFlow stages their tensors through host memory and these CPU kernels run them.
-// Allreduce and grouped allreduce have real GPU kernels (gpu_kernels.cc); broadcast_ of GPU
-// variables goes through broadcast + assign in Python (collectives.py).
+// GPU placements of the ops without a device path: TensorFlow stages their tensors through host
+// memory and these CPU kernels run them (allgather: ranks' first dimensions may differ, which the
+// device path refuses; alltoall: not served for device tensors). Allreduce, broadcast and
+// reducescatter have real GPU kernels (gpu_kernels.cc); broadcast_ of GPU variables goes through
+// broadcast + assign in Python (collectives.py).
 using ::tensorflow::DEVICE_GPU;
 REGISTER_KERNEL_BUILDER(
     Name("AllreducedAllgather").Device(DEVICE_GPU).HostMemory("tensor").HostMemory("gathered"),
     Op<kAllgather>);
-REGISTER_KERNEL_BUILDER(
-    Name("AllreducedBroadcast").Device(DEVICE_GPU).HostMemory("tensor").HostMemory("output"),
-    Op<kBroadcast>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedAlltoall")
                             .Device(DEVICE_GPU)
                             .HostMemory("tensor")
@@ -270,19 +268,11 @@ REGISTER_KERNEL_BUILDER(Name("AllreducedAlltoall")
                             .HostMemory("output")
                             .HostMemory("received_splits"),
                         Op<kAlltoall>);
-REGISTER_KERNEL_BUILDER(
-    Name("AllreducedReducescatter").Device(DEVICE_GPU).HostMemory("tensor").HostMemory("output"),
-    Op<kReducescatter>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedGroupedAllgather")
                             .Device(DEVICE_GPU)
                             .HostMemory("tensors")
                             .HostMemory("gathered"),
                         GroupedOp<kAllgather>);
-REGISTER_KERNEL_BUILDER(Name("AllreducedGroupedReducescatter")
-                            .Device(DEVICE_GPU)
-                            .HostMemory("tensors")
-                            .HostMemory("outputs"),
-                        GroupedOp<kReducescatter>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedBarrier").Device(DEVICE_GPU), Op<kBarrier>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedJoin").Device(DEVICE_GPU).HostMemory("last_joined_rank"),
                         Op<kJoin>);
