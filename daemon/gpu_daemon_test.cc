@@ -579,6 +579,38 @@ TEST_CASE("GPU broadcast, allgather, reducescatter and scaled allreduce through 
   daemon.Shutdown();
 }
 
+// Two daemons ("hosts" a and b; real gRPC negotiation and TCP data plane on loopback), each on
+// its own device double in one simulated cluster: a has GPUs 0 and 1, b has GPU 0, and b runs with
+// gpu_mode `b_mode` ("hierarchical" there makes every host of a job hierarchical).
+struct TwoDaemons {
+  explicit TwoDaemons(const std::string& b_mode) {
+    DaemonConfig ca = Config(dir);
+    ca.set_host_name("a");
+    ca.set_local_socket(socket("a"));
+    a = std::make_unique<Daemon>(ca, &device_a);
+    REQUIRE(a->Start().ok());
+    DaemonConfig cb = Config(dir);
+    cb.set_host_name("b");
+    cb.set_local_socket(socket("b"));
+    cb.set_coordinator("127.0.0.1:" + std::to_string(a->port()));
+    cb.set_gpu_mode(b_mode);
+    b = std::make_unique<Daemon>(cb, &device_b);
+    REQUIRE(b->Start().ok());
+    REQUIRE(Eventually([&] { return UpHosts(*a) == 2; }));  // b joined: its jobs can register
+  }
+  ~TwoDaemons() {
+    b->Shutdown();
+    a->Shutdown();
+  }
+  std::string socket(const std::string& host) const { return dir.path() + "/" + host + ".sock"; }
+
+  TempDir dir;
+  HostWorld world;
+  HostDevice device_a{world, "a", 1, 2};
+  HostDevice device_b{world, "b", 2, 1};
+  std::unique_ptr<Daemon> a, b;
+};
+
 // Two daemons ("hosts" a and b, real gRPC negotiation and TCP data plane on loopback), each on
 // its own device double in one simulated cluster: ranks 0 and 1 on a's GPUs 0 and 1, rank 2 on b's
 // GPU 0. The GPUs register after the job formed; the coordinator's second round gives both hosts
@@ -588,22 +620,7 @@ TEST_CASE("GPU broadcast, allgather, reducescatter and scaled allreduce through 
 TEST_CASE("GPU allreduce across two daemons, NCCL-spanning and hierarchical") {
   const std::string b_mode = GENERATE(std::string("auto"), std::string("hierarchical"));
   INFO("host b gpu_mode=" << b_mode);
-  TempDir dir;
-  HostWorld world;
-  HostDevice device_a(world, "a", 1, 2), device_b(world, "b", 2, 1);
-  DaemonConfig ca = Config(dir);
-  ca.set_host_name("a");
-  ca.set_local_socket(dir.path() + "/a.sock");
-  Daemon a(ca, &device_a);
-  REQUIRE(a.Start().ok());
-  DaemonConfig cb = Config(dir);
-  cb.set_host_name("b");
-  cb.set_local_socket(dir.path() + "/b.sock");
-  cb.set_coordinator("127.0.0.1:" + std::to_string(a.port()));
-  cb.set_gpu_mode(b_mode);
-  Daemon b(cb, &device_b);
-  REQUIRE(b.Start().ok());
-  REQUIRE(Eventually([&] { return UpHosts(a) == 2; }));  // b joined: its jobs can register
+  TwoDaemons hosts(b_mode);
 
   struct Rank {
     std::string host;
@@ -614,10 +631,10 @@ TEST_CASE("GPU allreduce across two daemons, NCCL-spanning and hierarchical") {
   std::vector<std::unique_ptr<WireClient>> clients;
   for (int r = 0; r < 3; ++r) {
     const Rank& k = ranks[r];
-    procs.push_back(
-        std::make_unique<FakeProcess>(world, k.host, 100 + r, k.host == "a" ? 2 : 1, k.device, r));
-    clients.push_back(std::make_unique<WireClient>(dir.path() + "/" + k.host + ".sock", "xjob", r,
-                                                   3, k.local_rank, k.local_size));
+    procs.push_back(std::make_unique<FakeProcess>(hosts.world, k.host, 100 + r,
+                                                  k.host == "a" ? 2 : 1, k.device, r));
+    clients.push_back(std::make_unique<WireClient>(hosts.socket(k.host), "xjob", r, 3, k.local_rank,
+                                                   k.local_size));
   }
   for (auto& c : clients) c->Expect(wire::MsgType::kWelcome);
   for (int r = 0; r < 3; ++r) clients[r]->Register(procs[r]->Registration(), 5);
@@ -626,9 +643,9 @@ TEST_CASE("GPU allreduce across two daemons, NCCL-spanning and hierarchical") {
     INFO(reg.message);
     REQUIRE(reg.type == wire::MsgType::kGpuRegistered);
   }
-  CHECK(Eventually([&] { return StatusDevices(a, "xjob", "a") == std::vector<int>{0, 1}; }));
-  CHECK(Eventually([&] { return StatusDevices(b, "xjob", "b") == std::vector<int>{0}; }));
-  CHECK_THAT(StatusGpuPlan(a, "xjob"),
+  CHECK(Eventually([&] { return StatusDevices(*hosts.a, "xjob", "a") == std::vector<int>{0, 1}; }));
+  CHECK(Eventually([&] { return StatusDevices(*hosts.b, "xjob", "b") == std::vector<int>{0}; }));
+  CHECK_THAT(StatusGpuPlan(*hosts.a, "xjob"),
              Catch::StartsWith(b_mode == "auto" ? "nccl: 3 communicator ranks"
                                                 : "hierarchical: 2 communicator ranks"));
 
@@ -678,9 +695,8 @@ TEST_CASE("GPU allreduce across two daemons, NCCL-spanning and hierarchical") {
     CHECK_THAT(failed.message, Catch::Contains("2 on b"));
   }
   clients.clear();
-  CHECK(Eventually([&] { return device_a.open_mappings() == 0 && device_b.open_mappings() == 0; }));
-  b.Shutdown();
-  a.Shutdown();
+  CHECK(Eventually(
+      [&] { return hosts.device_a.open_mappings() == 0 && hosts.device_b.open_mappings() == 0; }));
 }
 
 // The other collectives across the same two daemons (ranks 0, 1 on a's GPUs 0, 1; rank 2 on b's
@@ -691,31 +707,16 @@ TEST_CASE(
     "hierarchical") {
   const std::string b_mode = GENERATE(std::string("auto"), std::string("hierarchical"));
   INFO("host b gpu_mode=" << b_mode);
-  TempDir dir;
-  HostWorld world;
-  HostDevice device_a(world, "a", 1, 2), device_b(world, "b", 2, 1);
-  DaemonConfig ca = Config(dir);
-  ca.set_host_name("a");
-  ca.set_local_socket(dir.path() + "/a.sock");
-  Daemon a(ca, &device_a);
-  REQUIRE(a.Start().ok());
-  DaemonConfig cb = Config(dir);
-  cb.set_host_name("b");
-  cb.set_local_socket(dir.path() + "/b.sock");
-  cb.set_coordinator("127.0.0.1:" + std::to_string(a.port()));
-  cb.set_gpu_mode(b_mode);
-  Daemon b(cb, &device_b);
-  REQUIRE(b.Start().ok());
-  REQUIRE(Eventually([&] { return UpHosts(a) == 2; }));
+  TwoDaemons hosts(b_mode);
   const std::vector<std::string> host = {"a", "a", "b"};
   std::vector<std::unique_ptr<FakeProcess>> procs;
   std::vector<std::unique_ptr<WireClient>> clients;
   for (int r = 0; r < 3; ++r) {
     const bool on_a = host[r] == "a";
-    procs.push_back(
-        std::make_unique<FakeProcess>(world, host[r], 100 + r, on_a ? 2 : 1, on_a ? r : 0, r));
-    clients.push_back(std::make_unique<WireClient>(dir.path() + "/" + host[r] + ".sock", "xcoll", r,
-                                                   3, on_a ? r : 0, on_a ? 2 : 1));
+    procs.push_back(std::make_unique<FakeProcess>(hosts.world, host[r], 100 + r, on_a ? 2 : 1,
+                                                  on_a ? r : 0, r));
+    clients.push_back(std::make_unique<WireClient>(hosts.socket(host[r]), "xcoll", r, 3,
+                                                   on_a ? r : 0, on_a ? 2 : 1));
   }
   for (auto& c : clients) c->Expect(wire::MsgType::kWelcome);
   for (int r = 0; r < 3; ++r) clients[r]->Register(procs[r]->Registration(), 5);
@@ -759,9 +760,8 @@ TEST_CASE(
     }
   }
   clients.clear();
-  CHECK(Eventually([&] { return device_a.open_mappings() == 0 && device_b.open_mappings() == 0; }));
-  b.Shutdown();
-  a.Shutdown();
+  CHECK(Eventually(
+      [&] { return hosts.device_a.open_mappings() == 0 && hosts.device_b.open_mappings() == 0; }));
 }
 
 }  // namespace

@@ -115,6 +115,12 @@ class Launcher {
       env.push_back(absl::StrCat("ALLREDUCED_SIZE=", o_.ranks()));
       env.push_back(absl::StrCat("ALLREDUCED_LOCAL_RANK=", c->local_rank));
       env.push_back(absl::StrCat("ALLREDUCED_LOCAL_SIZE=", o_.np));
+      if (o_.gpu && std::getenv("ALLREDUCED_GPU_ARENA_BYTES") == nullptr) {
+        // One device submit in flight per worker: the staging arena needs the largest size.
+        const uint64_t largest = *std::max_element(o_.sizes.begin(), o_.sizes.end());
+        env.push_back(absl::StrCat("ALLREDUCED_GPU_ARENA_BYTES=",
+                                   std::max<uint64_t>(64ull << 20, largest + 4096)));
+      }
     }
     auto pointers = [](std::vector<std::string>& v) {
       std::vector<char*> p;

@@ -23,7 +23,7 @@ const char kBenchUsage[] =
     "  --sockets A[,B...]   daemon local sockets (default $ALLREDUCED_SOCKET)\n"
     "  --np N               processes per socket (default 2); ranks n = N * sockets\n"
     "  --sizes A:B | A,B,.. bytes; A:B doubles from A up to B; suffixes K M G (KiB MiB GiB)\n"
-    "                       (default 4:256M; 4:64M with --device gpu)\n"
+    "                       (default 4:256M)\n"
     "  --op OP              allreduce|allgather|broadcast|alltoall|reducescatter (allreduce)\n"
     "  --dtype T            float32|float16|bfloat16|float64|int32|int64|int8|uint8 (float32)\n"
     "  --reduce R           sum|average|min|max|product (sum; allreduce, reducescatter)\n"
@@ -266,9 +266,9 @@ absl::Status ParseBenchArgs(const std::vector<std::string>& args, bool worker, B
         absl::StrCat("--device gpu serves allreduce only (the daemon's GPU path), not --op ",
                      CollectiveName(o->collective)));
   }
-  // The client's GPU staging arena holds 64 MiB (client/session_gpu.cc): larger device tensors
-  // cannot be submitted today.
-  if (sizes.empty()) sizes = o->gpu ? "4:64M" : "4:256M";
+  // Device tensors: the launcher sizes each worker's staging arena for the largest one
+  // (ALLREDUCED_GPU_ARENA_BYTES).
+  if (sizes.empty()) sizes = "4:256M";
   absl::StatusOr<std::vector<uint64_t>> parsed = ParseSizes(sizes);
   if (!parsed.ok()) return parsed.status();
   o->sizes = *std::move(parsed);

@@ -130,7 +130,7 @@ TEST_CASE("--device gpu and --peer") {
               .ok());
   CHECK(g.gpu);
   CHECK(g.peer == BenchOptions::Peer::kNone);
-  CHECK(g.sizes.back() == 64u << 20);  // the client's GPU staging arena holds 64 MiB
+  CHECK(g.sizes.back() == 256u << 20);  // as on CPU: the launcher sizes the staging arena
   g.parent_pid = 7;
   g.peer_gpus = 2;
   BenchOptions w;  // what bench-nccl and bench-worker get back

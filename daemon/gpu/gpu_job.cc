@@ -8,15 +8,11 @@
 #include "absl/strings/str_join.h"
 #include "daemon/collectives/reduce_kernels.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/gpu/gpu_job_internal.h"
 
 namespace ard::gpu {
-namespace {
 
-size_t Bytes(const FusionTensor& t) {
-  return t.count * wire::DataTypeSize(static_cast<uint32_t>(t.dtype));
-}
-
-}  // namespace
+using internal::Bytes;
 
 GpuJob::GpuJob(Device& device, IpcCache& cache, GpuJobOptions options)
     : device_(device), cache_(cache), options_(std::move(options)) {

@@ -7,22 +7,15 @@
 #include "daemon/collectives/reduce_kernels.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/gpu/gpu_job.h"
+#include "daemon/gpu/gpu_job_internal.h"
 
 namespace ard::gpu {
+
+using internal::At;
+using internal::Bytes;
+using internal::InputOf;
+
 namespace {
-
-size_t Bytes(const FusionTensor& t) {
-  return t.count * wire::DataTypeSize(static_cast<uint32_t>(t.dtype));
-}
-
-char* At(const Memory& m, uint64_t offset) { return static_cast<char*>(m.data()) + offset; }
-
-const GpuTensorInput* InputOf(const GpuTensor& t, int rank) {
-  for (const GpuTensorInput& in : t.inputs) {
-    if (in.rank == rank) return &in;
-  }
-  return nullptr;
-}
 
 // Sum within the host before the communicator divides by the job's size.
 wire::ReduceOp LocalOp(wire::ReduceOp op) {

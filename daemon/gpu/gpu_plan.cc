@@ -140,6 +140,24 @@ absl::StatusOr<CrossHostGpuPlan> PlanFromLayout(const JobLayout& job, const GpuL
   if (out.plan.mode == GpuMode::kNccl || cross_rank == 0) {
     ARD_ASSIGN_OR_RETURN(out.id, ToUniqueId(gpus.hosts(0), job.hosts(0).name()));
   }
+  if (out.plan.mode == GpuMode::kNccl) {
+    // PlanGpuJob's numbering: host by host, each host's distinct GPUs ascending.
+    out.comm_rank_of.assign(job.size(), -1);
+    int offset = 0;
+    for (int h = 0; h < job.hosts_size(); ++h) {
+      const std::set<int> devices(hosts[h].rank_devices.begin(), hosts[h].rank_devices.end());
+      const auto& ranks = job.hosts(h).ranks();
+      for (int i = 0; i < ranks.size() && i < static_cast<int>(hosts[h].rank_devices.size()); ++i) {
+        if (ranks[i] < 0 || ranks[i] >= job.size()) {
+          return absl::InvalidArgumentError(absl::StrCat("rank ", ranks[i], " outside the job"));
+        }
+        out.comm_rank_of[ranks[i]] =
+            offset + static_cast<int>(
+                         std::distance(devices.begin(), devices.find(hosts[h].rank_devices[i])));
+      }
+      offset += static_cast<int>(devices.size());
+    }
+  }
   return out;
 }
 

@@ -49,6 +49,9 @@ absl::StatusOr<GpuPlan> PlanGpuJob(const std::string& setting, const std::vector
 struct CrossHostGpuPlan {
   GpuPlan plan;
   std::optional<UniqueId> id;
+  // NCCL mode: each job rank's communicator rank (GpuJobOptions.comm_rank_of), the same on every
+  // host; empty in hierarchical mode.
+  std::vector<int> comm_rank_of;
 };
 // Which of this daemon's GPUs a process registered: the process names its GPU by its own CUDA
 // ordinal and its PCI bus id (GPU_REGISTER), and its CUDA_VISIBLE_DEVICES may differ from the

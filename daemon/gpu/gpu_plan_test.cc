@@ -40,8 +40,14 @@ TEST_CASE("a host without NCCL or a rank without a GPU is refused") {
 
 TEST_CASE("a cross-host job's GPU layout gives every host the same plan and communicator id") {
   JobLayout job;
-  job.add_hosts()->set_name("a");
-  job.add_hosts()->set_name("b");
+  job.set_size(3);
+  auto* ha = job.add_hosts();
+  ha->set_name("a");
+  ha->add_ranks(0);
+  ha->add_ranks(2);  // a's local ranks 0, 1 are job ranks 0, 2
+  auto* hb = job.add_hosts();
+  hb->set_name("b");
+  hb->add_ranks(1);
   GpuLayout gpus;
   GpuHost* a = gpus.add_hosts();
   a->set_nccl_version("2.28.3");
@@ -61,6 +67,7 @@ TEST_CASE("a cross-host job's GPU layout gives every host the same plan and comm
   CHECK(on_b->plan.comm_size == 3);
   CHECK(on_b->plan.local_comm_ranks[0].rank == 2);
   REQUIRE(on_b->id.has_value());
+  CHECK(on_b->comm_rank_of == std::vector<int>{0, 2, 1});  // a's GPUs 0, 1 then b's GPU 0
   CHECK((*on_b->id)[5] == 'a');  // cross rank 0's id: one communicator
 
   b->set_gpu_mode("hierarchical");  // one host asks for it: every host runs hierarchical
@@ -70,6 +77,7 @@ TEST_CASE("a cross-host job's GPU layout gives every host the same plan and comm
     CHECK(plan->plan.mode == GpuMode::kHierarchical);
     // Each host its own communicator: cross rank 0 uses its offer, b makes its own.
     CHECK(plan->id.has_value() == (me == 0));
+    CHECK(plan->comm_rank_of.empty());
     CHECK(plan->plan.comm_size == (me == 0 ? 2 : 1));
   }
 

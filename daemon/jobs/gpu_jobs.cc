@@ -181,11 +181,13 @@ void JobRegistry::OnGpuLayout(LocalJob& job, const GpuLayout& layout) {
     if (!own.ok()) return FailGpuForming(job, own.status());
     plan->id = *own;
   }
-  StartGpu(job, plan->plan, *plan->id);
+  StartGpu(job, plan->plan, *plan->id, plan->comm_rank_of);
 }
 
-void JobRegistry::StartGpu(LocalJob& job, const gpu::GpuPlan& plan, const gpu::UniqueId& id) {
+void JobRegistry::StartGpu(LocalJob& job, const gpu::GpuPlan& plan, const gpu::UniqueId& id,
+                           std::vector<int> comm_rank_of) {
   gpu::GpuJobOptions opts;
+  opts.comm_rank_of = std::move(comm_rank_of);
   opts.mode = plan.mode;
   opts.world_ranks = job.size;
   opts.comm_size = plan.comm_size;

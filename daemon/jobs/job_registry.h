@@ -107,7 +107,9 @@ class JobRegistry : public local::SessionHandler {
   // GpuLayout (JobEvent.gpu_layout, once every host sent its GPUs) reaches OnGpuLayout.
   void SendGpuHost(LocalJob& job);
   void OnGpuLayout(LocalJob& job, const GpuLayout& layout);
-  void StartGpu(LocalJob& job, const gpu::GpuPlan& plan, const gpu::UniqueId& id);
+  // `comm_rank_of`: each job rank's communicator rank when known on every host (NCCL mode).
+  void StartGpu(LocalJob& job, const gpu::GpuPlan& plan, const gpu::UniqueId& id,
+                std::vector<int> comm_rank_of = {});
   // Answers every pending GPU_REGISTER of the job with `status` and fails the job.
   void FailGpuForming(LocalJob& job, const absl::Status& status);
   // A GPU_SUBMIT's placement against the job's GpuJob; OK for a host-memory SUBMIT.
