@@ -6,8 +6,9 @@
 #    device (every collective and dtype across the local GPUs), two processes on one GPU through
 #    GpuJob via CUDA IPC, ard_submit_device through a real daemon, `allreducectl bench --device
 #    gpu` (rows checked, NCCL peer), and two daemons on this host sharing GPU 0 in hierarchical
-#    mode with a cross-host job (two_daemons_hierarchical_test). Fails if any GPU test skipped
-#    (on a GPU host a skip means the GPU was not usable).
+#    mode with a cross-host job (two_daemons_hierarchical_test), and TensorFlow's GPU kernels
+#    (//tests/tf:tf_gpu_test, after putting TensorFlow's GPU wheel in .venv). Fails if any GPU
+#    test skipped (on a GPU host a skip means the GPU was not usable).
 # 2. Starts one daemon (as tools/main_job.sh does) and prints the benchmark rows of
 #    `allreducectl bench --device gpu --check` next to NCCL's own allreduce on the same GPUs:
 #    one rank per GPU, and with a single GPU also two processes sharing it.
@@ -20,6 +21,16 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L; then
   exit 2
 fi
 gpus=$(nvidia-smi -L | grep -c '^GPU ' || true)
+
+tools/bootstrap.sh  # packages and .venv, as for tools/test_all.sh
+# The TensorFlow GPU kernels' test needs TensorFlow's GPU wheel (CI's venv has tensorflow-cpu).
+if ! .venv/bin/python -c "import sys, tensorflow as tf
+sys.exit(0 if tf.config.list_physical_devices('GPU') else 1)" 2>/dev/null; then
+  tf_version=$(sed -n 's/^tensorflow-cpu==//p' tools/requirements.txt)
+  echo "== gpu_suite: installing tensorflow[and-cuda]==$tf_version into .venv for //tests/tf:tf_gpu_test"
+  .venv/bin/pip uninstall -y -q tensorflow-cpu
+  .venv/bin/pip install -q "tensorflow[and-cuda]==$tf_version"
+fi
 work=$(mktemp -d /tmp/ard-gpu-suite.XXXXXX)
 daemon_pid=
 cleanup() {
@@ -32,7 +43,8 @@ status=0
 
 echo "== gpu_suite: GPU tests ($gpus GPU(s))"
 bazel test --test_output=all --cache_test_results=no \
-  //tests/gpu/... //daemon/gpu/... //client:gpu_staging_test 2>&1 | tee "$log" || status=$?
+  //tests/gpu/... //daemon/gpu/... //client:gpu_staging_test //tests/tf:tf_gpu_test 2>&1 |
+  tee "$log" || status=$?
 if grep -q "SKIPPED (no GPU)" "$log" || grep -q "no GPU here" "$log"; then
   echo "gpu_suite: FAILED: a GPU test skipped on a GPU host (see 'SKIPPED (no GPU)' above)" >&2
   exit 1
