@@ -19,6 +19,7 @@
 #include "daemon/config/config_loader.h"
 #include "daemon/daemon.h"
 #include "daemon/gpu/cuda_device.h"
+#include "tests/gpu/daemon_job_harness.h"
 
 #ifdef ARD_WITH_CUDA
 #include <cuda_runtime.h>
@@ -163,49 +164,10 @@ void Check(bool ok, int code, int rank, const char* what) {
 // Forks `size` training processes and runs a daemon on the real device for them; prints a skip
 // when there is no GPU.
 void RunJob(int size) {
-  char tmpl[] = "/tmp/ard-gpc.XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
-  const std::string socket = dir + "/d.sock";
-  std::vector<std::array<int, 2>> down(size);
-  std::vector<pid_t> pids(size);
-  for (int r = 0; r < size; ++r) {  // fork before the parent touches CUDA
-    REQUIRE(pipe(down[r].data()) == 0);
-    pids[r] = fork();
-    REQUIRE(pids[r] >= 0);
-    if (pids[r] == 0) Child(r, size, socket, down[r][0]);
-  }
-  auto release_and_reap = [&](char what) {
-    std::vector<int> codes;
-    for (int r = 0; r < size; ++r) {
-      REQUIRE(write(down[r][1], &what, 1) == 1);
-      close(down[r][1]);
-    }
-    for (int r = 0; r < size; ++r) {
-      int st = 0;
-      waitpid(pids[r], &st, 0);
-      codes.push_back(WIFEXITED(st) ? WEXITSTATUS(st) : 100);
-    }
-    return codes;
-  };
-  if (auto probe = gpu::NewCudaDevice(); !probe.ok()) {
-    release_and_reap('s');
-    std::filesystem::remove_all(dir);
-    std::printf("SKIPPED (no GPU) daemon device collectives (%d processes): %s\n", size,
-                std::string(probe.status().message()).c_str());
-    return;
-  }
-  DaemonConfig c = config::Defaults();
-  c.set_cluster_address("127.0.0.1:0");
-  c.set_host_name("gpu-host");
-  c.set_local_socket(socket);
-  REQUIRE(config::ValidateAndComplete(&c).ok());
-  {
-    Daemon daemon(c);  // opens the real CUDA device
-    REQUIRE(daemon.Start().ok());
-    CHECK(release_and_reap('g') == std::vector<int>(size, 0));
-    daemon.Shutdown();
-  }
-  std::filesystem::remove_all(dir);
+  testing::RunDaemonJob(size, "daemon device collectives (" + std::to_string(size) + " processes)",
+                        [size](int rank, const std::string& socket, int release_fd) {
+                          Child(rank, size, socket, release_fd);
+                        });
 }
 
 TEST_CASE("device collectives through a real daemon: one process on the GPU (native NCCL calls)") {

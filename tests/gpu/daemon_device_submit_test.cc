@@ -16,6 +16,7 @@
 #include "daemon/config/config_loader.h"
 #include "daemon/daemon.h"
 #include "daemon/gpu/cuda_device.h"
+#include "tests/gpu/daemon_job_harness.h"
 
 #ifdef ARD_WITH_CUDA
 #include <cuda_runtime.h>
@@ -92,49 +93,9 @@ constexpr int kSteps = 3;
 }
 
 TEST_CASE("two processes on one GPU allreduce device tensors through a real daemon") {
-  char tmpl[] = "/tmp/ard-gpu.XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
-  const std::string socket = dir + "/d.sock";
-  int down[2][2];
-  pid_t pids[2];
-  for (int r = 0; r < 2; ++r) {  // fork before the parent touches CUDA
-    REQUIRE(pipe(down[r]) == 0);
-    pids[r] = fork();
-    REQUIRE(pids[r] >= 0);
-    if (pids[r] == 0) Child(r, socket, down[r][0]);
-  }
-  auto release_and_reap = [&](char what) {
-    std::vector<int> codes;
-    for (int r = 0; r < 2; ++r) {
-      REQUIRE(write(down[r][1], &what, 1) == 1);
-      close(down[r][1]);
-    }
-    for (int r = 0; r < 2; ++r) {
-      int st = 0;
-      waitpid(pids[r], &st, 0);
-      codes.push_back(WIFEXITED(st) ? WEXITSTATUS(st) : 100);
-    }
-    return codes;
-  };
-  if (auto probe = gpu::NewCudaDevice(); !probe.ok()) {
-    release_and_reap('s');
-    std::filesystem::remove_all(dir);
-    std::printf("SKIPPED (no GPU) daemon device submit: %s\n",
-                std::string(probe.status().message()).c_str());
-    return;
-  }
-  DaemonConfig c = config::Defaults();
-  c.set_cluster_address("127.0.0.1:0");
-  c.set_host_name("gpu-host");
-  c.set_local_socket(socket);
-  REQUIRE(config::ValidateAndComplete(&c).ok());
-  {
-    Daemon daemon(c);  // opens the real CUDA device
-    REQUIRE(daemon.Start().ok());
-    CHECK(release_and_reap('g') == std::vector<int>{0, 0});
-    daemon.Shutdown();
-  }
-  std::filesystem::remove_all(dir);
+  testing::RunDaemonJob(
+      2, "daemon device submit",
+      [](int rank, const std::string& socket, int release_fd) { Child(rank, socket, release_fd); });
 }
 
 }  // namespace
