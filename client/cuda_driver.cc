@@ -44,6 +44,7 @@ Loaded Load() {
   Bind(lib, "cuDevicePrimaryCtxRelease_v2", &d.DevicePrimaryCtxRelease, &missing);
   Bind(lib, "cuCtxPushCurrent_v2", &d.CtxPushCurrent, &missing);
   Bind(lib, "cuCtxPopCurrent_v2", &d.CtxPopCurrent, &missing);
+  Bind(lib, "cuCtxSetCurrent", &d.CtxSetCurrent, &missing);
   Bind(lib, "cuMemAlloc_v2", &d.MemAlloc, &missing);
   Bind(lib, "cuMemFree_v2", &d.MemFree, &missing);
   Bind(lib, "cuIpcGetMemHandle", &d.IpcGetMemHandle, &missing);
@@ -53,6 +54,12 @@ Loaded Load() {
   Bind(lib, "cuIpcGetEventHandle", &d.IpcGetEventHandle, &missing);
   Bind(lib, "cuStreamWaitEvent", &d.StreamWaitEvent, &missing);
   Bind(lib, "cuMemcpyAsync", &d.MemcpyAsync, &missing);
+  Bind(lib, "cuMemcpyHtoD_v2", &d.MemcpyHtoD, &missing);
+  Bind(lib, "cuMemcpyDtoH_v2", &d.MemcpyDtoH, &missing);
+  Bind(lib, "cuMemsetD8_v2", &d.MemsetD8, &missing);
+  Bind(lib, "cuStreamCreate", &d.StreamCreate, &missing);
+  Bind(lib, "cuStreamDestroy_v2", &d.StreamDestroy, &missing);
+  Bind(lib, "cuStreamSynchronize", &d.StreamSynchronize, &missing);
   Bind(lib, "cuGetErrorString", &d.GetErrorString, &missing);
   if (!missing.empty()) {
     l.status = FailedPrecondition("libcuda.so.1 has no " + missing + " (driver too old?)");
@@ -63,7 +70,7 @@ Loaded Load() {
     l.status = FailedPrecondition(d.Error("cuInit", r).message());
     return l;
   }
-  int count = 0;
+  int& count = d.device_count;
   r = d.DeviceGetCount(&count);
   if (r != kSuccess || count == 0) {
     l.status = FailedPrecondition(r != kSuccess ? d.Error("cuDeviceGetCount", r).message()

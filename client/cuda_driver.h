@@ -1,8 +1,8 @@
 // The CUDA driver API, loaded at run time with dlopen("libcuda.so.1") so the client library links
 // only libc/libstdc++ and never mixes CUDA runtimes with TensorFlow's (DESIGN.md "GPU path").
-// Declares the few driver types and entry points the GPU path uses; their ABI is the driver's
-// (cuda.h), written out here so the client builds without the CUDA toolkit. Load() once; the
-// loaded table is immutable and safe from any thread.
+// Declares the few driver types and entry points the GPU path (and `allreducectl bench --device
+// gpu`) uses; their ABI is the driver's (cuda.h), written out here so the client builds without
+// the CUDA toolkit. Load() once; the loaded table is immutable and safe from any thread.
 #pragma once
 
 #include <cstddef>
@@ -38,6 +38,7 @@ struct Driver {
   CUresult (*DevicePrimaryCtxRelease)(CUdevice device);
   CUresult (*CtxPushCurrent)(CUcontext ctx);
   CUresult (*CtxPopCurrent)(CUcontext* ctx);
+  CUresult (*CtxSetCurrent)(CUcontext ctx);
   CUresult (*MemAlloc)(CUdeviceptr* ptr, size_t bytes);
   CUresult (*MemFree)(CUdeviceptr ptr);
   CUresult (*IpcGetMemHandle)(CUipcMemHandle* handle, CUdeviceptr ptr);
@@ -47,7 +48,15 @@ struct Driver {
   CUresult (*IpcGetEventHandle)(CUipcEventHandle* handle, CUevent event);
   CUresult (*StreamWaitEvent)(CUstream stream, CUevent event, unsigned flags);
   CUresult (*MemcpyAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
+  CUresult (*MemcpyHtoD)(CUdeviceptr dst, const void* src, size_t bytes);
+  CUresult (*MemcpyDtoH)(void* dst, CUdeviceptr src, size_t bytes);
+  CUresult (*MemsetD8)(CUdeviceptr dst, unsigned char value, size_t bytes);
+  CUresult (*StreamCreate)(CUstream* stream, unsigned flags);
+  CUresult (*StreamDestroy)(CUstream stream);
+  CUresult (*StreamSynchronize)(CUstream stream);
   CUresult (*GetErrorString)(CUresult error, const char** text);
+
+  int device_count = 0;  // GPUs the driver sees (at least 1 once loaded)
 
   // "call: CUDA_ERROR_... text" for a failed driver call.
   Status Error(const char* call, CUresult result) const;

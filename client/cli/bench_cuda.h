@@ -1,40 +1,24 @@
-// The CUDA driver API for `allreducectl bench --device gpu`, loaded at run time with
-// dlopen("libcuda.so.1") like the client library's own table (client/cuda_driver.h), so the CLI
-// links neither libcuda nor libcudart. Declares only what the bench uses (cuda.h's ABI, written
-// out so the CLI builds without the toolkit), plus BenchGpuMemory: one worker's device, stream
-// and input/output buffers. LoadBenchCuda() once per process; the table is immutable afterwards.
+// The CUDA driver API for `allreducectl bench --device gpu`: the client library's own table
+// (client/cuda_driver.h, loaded with dlopen("libcuda.so.1"), so the CLI links neither libcuda nor
+// libcudart) with absl::Status errors, plus BenchGpuMemory: one worker's device, stream and
+// input/output buffers. LoadBenchCuda() once per process; the table is immutable afterwards.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "client/cuda_driver.h"
 
 namespace ard::cli {
 
 struct BenchCuda {
-  using CUresult = int;
-  using CUdeviceptr = unsigned long long;
-  using CUcontext = struct CUctx_st*;
-  using CUstream = struct CUstream_st*;
+  using CUresult = client::cuda::CUresult;
+  using CUdeviceptr = client::cuda::CUdeviceptr;
+  using CUcontext = client::cuda::CUcontext;
+  using CUstream = client::cuda::CUstream;
 
-  CUresult (*Init)(unsigned flags);
-  CUresult (*DeviceGetCount)(int* count);
-  CUresult (*DeviceGet)(int* device, int ordinal);
-  CUresult (*DeviceGetName)(char* name, int len, int device);
-  CUresult (*DevicePrimaryCtxRetain)(CUcontext* ctx, int device);
-  CUresult (*DevicePrimaryCtxRelease)(int device);
-  CUresult (*CtxSetCurrent)(CUcontext ctx);
-  CUresult (*MemAlloc)(CUdeviceptr* ptr, size_t bytes);
-  CUresult (*MemFree)(CUdeviceptr ptr);
-  CUresult (*MemcpyHtoD)(CUdeviceptr dst, const void* src, size_t bytes);
-  CUresult (*MemcpyDtoH)(void* dst, CUdeviceptr src, size_t bytes);
-  CUresult (*MemsetD8)(CUdeviceptr dst, unsigned char value, size_t bytes);
-  CUresult (*StreamCreate)(CUstream* stream, unsigned flags);
-  CUresult (*StreamDestroy)(CUstream stream);
-  CUresult (*StreamSynchronize)(CUstream stream);
-  CUresult (*GetErrorString)(CUresult error, const char** text);
-
+  const client::cuda::Driver* d = nullptr;
   int device_count = 0;  // GPUs the driver sees (at least 1 once loaded)
 
   // Internal "call: CUDA_ERROR_... text (code)" for a failed call; OkStatus for success.
