@@ -6,9 +6,11 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -45,8 +47,16 @@ absl::Status NcclError(ncclResult_t res, const char* call, ncclComm_t comm) {
   }
 }
 
-// Nonblocking communicators return ncclInProgress for work that was accepted.
+// Nonblocking communicators return ncclInProgress for work that was accepted but may not be on its
+// stream yet: until ncclCommGetAsyncError says ncclSuccess, work queued on the stream afterwards
+// could run before it (see NcclCommunicator::WaitEnqueued).
 bool NcclAccepted(ncclResult_t res) { return res == ncclSuccess || res == ncclInProgress; }
+
+class NcclCommunicator;
+// The communicators used inside this thread's current ncclGroupStart/End: GroupEnd waits for
+// their work to be enqueued when it answers ncclInProgress.
+thread_local std::vector<NcclCommunicator*> t_group_comms;
+thread_local int t_group_depth = 0;
 
 absl::StatusOr<ncclDataType_t> NcclType(wire::DataType dtype) {
   switch (dtype) {
@@ -173,7 +183,7 @@ class NcclCommunicator : public Communicator {
     ncclResult_t res = ncclAllReduce(send, recv, count, *type, nccl_op, comm_, StreamOf(stream));
     if (custom) ncclRedOpDestroy(nccl_op, comm_);  // allowed once the last use is enqueued
     if (!NcclAccepted(res)) return NcclError(res, "ncclAllReduce", comm_);
-    return absl::OkStatus();
+    return Enqueued(res);
   }
 
   absl::Status Broadcast(const void* send, void* recv, size_t count, wire::DataType dtype, int root,
@@ -183,7 +193,7 @@ class NcclCommunicator : public Communicator {
     cudaSetDevice(device_);
     ncclResult_t res = ncclBroadcast(send, recv, count, *type, root, comm_, StreamOf(stream));
     if (!NcclAccepted(res)) return NcclError(res, "ncclBroadcast", comm_);
-    return absl::OkStatus();
+    return Enqueued(res);
   }
 
   absl::Status Allgather(const void* send, void* recv, size_t send_count, wire::DataType dtype,
@@ -193,7 +203,7 @@ class NcclCommunicator : public Communicator {
     cudaSetDevice(device_);
     ncclResult_t res = ncclAllGather(send, recv, send_count, *type, comm_, StreamOf(stream));
     if (!NcclAccepted(res)) return NcclError(res, "ncclAllGather", comm_);
-    return absl::OkStatus();
+    return Enqueued(res);
   }
 
   absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, wire::DataType dtype,
@@ -209,7 +219,22 @@ class NcclCommunicator : public Communicator {
     ncclResult_t res =
         ncclReduceScatter(send, recv, recv_count, *type, nccl_op, comm_, StreamOf(stream));
     if (!NcclAccepted(res)) return NcclError(res, "ncclReduceScatter", comm_);
-    return absl::OkStatus();
+    return Enqueued(res);
+  }
+
+  // After a nonblocking call answered ncclInProgress: waits until the work is on its stream (the
+  // communicator's state leaves ncclInProgress), so what the caller queues next runs after it.
+  // An abort from another thread ends the wait.
+  absl::Status WaitEnqueued() {
+    while (true) {
+      if (aborted_) return absl::AbortedError("communicator aborted");
+      ncclResult_t state = ncclSuccess;
+      ncclResult_t res = ncclCommGetAsyncError(comm_, &state);
+      if (res != ncclSuccess) return NcclError(res, "ncclCommGetAsyncError", comm_);
+      if (state == ncclSuccess) return absl::OkStatus();
+      if (state != ncclInProgress) return NcclError(state, "communicator", comm_);
+      std::this_thread::yield();
+    }
   }
 
   absl::Status AsyncError() override {
@@ -228,6 +253,15 @@ class NcclCommunicator : public Communicator {
   }
 
  private:
+  // A collective call's answer: inside a group GroupEnd waits for the enqueue; outside, now.
+  absl::Status Enqueued(ncclResult_t res) {
+    if (t_group_depth > 0) {
+      t_group_comms.push_back(this);
+      return absl::OkStatus();
+    }
+    return res == ncclInProgress ? WaitEnqueued() : absl::OkStatus();
+  }
+
   // Average over a number of contributions other than the communicator size (several processes
   // share a GPU): sum of x * (1 / n), float types only.
   absl::StatusOr<ncclRedOp_t> PreMulSum(wire::DataType dtype, ncclDataType_t type, int n) {
@@ -266,7 +300,7 @@ class NcclCommunicator : public Communicator {
   int rank_;
   int size_;
   int device_;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};  // Abort may come from another thread
 };
 
 class CudaDevice : public Device {
@@ -428,12 +462,19 @@ class CudaDevice : public Device {
   absl::Status GroupStart() override {
     ncclResult_t res = ncclGroupStart();
     if (res != ncclSuccess) return NcclError(res, "ncclGroupStart", nullptr);
+    ++t_group_depth;
     return absl::OkStatus();
   }
 
   absl::Status GroupEnd() override {
     ncclResult_t res = ncclGroupEnd();
+    if (--t_group_depth > 0)
+      return NcclAccepted(res) ? absl::OkStatus() : NcclError(res, "ncclGroupEnd", nullptr);
+    std::vector<NcclCommunicator*> comms;
+    comms.swap(t_group_comms);
     if (!NcclAccepted(res)) return NcclError(res, "ncclGroupEnd", nullptr);
+    if (res == ncclSuccess) return absl::OkStatus();
+    for (NcclCommunicator* comm : comms) ARD_RETURN_IF_ERROR(comm->WaitEnqueued());
     return absl::OkStatus();
   }
 
