@@ -148,16 +148,6 @@ int NcclOp(int reduce_op) {
   }
 }
 
-void Emit(const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = write(STDOUT_FILENO, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += n;
-  }
-}
-
 // Every rank of the peer: one GPU each, all driven from this thread.
 class Peer {
  public:
@@ -259,10 +249,6 @@ class Peer {
   size_t count_ = 0;
 };
 
-std::string OneLine(const absl::Status& s) {
-  return absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message());
-}
-
 }  // namespace
 
 absl::Status ProbeNccl(std::string* version, std::string* path) {
@@ -294,31 +280,14 @@ int RunNcclPeer(const BenchOptions& o) {
   if (st.ok()) st = LoadNccl(&nccl);
   if (st.ok()) st = NcclSupports(o.dtype, o.reduce_op);
   if (st.ok() && o.peer_gpus < 1) st = absl::InvalidArgumentError("--peer_gpus is required");
-  if (!st.ok()) {
-    Emit(FormatErrorLine(OneLine(st)));
-    return 1;
-  }
+  if (!st.ok()) return EmitError(st);
   const std::vector<BenchLayout> layouts =
       LayoutsFor(o.collective, o.sizes, wire::DataTypeSize(o.dtype), o.peer_gpus);
   Peer peer(o, cuda, nccl);
-  st = peer.Init();
-  if (!st.ok()) {
-    Emit(FormatErrorLine(OneLine(st)));
-    return 1;
-  }
-  Emit(FormatReadyLine(0, o.peer_gpus));
-  for (size_t i = 0; i < layouts.size(); ++i) {
-    double time_us = 0;
-    uint64_t wrong = 0;
-    st = peer.RunSize(layouts[i], &time_us, &wrong);
-    if (!st.ok()) {
-      Emit(FormatErrorLine(OneLine(st)));
-      return 1;
-    }
-    Emit(FormatRowLine(static_cast<int>(i), time_us, wrong));
-  }
-  Emit(FormatDoneLine());
-  return 0;
+  if (st = peer.Init(); !st.ok()) return EmitError(st);
+  return EmitRun(0, o.peer_gpus, layouts.size(), [&](size_t i, double* time_us, uint64_t* wrong) {
+    return peer.RunSize(layouts[i], time_us, wrong);
+  });
 }
 
 }  // namespace ard::cli

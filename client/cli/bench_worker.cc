@@ -25,23 +25,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Writes all of `text` to stdout (the parent's pipe), unbuffered so lines arrive as they happen.
-void Emit(const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = write(STDOUT_FILENO, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // the parent is gone; PR_SET_PDEATHSIG ends us
-    done += n;
-  }
-}
-
 absl::Status CodeStatus(int code, const std::string& message) {
   return absl::Status(static_cast<absl::StatusCode>(code), message);
-}
-
-std::string OneLine(const absl::Status& s) {
-  return absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message());
 }
 
 // One connected client and the buffers of the current size.
@@ -226,24 +211,11 @@ int RunBenchWorker(const BenchOptions& o) {
   const std::vector<BenchLayout> layouts =
       LayoutsFor(o.collective, o.sizes, wire::DataTypeSize(o.dtype), o.ranks());
   Worker worker(o, deadline);
-  absl::Status st = worker.Connect();
-  if (!st.ok()) {
-    Emit(FormatErrorLine(OneLine(st)));
-    return 1;
-  }
-  Emit(FormatReadyLine(worker.topo().rank, worker.topo().size));
-  for (size_t i = 0; i < layouts.size(); ++i) {
-    double time_us = 0;
-    uint64_t wrong = 0;
-    st = worker.RunSize(static_cast<int>(i), layouts[i], &time_us, &wrong);
-    if (!st.ok()) {
-      Emit(FormatErrorLine(OneLine(st)));
-      return 1;
-    }
-    Emit(FormatRowLine(static_cast<int>(i), time_us, wrong));
-  }
-  Emit(FormatDoneLine());
-  return 0;
+  if (absl::Status st = worker.Connect(); !st.ok()) return EmitError(st);
+  return EmitRun(worker.topo().rank, worker.topo().size, layouts.size(),
+                 [&](size_t i, double* time_us, uint64_t* wrong) {
+                   return worker.RunSize(static_cast<int>(i), layouts[i], time_us, wrong);
+                 });
 }
 
 }  // namespace ard::cli

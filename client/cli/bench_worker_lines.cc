@@ -1,5 +1,8 @@
 #include "client/cli/bench_worker_lines.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -44,6 +47,38 @@ WorkerLine ParseWorkerLine(const std::string& line) {
     w.message = line.substr(6);
   }
   return w;
+}
+
+namespace {
+
+void Emit(const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = write(STDOUT_FILENO, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the parent is gone; PR_SET_PDEATHSIG ends us
+    done += n;
+  }
+}
+
+}  // namespace
+
+int EmitError(const absl::Status& status) {
+  Emit(FormatErrorLine(
+      absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message())));
+  return 1;
+}
+
+int EmitRun(int rank, int size, size_t sizes, const SizeRunner& run) {
+  Emit(FormatReadyLine(rank, size));
+  for (size_t i = 0; i < sizes; ++i) {
+    double time_us = 0;
+    uint64_t wrong = 0;
+    if (absl::Status st = run(i, &time_us, &wrong); !st.ok()) return EmitError(st);
+    Emit(FormatRowLine(static_cast<int>(i), time_us, wrong));
+  }
+  Emit(FormatDoneLine());
+  return 0;
 }
 
 }  // namespace ard::cli

@@ -6,11 +6,15 @@
 //                                    this rank's mean iteration time, wrong elements (--check)
 //   DONE                             every size is done; the worker exits 0 next
 //   ERROR <message>                  the worker failed (message: one line, "CODE: text"); exit 1
-// Pure formatting and parsing; any thread.
+// Formatting and parsing are pure (any thread); EmitError/EmitRun write the worker's side.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+
+#include "absl/status/status.h"
 
 namespace ard::cli {
 
@@ -31,5 +35,13 @@ std::string FormatErrorLine(const std::string& message);  // newlines become spa
 
 // Parses one line (without its '\n'); malformed protocol lines come back as kOther.
 WorkerLine ParseWorkerLine(const std::string& line);
+
+// The worker's side, written unbuffered to stdout (the parent's pipe) so lines arrive as they
+// happen. EmitError: an ERROR line for `status`; returns the worker's exit code, 1.
+int EmitError(const absl::Status& status);
+// READY <rank> <size>, then one ROW per size from run(index, &time_us, &wrong), then DONE; an
+// ERROR line instead at the first failure. Returns the worker's exit code (0 or 1).
+using SizeRunner = std::function<absl::Status(size_t index, double* time_us, uint64_t* wrong)>;
+int EmitRun(int rank, int size, size_t sizes, const SizeRunner& run);
 
 }  // namespace ard::cli
