@@ -323,13 +323,19 @@ bool Eventually(Pred pred) {
   return false;
 }
 
-TEST_CASE("GPU allreduce through the daemon: three processes on two GPUs, fused, repeated") {
+// One daemon (host "h") on a device double with two GPUs, serving over its local socket `sock`.
+struct OneDaemon {
+  OneDaemon() { REQUIRE(daemon.Start().ok()); }
+
   TempDir dir;
   HostWorld world;
-  HostDevice device(world, "h", 1, 2);
-  Daemon daemon(Config(dir), &device);
-  REQUIRE(daemon.Start().ok());
+  HostDevice device{world, "h", 1, 2};
+  Daemon daemon{Config(dir), &device};
   const std::string sock = dir.path() + "/h.sock";
+};
+
+TEST_CASE_METHOD(OneDaemon,
+                 "GPU allreduce through the daemon: three processes on two GPUs, fused, repeated") {
   // Ranks 0 and 2 share GPU 0: they are reduced through host memory before the communicator.
   std::vector<std::unique_ptr<FakeProcess>> procs;
   std::vector<std::unique_ptr<WireClient>> clients;
@@ -425,13 +431,9 @@ TEST_CASE("GPU path: bad registrations are refused to that process only") {
   daemon.Shutdown();
 }
 
-TEST_CASE("GPU path: a process hanging up mid-job fails the job and its IPC handles are closed") {
-  TempDir dir;
-  HostWorld world;
-  HostDevice device(world, "h", 1, 2);
-  Daemon daemon(Config(dir), &device);
-  REQUIRE(daemon.Start().ok());
-  const std::string sock = dir.path() + "/h.sock";
+TEST_CASE_METHOD(
+    OneDaemon,
+    "GPU path: a process hanging up mid-job fails the job and its IPC handles are closed") {
   FakeProcess p0(world, "h", 100, 2, 0, 0), p1(world, "h", 101, 2, 1, 1);
   auto c0 = std::make_unique<WireClient>(sock, "hang", 0, 2);
   auto c1 = std::make_unique<WireClient>(sock, "hang", 1, 2);
@@ -469,13 +471,8 @@ TEST_CASE("GPU path: a process hanging up mid-job fails the job and its IPC hand
   daemon.Shutdown();
 }
 
-TEST_CASE("GPU broadcast, allgather, reducescatter and scaled allreduce through the daemon") {
-  TempDir dir;
-  HostWorld world;
-  HostDevice device(world, "h", 1, 2);
-  Daemon daemon(Config(dir), &device);
-  REQUIRE(daemon.Start().ok());
-  const std::string sock = dir.path() + "/h.sock";
+TEST_CASE_METHOD(
+    OneDaemon, "GPU broadcast, allgather, reducescatter and scaled allreduce through the daemon") {
   std::vector<std::unique_ptr<FakeProcess>> procs;
   std::vector<std::unique_ptr<WireClient>> clients;
   const std::vector<int> gpu_of = {0, 1, 0};  // ranks 0 and 2 share GPU 0
