@@ -137,28 +137,8 @@ class Worker {
 
   absl::Status Iterate() { return o_.gpu ? IterateDevice() : IterateHost(); }
 
-  // --device gpu: ard_submit_device from the device input to the device output on this worker's
-  // stream; the iteration ends when the stream (which holds the copy-out) has drained.
-  absl::Status IterateDevice() {
-    ard_request req;
-    ard_request_init(&req);
-    req.collective = o_.collective;
-    req.dtype = o_.dtype;
-    req.reduce_op = o_.reduce_op;
-    req.name = name_.c_str();
-    req.ndims = 1;
-    req.shape = &shape_;
-    req.data = gpu_.input();
-    req.bytes = input_.size();
-    char err[1024] = {};
-    uint64_t handle = 0;
-    int code = ard_submit_device(client_, &req, gpu_.device(), gpu_.output(), gpu_.stream(),
-                                 nullptr, nullptr, &handle, err, sizeof(err));
-    if (code != ARD_OK) return CodeStatus(code, absl::StrCat("submit ", req.name, ": ", err));
-    return WaitHandle(req.name, handle, [this](const ard_result&) { return gpu_.Synchronize(); });
-  }
-
-  absl::Status IterateHost() {
+  // This size's request, its input at `data` (host or device memory).
+  ard_request Request(const void* data) const {
     ard_request req;
     ard_request_init(&req);
     req.collective = o_.collective;
@@ -168,9 +148,25 @@ class Worker {
     req.name = name_.c_str();
     req.ndims = 1;
     req.shape = &shape_;
-    req.data = input_.data();
+    req.data = data;
     req.bytes = input_.size();
-    return SubmitAndWait(req, [this](const ard_result& r) {
+    return req;
+  }
+
+  // --device gpu: ard_submit_device from the device input to the device output on this worker's
+  // stream; the iteration ends when the stream (which holds the copy-out) has drained.
+  absl::Status IterateDevice() {
+    const ard_request req = Request(gpu_.input());
+    char err[1024] = {};
+    uint64_t handle = 0;
+    int code = ard_submit_device(client_, &req, gpu_.device(), gpu_.output(), gpu_.stream(),
+                                 nullptr, nullptr, &handle, err, sizeof(err));
+    if (code != ARD_OK) return CodeStatus(code, absl::StrCat("submit ", req.name, ": ", err));
+    return WaitHandle(req.name, handle, [this](const ard_result&) { return gpu_.Synchronize(); });
+  }
+
+  absl::Status IterateHost() {
+    return SubmitAndWait(Request(input_.data()), [this](const ard_result& r) {
       if (r.bytes != output_.size()) {
         return absl::InternalError(
             absl::StrCat(name_, ": result has ", r.bytes, " bytes, expected ", output_.size()));
