@@ -178,18 +178,7 @@ absl::Status GpuExecutor::Run(const Response& response, const std::vector<gpu::G
         for (auto& shape : out) shape.assign(m.shape, m.shape + m.ndims);  // equal on all
         break;
       case wire::Collective::kAllgather: {
-        for (int r = 0; r < size; ++r) {
-          if (!tensor.ranks[r]) continue;
-          const wire::Submit& mr = tensor.ranks[r]->meta;
-          if (mr.ndims == 0 || mr.shape[0] != m.shape[0]) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "ALLGATHER of GPU tensor ", tensor.name,
-                ": every rank's first dimension must be equal for device tensors (rank 0 has ",
-                m.ndims == 0 ? std::string("a scalar") : absl::StrCat(m.shape[0]), ", rank ", r,
-                " has ", mr.ndims == 0 ? std::string("a scalar") : absl::StrCat(mr.shape[0]),
-                "); use host tensors for uneven allgather"));
-          }
-        }
+        // Equal first dimensions: negotiation/validation.cc (scalars: CheckGpuSubmit).
         ARD_RETURN_IF_ERROR(job_->Allgather(tensors[i]));
         for (auto& shape : out) {
           if (!shape.empty()) shape[0] = m.shape[0] * size;

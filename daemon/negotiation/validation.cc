@@ -79,6 +79,16 @@ absl::Status ValidatePair(const TensorRequest& a, const TensorRequest& b) {
                                  DataTypeName(a.meta.dtype), ", but another rank had type ",
                                  DataTypeName(b.meta.dtype), "."));
   }
+  if (c == Collective::kAllgather && a.gpu && a.meta.ndims > 0 && b.meta.ndims > 0 &&
+      a.meta.shape[0] != b.meta.shape[0]) {
+    // The device path reserves size x input of staging per rank (client/session_gpu.cc).
+    return absl::InvalidArgumentError(
+        absl::StrCat("ALLGATHER of GPU tensor ", a.name(),
+                     ": every rank's first dimension must be equal for "
+                     "device tensors (rank ",
+                     a.rank, " has ", a.meta.shape[0], ", rank ", b.rank, " has ", b.meta.shape[0],
+                     "); use host tensors for uneven allgather"));
+  }
   if (c == Collective::kAllgather || c == Collective::kAlltoall) {
     if (a.meta.ndims != b.meta.ndims) {
       return Mismatch(absl::StrCat("Mismatched ", name, " tensor shapes: One rank sent a tensor of rank ",
