@@ -3,9 +3,7 @@
 #include <pthread.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "daemon/common/logging.h"
-#include "daemon/dataplane/cross_host_collectives.h"
 #include "daemon/local/frame_codec.h"
 
 namespace ard::dataplane {
@@ -14,39 +12,60 @@ using negotiation::Response;
 using negotiation::TensorRequest;
 
 namespace {
-// How long a host whose data plane broke waits for the job's real failure (reported by the host
-// where it happened, through the coordinator: about one round trip) before reporting its own.
-constexpr absl::Duration kCauseGrace = absl::Milliseconds(500);
+
+bool HasGpuTensors(const Response& response) {
+  for (const auto& t : response.tensors) {
+    for (const auto& r : t.ranks) {
+      if (r && r->gpu) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
-Executor::Executor(std::shared_ptr<JobContext> job) : job_(std::move(job)) {
+Executor::Executor(std::shared_ptr<JobContext> job, std::unique_ptr<Collective> host)
+    : job_(std::move(job)), host_(std::move(host)) {
   thread_ = std::thread([this] { Run(); });
 }
 
 Executor::~Executor() { Stop(); }
 
-void Executor::Enqueue(Response response) { Enqueue(std::move(response), Runner()); }
-
-void Executor::Enqueue(Response response, Runner run) {
+void Executor::Enqueue(Response response) {
   absl::MutexLock lock(&mu_);
-  queue_.push_back(Item{std::move(response), std::move(run)});
+  queue_.push_back(Item{std::move(response), nullptr});
+}
+
+void Executor::AttachGpu(std::unique_ptr<Collective> gpu) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(Item{Response(), std::move(gpu)});
 }
 
 bool Executor::TryRunInline(Response& response) {
-  constexpr uint64_t kInlineBytes = 64 << 10;
   uint64_t bytes = 0;
   for (const auto& t : response.tensors) bytes += t.first().meta.bytes;
-  if (bytes > kInlineBytes || job_->cross_size > 1) return false;
+  if (!host_->RunsInline(bytes) || HasGpuTensors(response)) return false;
   {
     absl::MutexLock lock(&mu_);
     if (busy_ || stopping_ || !queue_.empty()) return false;
     busy_ = true;  // the executor thread cannot start anything meanwhile: the queue is empty and
                    // only this (the loop) thread enqueues
   }
-  Dispatch(response, Runner(), /*stopping=*/false);
+  Item item{std::move(response), nullptr};
+  Dispatch(item, /*stopping=*/false);
   absl::MutexLock lock(&mu_);
   busy_ = false;
   return true;
+}
+
+void Executor::Abort(const absl::Status& why) {
+  Collective* gpu;
+  {
+    absl::MutexLock lock(&mu_);
+    gpu = gpu_.get();  // destroyed only with the executor
+  }
+  host_->Abort(why);
+  if (gpu != nullptr) gpu->Abort(why);
 }
 
 void Executor::Stop() {
@@ -55,21 +74,15 @@ void Executor::Stop() {
     if (stopping_) return;
     stopping_ = true;
   }
+  const absl::Status failure = job_->failure();
+  Abort(failure.ok() ? absl::CancelledError("job ended") : failure);
   if (thread_.joinable()) thread_.join();
 }
 
 void Executor::Run() {
   pthread_setname_np(pthread_self(), absl::StrCat("ard-exec-", job_->id).substr(0, 15).c_str());
-  if (job_->connect_mesh) {
-    auto mesh = job_->connect_mesh();
-    if (mesh.ok()) {
-      job_->SetMesh(*std::move(mesh));
-      Logger("dataplane")->info("data plane connected job={} hosts={} cross_rank={}", job_->name,
-                                job_->cross_size, job_->cross_rank);
-    } else if (job_->report_failure) {
-      job_->report_failure(absl::UnavailableError(
-          absl::StrCat("data plane of job ", job_->name, ": ", mesh.status().message())));
-    }
+  if (absl::Status st = host_->Prepare(); !st.ok() && job_->report_failure) {
+    job_->report_failure(st);
   }
   for (;;) {
     Item item;
@@ -87,13 +100,26 @@ void Executor::Run() {
       stopping = stopping_;
       busy_ = true;
     }
-    Dispatch(item.response, item.run, stopping);
+    Dispatch(item, stopping);
     absl::MutexLock lock(&mu_);
     busy_ = false;
   }
 }
 
-void Executor::Dispatch(const Response& response, const Runner& run, bool stopping) {
+void Executor::Dispatch(Item& item, bool stopping) {
+  if (item.attach_gpu != nullptr) {
+    Collective* gpu = item.attach_gpu.get();
+    {
+      absl::MutexLock lock(&mu_);
+      gpu_ = std::move(item.attach_gpu);
+    }
+    if (!job_->failure().ok() || stopping) return;  // never used: responses fail first
+    if (absl::Status st = gpu->Prepare(); !st.ok() && job_->report_failure) {
+      job_->report_failure(st);
+    }
+    return;
+  }
+  const Response& response = item.response;
   absl::Status failure = job_->failure();
   if (!failure.ok()) {
     CompleteAll(response, failure);
@@ -101,8 +127,6 @@ void Executor::Dispatch(const Response& response, const Runner& run, bool stoppi
     CompleteAll(response, absl::UnavailableError("allreduced is shutting down"));
   } else if (!response.error.ok()) {
     CompleteAll(response, response.error);
-  } else if (run) {
-    run(response);
   } else {
     Execute(response);
   }
@@ -125,41 +149,32 @@ absl::StatusOr<std::shared_ptr<shm::ResultSlot>> Executor::AllocateSlot(uint64_t
 }
 
 void Executor::Execute(const Response& response) {
+  Collective* collective = host_.get();
+  if (HasGpuTensors(response)) {
+    absl::MutexLock lock(&mu_);
+    collective = gpu_.get();
+  }
+  if (collective == nullptr) {  // the job's GPU submit check makes this impossible
+    return CompleteAll(response, absl::InternalError("GPU tensor without a GPU data plane"));
+  }
   const SlotAllocator allocate = [this](uint64_t bytes) { return AllocateSlot(bytes); };
   // Compute every tensor first (a group is atomic: one failure fails the group), then complete.
-  std::vector<std::vector<RankResult>> results(response.tensors.size());
+  std::vector<std::vector<RankResult>> results;
   uint64_t bytes = 0;
-  if (job_->cross_size > 1) {
-    absl::Status s = RunCrossHostCollective(response, *job_, allocate, &results, &bytes);
-    if (!s.ok()) {
-      // A data-plane error leaves the mesh unusable: the whole job fails, on every host.
-      Logger("dataplane")->warn("cross-host collective failed job={} error=\"{}\"", job_->name,
-                                s.message());
-      std::vector<std::string> hosts;
-      for (size_t h = 0; h < job_->host_names.size(); ++h) {
-        hosts.push_back(absl::StrCat(h, "=", job_->host_names[h]));
-      }
-      const absl::Status failure = absl::UnavailableError(
-          absl::StrCat("data plane of job ", job_->name, " failed: ", s.message(), " (hosts ",
-                       absl::StrJoin(hosts, ", "), ")"));
-      // A peer's connection usually breaks because that host failed the job for a reason of its
-      // own (one of its ranks died), which the coordinator is about to tell every host: wait a
-      // moment for it, so ranks get the cause rather than this symptom.
-      absl::Status cause = job_->AwaitFailure(kCauseGrace);
-      if (cause.ok() && job_->report_failure) job_->report_failure(failure);
-      CompleteAll(response, cause.ok() ? failure : cause);
-      return;
-    }
-  }
-  for (size_t i = 0; i < response.tensors.size() && job_->cross_size == 1; ++i) {
-    absl::Status s =
-        RunLocalCollective(response.tensors[i], job_->size, allocate, &results[i], &bytes);
-    if (!s.ok()) {
+  if (absl::Status s = collective->Run(response, allocate, &results, &bytes); !s.ok()) {
+    const absl::Status fatal = collective->JobFailure(s);
+    if (fatal.ok()) {  // only these tensors: the job goes on
       Logger("dataplane")->warn("collective failed job={} tensor={} error=\"{}\"", job_->name,
-                                response.tensors[i].name, s.message());
-      CompleteAll(response, s);
-      return;
+                                response.tensors.empty() ? "-" : response.tensors[0].name,
+                                s.message());
+      return CompleteAll(response, s);
     }
+    Logger("dataplane")->warn("data plane failed job={} error=\"{}\"", job_->name,
+                              fatal.message());
+    // Ranks get the job's real cause rather than this symptom when it arrives in time.
+    const absl::Status cause = job_->AwaitFailure(collective->cause_grace());
+    if (cause.ok() && job_->report_failure) job_->report_failure(fatal);
+    return CompleteAll(response, cause.ok() ? fatal : cause);
   }
   for (size_t i = 0; i < response.tensors.size(); ++i) {
     const auto& tensor = response.tensors[i];

@@ -1,42 +1,46 @@
-// A job's executor (DESIGN.md "Threads"): one thread per job that runs the job's ready
-// collectives in the order the control loop committed them, writes results into the job's result
-// arena, announces new result segments and sends each rank its COMPLETE.
+// A job's executor (DESIGN.md "Threads"): one thread per job that runs the job's committed
+// responses in the committed order through the job's data planes (collective.h: one for host
+// memory, and one for GPU memory once the job's ranks registered their GPUs), writes results into
+// the job's result arena, announces new result segments and sends each rank its COMPLETE. It does
+// not know which data planes it drives (one host, several hosts, GPUs).
 //
-// Lifecycle: 1. constructed when the job forms (thread starts); 2. Enqueue() from the loop;
+// Lifecycle: 1. constructed when the job forms, with its host-memory collective (thread starts
+// and runs its Prepare first); 2. Enqueue() and AttachGpu() from the loop, in committed order;
 // 3. a failed job (JobContext::Fail) makes the executor complete remaining work with the failure;
-// 4. Stop() completes queued work with the failure (or "shutting down") and joins the thread.
+// 4. Abort() (any thread) makes a collective blocked on peers return; 5. Stop() aborts, completes
+// queued work with the failure (or "shutting down") and joins the thread.
 #pragma once
 
 #include <deque>
-#include <functional>
 #include <memory>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "daemon/dataplane/collective.h"
 #include "daemon/dataplane/job_context.h"
-#include "daemon/dataplane/local_collectives.h"
 #include "daemon/negotiation/tensor_request.h"
 
 namespace ard::dataplane {
 
 class Executor {
  public:
-  explicit Executor(std::shared_ptr<JobContext> job);
+  Executor(std::shared_ptr<JobContext> job, std::unique_ptr<Collective> host);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
   void Enqueue(negotiation::Response response);
-  // A response this executor does not compute itself (a cross-host job's GPU tensors): `run`
-  // executes it on the executor thread at its place in the committed order, so it may use the
-  // job's TCP mesh (JobContext::mesh()); it must send every rank its COMPLETE. A failed job or a
-  // shutdown completes it with the failure instead, as for any response.
-  using Runner = std::function<void(const negotiation::Response&)>;
-  void Enqueue(negotiation::Response response, Runner run);
-  // Runs a small response on the calling thread (the control loop) when the executor thread has
-  // nothing queued or running, saving a thread wake-up (~100 us here) on the latency path while
-  // keeping the committed order. Returns false (and leaves `response` alone) otherwise.
+  // The job's GPU data plane, prepared on the executor thread at this place in the committed
+  // order; responses with GPU tensors run through it from then on. `gpu` stays alive (for the
+  // loop's raw pointer) until the executor is destroyed.
+  void AttachGpu(std::unique_ptr<Collective> gpu);
+  // Runs a small host-memory response on the calling thread (the control loop) when the
+  // executor thread has nothing queued or running and the data plane allows it (no peers),
+  // saving a thread wake-up (~100 us here) on the latency path while keeping the committed order.
+  // Returns false (and leaves `response` alone) otherwise.
   bool TryRunInline(negotiation::Response& response);
+  // Any thread: the job failed or ended; collectives waiting for peers return at once.
+  void Abort(const absl::Status& why);
   void Stop();
 
   // Sends one rank its COMPLETE (error or result). Also used by the loop for requests that never
@@ -46,21 +50,24 @@ class Executor {
                            int join_last_rank = -1);
 
  private:
+  struct Item {
+    negotiation::Response response;
+    std::unique_ptr<Collective> attach_gpu;  // set: attach it instead of running `response`
+  };
+
   void Run();
+  void Dispatch(Item& item, bool stopping);
   void Execute(const negotiation::Response& response);
-  void Dispatch(const negotiation::Response& response, const Runner& run, bool stopping);
   void CompleteAll(const negotiation::Response& response, const absl::Status& status);
   absl::StatusOr<std::shared_ptr<shm::ResultSlot>> AllocateSlot(uint64_t bytes);
 
   const std::shared_ptr<JobContext> job_;
+  const std::unique_ptr<Collective> host_;
   absl::Mutex mu_;
-  struct Item {
-    negotiation::Response response;
-    Runner run;  // empty: Execute()
-  };
+  std::unique_ptr<Collective> gpu_ ABSL_GUARDED_BY(mu_);  // written on the executor thread
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // the thread is executing a response
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a response is executing (thread or inline)
   std::thread thread_;
 };
 

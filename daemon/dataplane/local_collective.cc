@@ -1,9 +1,10 @@
-#include "daemon/dataplane/local_collectives.h"
+#include "daemon/dataplane/local_collective.h"
 
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/collectives/reduce_kernels.h"
+#include "daemon/collectives/row_split.h"
 #include "daemon/local/frame_codec.h"
 
 namespace ard::dataplane {
@@ -11,7 +12,6 @@ namespace {
 
 using negotiation::ReadyTensor;
 using negotiation::TensorRequest;
-using wire::Collective;
 
 struct Layout {
   size_t elem = 0;       // bytes per element
@@ -162,8 +162,7 @@ absl::Status Reducescatter(const ReadyTensor& t, int size, const SlotAllocator& 
   const int64_t d0 = m.shape[0];
   int64_t first_row = 0;
   for (int r = 0; r < size; ++r) {
-    // Like Horovod: as even as possible, the first d0 % size ranks get one row more.
-    const int64_t rows = d0 / size + (r < d0 % size ? 1 : 0);
+    const int64_t rows = collectives::RowsOfRank(d0, size, r);
     auto slot = Allocate(allocate, rows * l.row);
     if (!slot.ok()) return slot.status();
     if (*slot) {
@@ -178,29 +177,41 @@ absl::Status Reducescatter(const ReadyTensor& t, int size, const SlotAllocator& 
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status RunLocalCollective(const ReadyTensor& tensor, int size, const SlotAllocator& allocate,
-                                std::vector<RankResult>* out, uint64_t* bytes_reduced) {
+absl::Status RunTensor(const ReadyTensor& tensor, int size, const SlotAllocator& allocate,
+                       std::vector<RankResult>* out, uint64_t* bytes_reduced) {
   out->assign(size, RankResult{});
   const TensorRequest& first = tensor.first();
   *bytes_reduced += first.meta.bytes;
   switch (first.collective()) {
-    case Collective::kAllreduce:
+    case wire::Collective::kAllreduce:
       return Allreduce(tensor, size, allocate, out);
-    case Collective::kAllgather:
+    case wire::Collective::kAllgather:
       return Allgather(tensor, size, allocate, out);
-    case Collective::kBroadcast:
+    case wire::Collective::kBroadcast:
       return Broadcast(tensor, size, allocate, out);
-    case Collective::kAlltoall:
+    case wire::Collective::kAlltoall:
       return Alltoall(tensor, size, allocate, out);
-    case Collective::kReducescatter:
+    case wire::Collective::kReducescatter:
       return Reducescatter(tensor, size, allocate, out);
-    case Collective::kBarrier:
-    case Collective::kJoin:
+    case wire::Collective::kBarrier:
+    case wire::Collective::kJoin:
       return absl::OkStatus();
   }
   return absl::InternalError(absl::StrCat("unknown collective ", first.meta.collective));
+}
+
+}  // namespace
+
+absl::Status LocalCollective::Run(const negotiation::Response& response,
+                                  const SlotAllocator& allocate,
+                                  std::vector<std::vector<RankResult>>* out,
+                                  uint64_t* bytes_reduced) {
+  out->resize(response.tensors.size());
+  for (size_t i = 0; i < response.tensors.size(); ++i) {
+    absl::Status s = RunTensor(response.tensors[i], size_, allocate, &(*out)[i], bytes_reduced);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ard::dataplane

@@ -1,11 +1,14 @@
-#include "daemon/dataplane/cross_host_collectives.h"
+#include "daemon/dataplane/tcp_collective.h"
 
 #include <cstring>
 #include <map>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "daemon/collectives/reduce_kernels.h"
+#include "daemon/collectives/row_split.h"
+#include "daemon/common/logging.h"
 #include "daemon/dataplane/tcp/host_collectives.h"
 
 namespace ard::dataplane {
@@ -14,7 +17,6 @@ namespace {
 using negotiation::ReadyTensor;
 using negotiation::Response;
 using negotiation::TensorRequest;
-using wire::Collective;
 
 void Copy(uint8_t* dst, const uint8_t* src, uint64_t n) {
   if (n > 0) memcpy(dst, src, n);
@@ -32,7 +34,7 @@ uint64_t RowBytes(const wire::Submit& m) {
 
 // This host's contribution: the reduction of its present ranks' inputs in rank order, each input
 // prescaled; the identity when none of them takes part (all joined).
-void LocalPartial(const ReadyTensor& t, const JobContext& job, uint8_t* dst) {
+void LocalPartial(const ReadyTensor& t, const HostLayout& job, uint8_t* dst) {
   const wire::Submit& m = t.first().meta;
   const auto dtype = static_cast<wire::DataType>(m.dtype);
   const auto op = static_cast<wire::ReduceOp>(m.reduce_op);
@@ -68,7 +70,7 @@ void Finish(const wire::Submit& m, int size, uint8_t* buf) {
 
 // Allreduce of several tensors: those of one kind (dtype, op, scales) travel in one fusion
 // buffer through one cross-host collective.
-absl::Status Allreduce(const Response& response, JobContext& job, const SlotAllocator& allocate,
+absl::Status Allreduce(const Response& response, const HostLayout& job, tcp::TcpMesh& mesh, const SlotAllocator& allocate,
                        std::vector<std::vector<RankResult>>* out) {
   std::map<std::tuple<uint32_t, uint32_t, double, double>, std::vector<size_t>> kinds;
   for (size_t i = 0; i < response.tensors.size(); ++i) {
@@ -87,7 +89,7 @@ absl::Status Allreduce(const Response& response, JobContext& job, const SlotAllo
     }
     const auto dtype = static_cast<wire::DataType>(std::get<0>(kind));
     const auto op = static_cast<wire::ReduceOp>(std::get<1>(kind));
-    absl::Status s = tcp::AllreduceInPlace(*job.mesh(), fusion.data(),
+    absl::Status s = tcp::AllreduceInPlace(mesh, fusion.data(),
                                            total / wire::DataTypeSize(std::get<0>(kind)), dtype, op);
     if (!s.ok()) return s;
     offset = 0;
@@ -117,7 +119,7 @@ absl::StatusOr<std::shared_ptr<shm::ResultSlot>> Slot(const SlotAllocator& alloc
   return allocate(bytes);
 }
 
-absl::Status Allgather(const ReadyTensor& t, JobContext& job, const SlotAllocator& allocate,
+absl::Status Allgather(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh& mesh, const SlotAllocator& allocate,
                        std::vector<RankResult>* out) {
   const wire::Submit& m = t.first().meta;
   const uint64_t row = RowBytes(m);
@@ -136,7 +138,7 @@ absl::Status Allgather(const ReadyTensor& t, JobContext& job, const SlotAllocato
     Copy(gathered.data() + at, t.ranks[r]->input.data, rows[r] * row);
     at += rows[r] * row;
   }
-  if (auto s = tcp::AllgatherV(*job.mesh(), gathered.data(), host_bytes); !s.ok()) return s;
+  if (auto s = tcp::AllgatherV(mesh, gathered.data(), host_bytes); !s.ok()) return s;
   auto slot = Slot(allocate, total_rows * row);
   if (!slot.ok()) return slot.status();
   // Reorder host blocks into rank order.
@@ -154,7 +156,7 @@ absl::Status Allgather(const ReadyTensor& t, JobContext& job, const SlotAllocato
   return absl::OkStatus();
 }
 
-absl::Status Broadcast(const ReadyTensor& t, JobContext& job, const SlotAllocator& allocate,
+absl::Status Broadcast(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh& mesh, const SlotAllocator& allocate,
                        std::vector<RankResult>* out) {
   const wire::Submit& m = t.first().meta;
   const int root = m.root_rank;
@@ -164,7 +166,7 @@ absl::Status Broadcast(const ReadyTensor& t, JobContext& job, const SlotAllocato
     if (job.host_of_rank[root] == job.cross_rank) {
       Copy((*slot)->data, t.ranks[root]->input.data, m.bytes);
     }
-    if (auto s = tcp::Broadcast(*job.mesh(), (*slot)->data, m.bytes, job.host_of_rank[root]);
+    if (auto s = tcp::Broadcast(mesh, (*slot)->data, m.bytes, job.host_of_rank[root]);
         !s.ok()) {
       return s;
     }
@@ -177,7 +179,7 @@ int64_t SplitOf(const TensorRequest& s, int r, int size) {
   return s.splits.empty() ? s.meta.shape[0] / size : s.splits[r];
 }
 
-absl::Status Alltoall(const ReadyTensor& t, JobContext& job, const SlotAllocator& allocate,
+absl::Status Alltoall(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh& mesh, const SlotAllocator& allocate,
                       std::vector<RankResult>* out) {
   const int n = job.size;
   const uint64_t row = RowBytes(t.first().meta);
@@ -213,7 +215,7 @@ absl::Status Alltoall(const ReadyTensor& t, JobContext& job, const SlotAllocator
       }
     }
   }
-  if (auto s = tcp::AlltoallV(*job.mesh(), send.data(), send_bytes, recv.data(), recv_bytes);
+  if (auto s = tcp::AlltoallV(mesh, send.data(), send_bytes, recv.data(), recv_bytes);
       !s.ok()) {
     return s;
   }
@@ -252,13 +254,13 @@ absl::Status Alltoall(const ReadyTensor& t, JobContext& job, const SlotAllocator
 // Reduces the whole tensor across hosts, then gives each local rank its rows (the first d0 % size
 // ranks get one row more, like Horovod). Moves the whole tensor rather than each host's rows:
 // simple, and correct for any placement of ranks on hosts.
-absl::Status Reducescatter(const ReadyTensor& t, JobContext& job, const SlotAllocator& allocate,
+absl::Status Reducescatter(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh& mesh, const SlotAllocator& allocate,
                            std::vector<RankResult>* out) {
   const wire::Submit& m = t.first().meta;
   thread_local std::vector<uint8_t> full;
   full.resize(m.bytes);
   LocalPartial(t, job, full.data());
-  if (auto s = tcp::AllreduceInPlace(*job.mesh(), full.data(), m.bytes / wire::DataTypeSize(m.dtype),
+  if (auto s = tcp::AllreduceInPlace(mesh, full.data(), m.bytes / wire::DataTypeSize(m.dtype),
                                      static_cast<wire::DataType>(m.dtype),
                                      static_cast<wire::ReduceOp>(m.reduce_op));
       !s.ok()) {
@@ -269,7 +271,7 @@ absl::Status Reducescatter(const ReadyTensor& t, JobContext& job, const SlotAllo
   const int64_t d0 = m.shape[0];
   int64_t first = 0;
   for (int r = 0; r < job.size; ++r) {
-    const int64_t rows = d0 / job.size + (r < d0 % job.size ? 1 : 0);
+    const int64_t rows = collectives::RowsOfRank(d0, job.size, r);
     if (job.host_of_rank[r] == job.cross_rank && t.ranks[r]) {
       auto slot = Slot(allocate, rows * row);
       if (!slot.ok()) return slot.status();
@@ -283,36 +285,32 @@ absl::Status Reducescatter(const ReadyTensor& t, JobContext& job, const SlotAllo
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status RunCrossHostCollective(const Response& response, JobContext& job,
-                                    const SlotAllocator& allocate,
-                                    std::vector<std::vector<RankResult>>* out,
-                                    uint64_t* bytes_reduced) {
+absl::Status RunResponse(const Response& response, const HostLayout& job, tcp::TcpMesh& mesh,
+                         const SlotAllocator& allocate, std::vector<std::vector<RankResult>>* out,
+                         uint64_t* bytes_reduced) {
   out->assign(response.tensors.size(), std::vector<RankResult>(job.size));
-  if (job.mesh() == nullptr) return absl::FailedPreconditionError("data plane not connected");
   for (const auto& t : response.tensors) *bytes_reduced += t.first().meta.bytes;
-  if (response.collective == Collective::kAllreduce) return Allreduce(response, job, allocate, out);
+  if (response.collective == wire::Collective::kAllreduce) return Allreduce(response, job, mesh, allocate, out);
   // Other collectives (grouped ones included) run tensor by tensor, in list order.
   for (size_t i = 0; i < response.tensors.size(); ++i) {
     const ReadyTensor& t = response.tensors[i];
     std::vector<RankResult>* results = &(*out)[i];
     absl::Status s;
     switch (response.collective) {
-      case Collective::kAllgather:
-        s = Allgather(t, job, allocate, results);
+      case wire::Collective::kAllgather:
+        s = Allgather(t, job, mesh, allocate, results);
         break;
-      case Collective::kBroadcast:
-        s = Broadcast(t, job, allocate, results);
+      case wire::Collective::kBroadcast:
+        s = Broadcast(t, job, mesh, allocate, results);
         break;
-      case Collective::kAlltoall:
-        s = Alltoall(t, job, allocate, results);
+      case wire::Collective::kAlltoall:
+        s = Alltoall(t, job, mesh, allocate, results);
         break;
-      case Collective::kReducescatter:
-        s = Reducescatter(t, job, allocate, results);
+      case wire::Collective::kReducescatter:
+        s = Reducescatter(t, job, mesh, allocate, results);
         break;
-      case Collective::kBarrier:
-      case Collective::kJoin:
+      case wire::Collective::kBarrier:
+      case wire::Collective::kJoin:
         break;  // negotiation itself brought every rank here
       default:
         s = absl::InternalError(absl::StrCat("unknown collective ", response.collective));
@@ -320,6 +318,58 @@ absl::Status RunCrossHostCollective(const Response& response, JobContext& job,
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+TcpCollective::TcpCollective(HostLayout layout, Connect connect)
+    : layout_(std::move(layout)), connect_(std::move(connect)) {}
+
+absl::Status TcpCollective::Prepare() {
+  auto mesh = connect_();
+  if (!mesh.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("data plane of job ", layout_.job, ": ", mesh.status().message()));
+  }
+  absl::MutexLock lock(&mu_);
+  mesh_ = *std::move(mesh);
+  if (!aborted_.ok()) mesh_->Abort(aborted_);  // the job failed while we connected
+  mesh_for_ops_ = mesh_.get();
+  Logger("dataplane")->info("data plane connected job={} hosts={} cross_rank={}", layout_.job,
+                            layout_.cross_size, layout_.cross_rank);
+  return absl::OkStatus();
+}
+
+absl::Status TcpCollective::Run(const Response& response, const SlotAllocator& allocate,
+                                std::vector<std::vector<RankResult>>* out,
+                                uint64_t* bytes_reduced) {
+  if (mesh_for_ops_ == nullptr) return absl::FailedPreconditionError("data plane not connected");
+  return RunResponse(response, layout_, *mesh_for_ops_, allocate, out, bytes_reduced);
+}
+
+absl::Status TcpCollective::JobFailure(const absl::Status& error) const {
+  std::vector<std::string> hosts;
+  for (size_t h = 0; h < layout_.host_names.size(); ++h) {
+    hosts.push_back(absl::StrCat(h, "=", layout_.host_names[h]));
+  }
+  return absl::UnavailableError(absl::StrCat("data plane of job ", layout_.job, " failed: ",
+                                             error.message(), " (hosts ",
+                                             absl::StrJoin(hosts, ", "), ")"));
+}
+
+void TcpCollective::Abort(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  if (aborted_.ok()) aborted_ = why.ok() ? absl::CancelledError("job ended") : why;
+  if (mesh_ != nullptr) mesh_->Abort(aborted_);
+}
+
+gpu::CrossHostReduce TcpCollective::HostAllreduce() {
+  return [this](void* buf, size_t count, wire::DataType dtype, wire::ReduceOp op) {
+    if (mesh_for_ops_ == nullptr) {
+      return absl::UnavailableError("the job's data plane is not connected");
+    }
+    return tcp::AllreduceInPlace(*mesh_for_ops_, buf, count, dtype, op);
+  };
 }
 
 }  // namespace ard::dataplane

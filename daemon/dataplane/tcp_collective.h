@@ -1,0 +1,65 @@
+// The data of every collective for a job whose ranks live on several hosts (DESIGN.md "Data
+// plane"): each host first reduces (or gathers) its own ranks' inputs from shared memory, then
+// only hosts exchange data over the job's TCP mesh (daemon/dataplane/tcp), and each host writes
+// its ranks' results into the job's result arena. Allreduces of one kind in a response travel in
+// one fusion buffer. Reductions are deterministic: ranks in rank order within a host, then hosts
+// in host order, so every rank reads bit-identical results.
+//
+// Any error leaves the mesh unusable: the job fails on every host (JobFailure). Prepare connects
+// the mesh (waiting for every host of the job); Abort shuts its sockets. Thread: see collective.h.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "daemon/dataplane/collective.h"
+#include "daemon/dataplane/tcp/tcp_mesh.h"
+#include "daemon/gpu/gpu_job.h"
+
+namespace ard::dataplane {
+
+// Which host runs which rank of a cross-host job (host index = cross rank).
+struct HostLayout {
+  std::string job;  // for messages
+  int size = 0;     // ranks of the job
+  int cross_rank = 0;
+  int cross_size = 1;
+  std::vector<int> host_of_rank;                // index = rank -> cross rank
+  std::vector<std::vector<int>> ranks_of_host;  // cross rank -> its ranks, ascending
+  std::vector<std::string> host_names;          // cross rank -> host name
+};
+
+class TcpCollective : public Collective {
+ public:
+  using Connect = std::function<absl::StatusOr<std::unique_ptr<tcp::TcpMesh>>()>;
+  TcpCollective(HostLayout layout, Connect connect);
+
+  absl::Status Prepare() override;
+  absl::Status Run(const negotiation::Response& response, const SlotAllocator& allocate,
+                   std::vector<std::vector<RankResult>>* out, uint64_t* bytes_reduced) override;
+  absl::Status JobFailure(const absl::Status& error) const override;
+  // A peer's connection usually breaks because that host failed the job for a reason of its own
+  // (one of its ranks died), which the coordinator is about to tell every host: about one round
+  // trip.
+  absl::Duration cause_grace() const override { return absl::Milliseconds(500); }
+  void Abort(const absl::Status& why) override;
+
+  // The host-level allreduce over the mesh, for the GPU data plane's hierarchical mode (which
+  // runs on the same executor thread, after Prepare).
+  gpu::CrossHostReduce HostAllreduce();
+
+  const HostLayout& layout() const { return layout_; }
+
+ private:
+  const HostLayout layout_;
+  const Connect connect_;
+  mutable absl::Mutex mu_;
+  std::unique_ptr<tcp::TcpMesh> mesh_ ABSL_GUARDED_BY(mu_);  // from Prepare on
+  absl::Status aborted_ ABSL_GUARDED_BY(mu_);
+  tcp::TcpMesh* mesh_for_ops_ = nullptr;  // executor thread only: mesh_ once connected
+};
+
+}  // namespace ard::dataplane
