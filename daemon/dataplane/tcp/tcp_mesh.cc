@@ -143,8 +143,13 @@ void TcpMesh::Abort(absl::Status why) {
   abort_status_ = why.ok() ? absl::CancelledError("tcp mesh aborted") : std::move(why);
   aborted_ = true;
   ShutdownAll();
-  Logger("dataplane")
-      ->info("tcp mesh aborted job={} host={}: {}", job_id_, self_, abort_status_.message());
+  if (absl::IsCancelled(abort_status_)) {  // the job ended normally (or was cancelled)
+    Logger("dataplane")
+        ->debug("tcp mesh closed job={} host={}: {}", job_id_, self_, abort_status_.message());
+  } else {
+    Logger("dataplane")
+        ->info("tcp mesh aborted job={} host={}: {}", job_id_, self_, abort_status_.message());
+  }
 }
 
 absl::Status TcpMesh::CheckUsable() const {

@@ -1,0 +1,191 @@
+#include "daemon/jobs/coordinated_negotiator.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/gpu/device.h"
+#include "daemon/negotiation/rank_assignment.h"
+
+namespace ard::jobs {
+
+using negotiation::ReadyTensor;
+using negotiation::Response;
+using negotiation::TensorRequest;
+
+CoordinatedNegotiator::CoordinatedNegotiator(EventLoop& loop, cluster::PeerClient& coordinator,
+                                             const JobOptions& options, std::string data_address,
+                                             std::string job, int size, int local_size)
+    : options_(options),
+      job_(std::move(job)),
+      size_(size),
+      local_size_(local_size),
+      channel_(loop, coordinator,
+               cluster::JobChannel::Options{options.host_name, std::move(data_address),
+                                            options.form_timeout, options.rpc_timeout,
+                                            options.cycle_time}) {}
+
+void CoordinatedNegotiator::FormAsync(const std::vector<MemberInfo>& members,
+                                      std::function<void(absl::StatusOr<Formation>)> done) {
+  // Local ranks: the launcher's, else arrival order among the rest.
+  std::vector<int> requested;
+  for (const MemberInfo& m : members) {
+    requested.push_back(m.local_rank < local_size_ ? m.local_rank : -1);
+  }
+  auto local_ranks = negotiation::AssignRanks(requested, local_size_);
+  if (!local_ranks.ok()) return done(local_ranks.status());
+  cluster::HostRegistration registration{job_, size_, {}};
+  for (size_t i = 0; i < members.size(); ++i) {
+    registration.ranks.push_back({(*local_ranks)[i], members[i].rank, members[i].pid});
+  }
+  channel_.RegisterAsync(registration, [this, local_ranks = *local_ranks,
+                                        done = std::move(done)](absl::StatusOr<JobLayout> layout) {
+    if (!layout.ok()) return done(layout.status());
+    int me = -1;
+    for (int h = 0; h < layout->hosts_size(); ++h) {
+      if (layout->hosts(h).name() == options_.host_name) me = h;
+    }
+    if (me < 0) {
+      return done(absl::InternalError(absl::StrCat("coordinator's layout of job ", job_,
+                                                   " does not include host ", options_.host_name)));
+    }
+    cross_rank_ = me;
+    here_.assign(size_, false);
+    for (int r : layout->hosts(me).ranks()) {
+      if (r >= 0 && r < size_) here_[r] = true;
+    }
+    Formation f;
+    f.job_id = layout->job_id();
+    f.local_ranks = local_ranks;
+    f.local_size = local_size_;
+    for (int l : local_ranks) f.ranks.push_back(layout->hosts(me).ranks(l));
+    dataplane::HostLayout& hosts = f.hosts;
+    hosts.job = job_;
+    hosts.size = size_;
+    hosts.cross_rank = me;
+    hosts.cross_size = layout->hosts_size();
+    hosts.host_of_rank.assign(size_, -1);
+    hosts.ranks_of_host.resize(layout->hosts_size());
+    for (int h = 0; h < layout->hosts_size(); ++h) {
+      f.data_addresses.push_back(layout->hosts(h).data_address());
+      hosts.host_names.push_back(layout->hosts(h).name());
+      for (int r : layout->hosts(h).ranks()) {
+        hosts.host_of_rank[r] = h;
+        hosts.ranks_of_host[h].push_back(r);
+      }
+      std::sort(hosts.ranks_of_host[h].begin(), hosts.ranks_of_host[h].end());
+    }
+    done(std::move(f));
+  });
+}
+
+void CoordinatedNegotiator::Start(NegotiationSink* sink) {
+  sink_ = sink;
+  channel_.Watch(this);
+}
+
+void CoordinatedNegotiator::HostReady(std::vector<Response> ready) {
+  std::vector<ReadyTensor> tensors;
+  for (Response& response : ready) {
+    for (ReadyTensor& t : response.tensors) {
+      tensors.push_back(t);
+      awaiting_[t.name] = std::move(t);
+    }
+  }
+  channel_.SendReady(tensors);
+}
+
+void CoordinatedNegotiator::OnCommitted(Response response) {
+  for (ReadyTensor& tensor : response.tensors) {
+    auto local = awaiting_.find(tensor.name);
+    if (local == awaiting_.end()) {
+      // A tensor none of this host's ranks submitted (they all joined): this host still takes
+      // part in the data plane, contributing the identity. One it should have is a broken
+      // invariant of the coordinator's.
+      const bool ours = std::any_of(tensor.ranks.begin(), tensor.ranks.end(), [&](const auto& r) {
+        return r && r->rank >= 0 && r->rank < size_ && here_[r->rank];
+      });
+      if (ours) {
+        const absl::Status bad = absl::InternalError(absl::StrCat(
+            "coordinator answered tensor ", tensor.name, " that this host never forwarded"));
+        channel_.ReportFailure(bad);
+        return sink_->OnFailedElsewhere(bad);
+      }
+      continue;
+    }
+    for (auto& r : local->second.ranks) {
+      if (r) tensor.ranks[r->rank] = std::move(r);  // local entries carry the inputs
+    }
+    awaiting_.erase(local);
+  }
+  sink_->OnCommitted(std::move(response));
+}
+
+void CoordinatedNegotiator::OnJoinDone(const absl::Status& status, int last_rank) {
+  sink_->OnJoinDone(status, last_rank);
+}
+
+void CoordinatedNegotiator::PlanGpusAsync(
+    const gpu::HostGpus& host, std::function<void(absl::StatusOr<gpu::CrossHostGpuPlan>)> done) {
+  cluster::HostGpuOffer offer;
+  offer.rank_devices = host.rank_devices;
+  for (int device : host.rank_devices) {
+    offer.rank_gpu_ids.push_back(device < static_cast<int>(options_.gpu_physical_ids.size())
+                                     ? options_.gpu_physical_ids[device]
+                                     : "");
+  }
+  offer.nccl_version = options_.gpu_device->Describe();
+  offer.gpu_mode = options_.gpu_mode;
+  if (cross_rank_ == 0) {  // the only offer (see gpu::PlanFromLayout)
+    auto unique_id = options_.gpu_device->NewUniqueId();
+    if (!unique_id.ok()) return done(unique_id.status());
+    offer.nccl_unique_id.assign(reinterpret_cast<const char*>(unique_id->data()),
+                                unique_id->size());
+  }
+  gpu_done_ = std::move(done);
+  channel_.SendGpuHost(offer);
+}
+
+void CoordinatedNegotiator::OnGpuLayout(const JobLayout& layout, const GpuLayout& gpus) {
+  auto done = std::move(gpu_done_);
+  gpu_done_ = nullptr;
+  if (!done) {
+    const absl::Status bad = absl::InternalError(absl::StrCat(
+        "GPU layout of job ", job_, " arrived before this host's ranks registered their GPUs"));
+    channel_.ReportFailure(bad);
+    return sink_->OnFailedElsewhere(bad);
+  }
+  auto plan = gpu::PlanFromLayout(layout, gpus, cross_rank_);
+  if (!plan.ok()) return done(plan.status());
+  if (!plan->id) {  // hierarchical, not cross rank 0: a communicator of this host's GPUs only
+    auto own = options_.gpu_device->NewUniqueId();
+    if (!own.ok()) return done(own.status());
+    plan->id = *own;
+  }
+  done(*std::move(plan));
+}
+
+void CoordinatedNegotiator::OnAborted(const absl::Status& status) {
+  sink_->OnFailedElsewhere(status);
+}
+
+void CoordinatedNegotiator::OnLost(const absl::Status& status) {
+  if (gpu_done_) {  // the coordinator refused this host's GPUs: the GPU registrations hear it
+    auto done = std::move(gpu_done_);
+    gpu_done_ = nullptr;
+    return done(status);
+  }
+  sink_->OnFailedElsewhere(status);
+}
+
+std::vector<TensorRequest> CoordinatedNegotiator::TakeUncommitted() {
+  std::vector<TensorRequest> out;
+  for (auto& [name, tensor] : awaiting_) {
+    for (auto& r : tensor.ranks) {
+      if (r) out.push_back(std::move(*r));
+    }
+  }
+  awaiting_.clear();
+  return out;
+}
+
+}  // namespace ard::jobs

@@ -1,0 +1,58 @@
+// The negotiation strategy of a job whose ranks live on several hosts (negotiator.h): the
+// coordinator forms the job and commits its tensors, reached through cluster::JobChannel (the
+// one interface to it). This host numbers its own local ranks (the launcher's kept, the rest by
+// arrival), keeps each host-ready tensor's local inputs until the coordinator commits it, and
+// adds them to the committed response, so the data a tensor needs flows one way: job ->
+// negotiation -> data plane.
+// Thread: the control loop.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "daemon/cluster/job_channel.h"
+#include "daemon/jobs/job_options.h"
+#include "daemon/jobs/negotiator.h"
+
+namespace ard::jobs {
+
+class CoordinatedNegotiator : public Negotiator, private cluster::JobChannelSink {
+ public:
+  CoordinatedNegotiator(EventLoop& loop, cluster::PeerClient& coordinator,
+                        const JobOptions& options, std::string data_address, std::string job,
+                        int size, int local_size);
+
+  void FormAsync(const std::vector<MemberInfo>& members,
+                 std::function<void(absl::StatusOr<Formation>)> done) override;
+  void Start(NegotiationSink* sink) override;
+  void HostReady(std::vector<negotiation::Response> ready) override;
+  void Join(const negotiation::TensorRequest& join) override { channel_.SendJoin(join); }
+  void PlanGpusAsync(const gpu::HostGpus& host,
+                     std::function<void(absl::StatusOr<gpu::CrossHostGpuPlan>)> done) override;
+  void ReportFailure(const absl::Status& failure) override { channel_.ReportFailure(failure); }
+  void ReportLeft() override { channel_.ReportLeft(); }
+  std::vector<negotiation::TensorRequest> TakeUncommitted() override;
+
+ private:
+  // cluster::JobChannelSink
+  void OnCommitted(negotiation::Response response) override;
+  void OnJoinDone(const absl::Status& status, int last_rank) override;
+  void OnGpuLayout(const JobLayout& layout, const GpuLayout& gpus) override;
+  void OnAborted(const absl::Status& status) override;
+  void OnLost(const absl::Status& status) override;
+
+  const JobOptions& options_;
+  const std::string job_;
+  const int size_;
+  const int local_size_;
+  cluster::JobChannel channel_;
+  NegotiationSink* sink_ = nullptr;  // Not owned; from Start
+  int cross_rank_ = -1;
+  std::vector<bool> here_;  // by rank: runs on this host (from formation)
+  // Host-ready tensors waiting for the coordinator's response, with this host's inputs.
+  std::map<std::string, negotiation::ReadyTensor> awaiting_;
+  std::function<void(absl::StatusOr<gpu::CrossHostGpuPlan>)> gpu_done_;  // GPUs offered
+};
+
+}  // namespace ard::jobs

@@ -1,0 +1,270 @@
+// Job: membership, formation, failure and end (the lifecycle's transitions).
+#include "daemon/jobs/job.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/common/logging.h"
+#include "daemon/dataplane/local_collective.h"
+#include "daemon/dataplane/tcp/data_listener.h"
+#include "daemon/shm/result_arena.h"
+
+namespace ard::jobs {
+
+using dataplane::Executor;
+using local::Session;
+using negotiation::TensorRequest;
+
+Job::Job(JobEnvironment env, uint32_t id, std::string name, int size, int local_size, uid_t uid,
+         std::unique_ptr<Negotiator> negotiator, std::function<void()> on_finished)
+    : loop_(env.loop),
+      options_(env.options),
+      listener_(env.listener),
+      gpu_processes_(env.gpu),
+      id_(id),
+      name_(std::move(name)),
+      size_(size),
+      local_size_(local_size),
+      uid_(uid),
+      created_(absl::Now()),
+      negotiator_(std::move(negotiator)),
+      on_finished_(std::move(on_finished)) {}
+
+Job::~Job() {
+  alive_.reset();
+  if (executor_ != nullptr) executor_->Stop();
+}
+
+std::function<void()> Job::Guarded(std::function<void()> task) {
+  return [alive = std::weak_ptr<bool>(alive_), task = std::move(task)] {
+    if (!alive.expired()) task();
+  };
+}
+
+int Job::connected() const {
+  int n = 0;
+  for (const auto& m : members_) n += m != nullptr && !m->closed();
+  return n;
+}
+
+void Job::Reject(Session& s, uint64_t request_id, const absl::Status& status) {
+  Logger("local")->warn("rejected request pid={} job={} rank={} error=\"{}\"", s.creds().pid,
+                        name_, s.rank, status.message());
+  s.Send(local::EncodeError(wire::MsgType::kError, request_id,
+                            static_cast<int32_t>(status.code()), std::string(status.message())));
+}
+
+absl::Status Job::CheckHello(const wire::Hello& hello, int size) const {
+  if (state() == JobState::kRunning) {
+    return absl::AlreadyExistsError(absl::StrCat("job ", name_, " is already running with ", size_,
+                                                 " ranks; use another ALLREDUCED_JOB name"));
+  }
+  if (state() != JobState::kForming) {
+    return absl::AlreadyExistsError(absl::StrCat("job ", name_, " ", JobStateName(state()), " (",
+                                                 lifecycle_.failure(), ") and ", connected(),
+                                                 " of its processes are still attached"));
+  }
+  const bool cross = hello.local_size >= 1 && size > hello.local_size;
+  if (size_ != size || cross != cross_host() || (cross && local_size_ != hello.local_size)) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", name_, " has size ", size_, " (",
+                                                   local_size_, " on this host) but this process "
+                                                   "says ",
+                                                   size, " (", hello.local_size, ")"));
+  }
+  for (const auto& m : members_) {
+    const bool same_rank = hello.rank >= 0 && m->rank == hello.rank;
+    const bool same_local = hello.local_rank >= 0 && m->local_rank == hello.local_rank;
+    if (same_rank || same_local) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job ", name_, ": rank ", same_rank ? hello.rank : hello.local_rank, " registered twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Job::AddMember(const std::shared_ptr<Session>& s) {
+  members_.push_back(s);
+  if (static_cast<int>(members_.size()) == local_size_) Form();
+}
+
+void Job::Form() {
+  std::vector<MemberInfo> infos;
+  for (const auto& m : members_) {
+    infos.push_back({m->rank, m->local_rank, static_cast<uint32_t>(m->creds().pid)});
+  }
+  negotiator_->FormAsync(infos, [this, alive = std::weak_ptr<bool>(alive_)](
+                                    absl::StatusOr<Formation> formation) {
+    if (!alive.expired()) OnFormed(std::move(formation));
+  });
+}
+
+void Job::OnFormed(absl::StatusOr<Formation> formation) {
+  if (state() != JobState::kForming || connected() != local_size_) {
+    // A local rank left (or the formation timed out) while the job formed: the other hosts must
+    // not wait for us.
+    if (formation.ok()) {
+      negotiator_->ReportFailure(absl::AbortedError(absl::StrCat(
+          "a rank of job ", name_, " on host ", options_.host_name, " exited while the job formed")));
+    }
+    return;
+  }
+  auto arena = formation.ok() ? shm::ResultArena::Create(name_, options_.result_segment_bytes,
+                                                         options_.max_result_bytes)
+                              : formation.status();
+  if (!arena.ok()) {
+    for (auto& m : members_) Reject(*m, 0, arena.status());
+    negotiator_->ReportFailure(arena.status());
+    lifecycle_.Fail(arena.status()).IgnoreError();
+    for (auto& m : members_) m->job.clear();
+    members_.clear();
+    return EndIfDetached();
+  }
+  cluster_job_id_ = formation->job_id;
+  std::vector<std::shared_ptr<Session>> by_rank(size_);
+  local_order_.assign(local_size_, -1);
+  here_.assign(size_, false);
+  for (size_t i = 0; i < members_.size(); ++i) {
+    members_[i]->rank = formation->ranks[i];
+    members_[i]->local_rank = formation->local_ranks[i];
+    by_rank[formation->ranks[i]] = members_[i];
+    local_order_[formation->local_ranks[i]] = formation->ranks[i];
+    here_[formation->ranks[i]] = true;
+  }
+  members_ = std::move(by_rank);
+  context_ = std::make_shared<dataplane::JobContext>();
+  context_->name = name_;
+  context_->id = id_;
+  context_->size = size_;
+  context_->ranks = members_;
+  context_->results = *arena;
+  context_->report_failure = [this, alive = std::weak_ptr<bool>(alive_)](absl::Status status) {
+    loop_.Post([this, alive, status] {
+      if (!alive.expired()) Fail(status);
+    });
+  };
+  std::unique_ptr<dataplane::Collective> host;
+  if (cross_host()) {
+    const dataplane::HostLayout& hosts = formation->hosts;
+    auto tcp = std::make_unique<dataplane::TcpCollective>(
+        hosts, [job_id = formation->job_id, me = hosts.cross_rank,
+                addresses = formation->data_addresses, listener = listener_,
+                timeout = options_.form_timeout] {
+          return dataplane::tcp::TcpMesh::Connect(job_id, me, addresses, *listener, timeout);
+        });
+    tcp_ = tcp.get();
+    host = std::move(tcp);
+    table_ = std::make_unique<negotiation::ReadinessTable>(size_, local_order_);
+  } else {
+    host = std::make_unique<dataplane::LocalCollective>(size_);
+    table_ = std::make_unique<negotiation::ReadinessTable>(size_);
+  }
+  executor_ = std::make_unique<Executor>(context_, std::move(host));
+  lifecycle_.Formed().IgnoreError();  // forming -> running (checked above)
+  negotiator_->Start(this);
+  auto segment = (*arena)->segment(0);
+  const dataplane::HostLayout& hosts = formation->hosts;
+  for (auto& m : members_) {
+    if (m == nullptr) continue;
+    m->welcomed = true;
+    wire::Welcome w{};
+    w.rank = m->rank;
+    w.size = size_;
+    w.local_rank = m->local_rank;
+    w.local_size = local_size_;
+    w.cross_rank = hosts.cross_rank;
+    w.cross_size = hosts.cross_size;
+    w.result_segment_bytes = segment->size();
+    w.max_tensor_bytes = wire::kMaxTensorBytes;
+    w.job_id = id_;
+    m->Send(local::EncodeWelcome(w), segment->readonly_fd());
+  }
+  Logger("local")->info("job formed job={} id={} size={} hosts={} cross_rank={} generation={}",
+                        name_, cross_host() ? cluster_job_id_ : id_, size_, hosts.cross_size,
+                        hosts.cross_rank, lifecycle_.generation());
+}
+
+void Job::FormTimeout() {
+  if (state() != JobState::kForming) return;
+  std::vector<int> have;
+  for (const auto& m : members_) {
+    if (m->rank >= 0) have.push_back(m->rank);
+  }
+  std::sort(have.begin(), have.end());
+  const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
+      "job ", name_, " did not form within ", absl::FormatDuration(options_.form_timeout), ": ",
+      members_.size(), " of ", local_size_ < size_ ? local_size_ : size_, " ranks registered",
+      have.empty() ? "" : absl::StrCat(" (ranks ", absl::StrJoin(have, ", "), ")"),
+      "; check ALLREDUCED_JOB / the launcher's rank and size variables"));
+  Logger("local")->warn("{}", status.message());
+  lifecycle_.Fail(status).IgnoreError();
+  for (auto& m : members_) {
+    Reject(*m, 0, status);
+    m->job.clear();
+    m->rank = -1;
+  }
+  members_.clear();
+  EndIfDetached();
+}
+
+void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful,
+                         const std::string& why) {
+  if (state() == JobState::kForming) {
+    members_.erase(std::remove(members_.begin(), members_.end(), s), members_.end());
+  } else if (state() == JobState::kRunning && connected() > 0) {
+    absl::Status gone = absl::AbortedError(absl::StrCat(
+        "rank ", s->rank, " (pid ", s->creds().pid, ") on host ", options_.host_name, " ", why,
+        "; job ", name_, " cannot continue"));
+    // A rank that shut down cleanly with nothing outstanding is the normal end of a job: the
+    // others fail only if they still need it (now, or at their next submit).
+    if (graceful && table_->pending_tensors() == 0) {
+      departed_ = gone;
+    } else {
+      Fail(gone);
+    }
+  }
+  if (gpu_ != nullptr) gpu_->Release(s->rank, context_ ? context_->failure() : absl::OkStatus());
+  EndIfDetached();
+}
+
+void Job::Fail(const absl::Status& status, bool tell_others) {
+  if (!lifecycle_.Fail(status).ok()) return;  // already failed or ended: the first one wins
+  if (context_ == nullptr) return;            // forming: the members hear it from the caller
+  context_->Fail(status);
+  executor_->Abort(status);
+  if (tell_others) negotiator_->ReportFailure(status);
+  if (gpu_ != nullptr) gpu_->FailRegistrations(status, members_);
+  Logger("local")->warn("job failed job={} id={} generation={} error=\"{}\"", name_, id_,
+                        lifecycle_.generation(), status.message());
+  const std::string notify = local::EncodeError(
+      wire::MsgType::kNotify, 0, static_cast<int32_t>(status.code()), lifecycle_.failure());
+  for (const auto& m : members_) {
+    if (m != nullptr) m->Send(notify);
+  }
+  std::vector<TensorRequest> waiting = table_->TakeAll();
+  for (TensorRequest& r : negotiator_->TakeUncommitted()) waiting.push_back(std::move(r));
+  for (const TensorRequest& r : waiting) {
+    if (members_[r.rank] != nullptr) Executor::SendComplete(*members_[r.rank], r, status, nullptr);
+  }
+}
+
+void Job::EndIfDetached() {
+  if (finished_ || connected() > 0) return;
+  finished_ = true;
+  const bool failed = lifecycle_.failed();
+  if (state() == JobState::kRunning) negotiator_->ReportLeft();
+  lifecycle_.End().IgnoreError();
+  if (context_ != nullptr) context_->Fail(absl::CancelledError("job ended"));
+  if (executor_ != nullptr) executor_->Stop();  // ends the data plane (and its mesh) quietly
+  Logger("local")->info("job removed job={} id={} state={} collectives={}", name_, id_,
+                        failed ? "failed" : "done",
+                        context_ ? context_->collectives_completed.load() : 0);
+  loop_.Post(Guarded(on_finished_));
+}
+
+void Job::Shutdown() {
+  Fail(absl::UnavailableError("allreduced is shutting down"));
+  if (executor_ != nullptr) executor_->Stop();
+}
+
+}  // namespace ard::jobs

@@ -1,0 +1,137 @@
+// One job as this daemon holds it (DESIGN.md "Job lifecycle"): its local processes (members),
+// its lifecycle (job_state.h), its readiness table, and the parts it composes: a negotiation
+// strategy (LocalNegotiator on one host, CoordinatedNegotiator across hosts), an executor with
+// the job's data planes (LocalCollective or TcpCollective for host memory, a GpuCollective once
+// its ranks registered GPUs) and its GPU registrations. A tensor flows one way: a member's SUBMIT
+// -> the readiness table -> the negotiator -> the executor's data plane -> COMPLETE.
+//
+// Thread: the control loop only; the executor thread shares only the JobContext.
+// Lifecycle: 1. created by the JobRegistry at its first HELLO (forming; a formation timeout runs);
+// 2. AddMember until every local rank registered, then the negotiator forms it (running,
+// WELCOME to every member); 3. SUBMIT/GPU_REGISTER/RELEASE while running; 4. a failure (a
+// member gone, the data plane, another host, stall shutdown) fails it (every member is told);
+// 5. once no member is attached it ends: the executor stops, the registry's `on_finished` runs
+// (posted) and the registry drops it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "daemon/common/event_loop.h"
+#include "daemon/dataplane/executor.h"
+#include "daemon/dataplane/job_context.h"
+#include "daemon/jobs/job_gpu.h"
+#include "daemon/jobs/job_options.h"
+#include "daemon/jobs/job_state.h"
+#include "daemon/jobs/negotiator.h"
+#include "daemon/local/frame_codec.h"
+#include "daemon/local/session.h"
+#include "daemon/negotiation/readiness_table.h"
+#include "proto/common.pb.h"
+
+namespace ard::dataplane::tcp {
+class DataListener;
+}  // namespace ard::dataplane::tcp
+
+namespace ard::jobs {
+
+// What every Job of a daemon shares (owned by the JobRegistry).
+struct JobEnvironment {
+  EventLoop& loop;
+  const JobOptions& options;
+  dataplane::tcp::DataListener* listener;  // Not owned; null: no cross-host jobs
+  GpuProcesses* gpu;                       // Not owned; null: no GPU device
+};
+
+class Job : private NegotiationSink {
+ public:
+  // `local_size`: ranks expected on this host (= size on one host).
+  Job(JobEnvironment env, uint32_t id, std::string name, int size, int local_size, uid_t uid,
+      std::unique_ptr<Negotiator> negotiator, std::function<void()> on_finished);
+  ~Job() override;
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  const std::string& name() const { return name_; }
+  uint32_t id() const { return id_; }
+  uid_t uid() const { return uid_; }
+  JobState state() const { return lifecycle_.state(); }
+  bool cross_host() const { return local_size_ < size_; }
+
+  // HELLO: why this process cannot join (size or rank disagreement, not forming), or OK.
+  absl::Status CheckHello(const wire::Hello& hello, int size) const;
+  // Adds a registered process; forms the job once every local rank is here.
+  void AddMember(const std::shared_ptr<local::Session>& s);
+  void Submit(const std::shared_ptr<local::Session>& s, local::DecodedFrame frame);
+  void GpuRegister(const std::shared_ptr<local::Session>& s, const local::DecodedFrame& frame);
+  void OnMemberClosed(const std::shared_ptr<local::Session>& s, bool graceful,
+                      const std::string& why);
+  // The formation timeout passed: if still forming, every member is told and detached.
+  void FormTimeout();
+  // Fails the job (first failure wins). `tell_others`: also tell the other hosts.
+  void Fail(const absl::Status& status, bool tell_others = true);
+  // Stall inspector (timer): reports tensors some ranks have waited on too long; may fail the
+  // job (stall shutdown).
+  void InspectStalls(absl::Time now);
+  // Pure: the summary `status` shows.
+  JobSummary Summary(absl::Time now) const;
+  // Daemon shutdown: fails the job and stops its executor.
+  void Shutdown();
+
+ private:
+  // NegotiationSink
+  void OnCommitted(negotiation::Response response) override;
+  void OnJoinDone(const absl::Status& status, int last_rank) override;
+  void OnFailedElsewhere(const absl::Status& status) override { Fail(status, false); }
+
+  void Form();
+  void OnFormed(absl::StatusOr<Formation> formation);
+  void StartGpu(absl::StatusOr<gpu::CrossHostGpuPlan> plan);
+  void FailGpuForming(const absl::Status& status);
+  void Reject(local::Session& s, uint64_t request_id, const absl::Status& status);
+  void EndIfDetached();
+  int connected() const;
+  // Runs `task` on the loop later, if this job still exists then.
+  std::function<void()> Guarded(std::function<void()> task);
+
+  EventLoop& loop_;
+  const JobOptions& options_;
+  dataplane::tcp::DataListener* const listener_;
+  GpuProcesses* const gpu_processes_;
+  const uint32_t id_;  // this daemon's id of the job (the cluster's is the formation's job_id)
+  const std::string name_;
+  const int size_;
+  const int local_size_;
+  const uid_t uid_;  // of its first process: processes of other users cannot join it
+  const absl::Time created_;
+  const std::unique_ptr<Negotiator> negotiator_;
+  const std::function<void()> on_finished_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+
+  JobLifecycle lifecycle_;
+  uint64_t cluster_job_id_ = 0;
+  // Forming: in arrival order; then index = rank (null for ranks on other hosts). Sessions stay
+  // listed after they close (so reports can name them) until the job is dropped.
+  std::vector<std::shared_ptr<local::Session>> members_;
+  std::vector<int> local_order_;  // this host's ranks by local rank (from formation)
+  std::vector<bool> here_;        // by rank: runs on this host
+  absl::Status departed_;  // a rank left cleanly: the job fails at the next submit
+  bool pending_cap_logged_ = false;  // max_pending_tensors was hit (logged once)
+  bool finished_ = false;            // ended: on_finished_ posted
+  std::set<std::string> stall_warned_;              // tensors already reported as stalled
+  std::vector<JobSummary::StalledTensor> stalled_;  // from the last stall inspection
+
+  std::shared_ptr<dataplane::JobContext> context_;         // from formation on
+  std::unique_ptr<negotiation::ReadinessTable> table_;     // from formation on
+  dataplane::TcpCollective* tcp_ = nullptr;                // Not owned (the executor's)
+  std::unique_ptr<dataplane::Executor> executor_;          // from formation on
+  std::unique_ptr<JobGpu> gpu_;                            // from the first GPU_REGISTER on
+};
+
+}  // namespace ard::jobs

@@ -1,0 +1,43 @@
+// The daemon's settings for its jobs (from DaemonConfig; see proto/config.proto). Plain data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace ard::gpu {
+class Device;
+}  // namespace ard::gpu
+
+namespace ard::jobs {
+
+struct JobOptions {
+  std::string host_name;
+  absl::Duration form_timeout = absl::Seconds(60);
+  absl::Duration stall_warning = absl::Seconds(60);
+  absl::Duration stall_shutdown = absl::ZeroDuration();  // zero: never abort
+  uint64_t result_segment_bytes = 64ull << 20;
+  uint64_t max_result_bytes = 8ull << 30;
+  absl::Duration rpc_timeout = absl::Seconds(2);
+  absl::Duration cycle_time = absl::ZeroDuration();  // coalescing delay for host-ready tensors
+  int max_jobs = 1024;              // forming or running jobs at once
+  int max_pending_tensors = 65536;  // per job: submitted by some ranks, not yet by all
+  // GPU path: why this daemon has no usable GPU device ("" when it has one).
+  std::string gpu_unavailable;
+  // GPU path: the device (not owned; null without one) and DaemonConfig's gpu_* settings.
+  gpu::Device* gpu_device = nullptr;
+  std::string gpu_mode = "auto";
+  uint64_t gpu_fusion_buffer_bytes = 64ull << 20;
+  absl::Duration gpu_init_timeout = absl::Seconds(60);
+  uint32_t max_gpu_event_pool = 1024;
+  // Each GPU's physical identity ("<machine id>/<PCI bus id>"; index = ordinal; may be short or
+  // empty when unknown): tells the coordinator's plan which daemons share a GPU.
+  std::vector<std::string> gpu_physical_ids;
+  // Each GPU's PCI bus id (index = ordinal; empty when unknown): GPU_REGISTER's bus id picks the
+  // daemon's ordinal, so the process's CUDA_VISIBLE_DEVICES may differ from the daemon's.
+  std::vector<std::string> gpu_pci_bus_ids;
+};
+
+}  // namespace ard::jobs

@@ -1,0 +1,115 @@
+// Job: a running job's tensors: SUBMIT through the readiness table to the negotiator, committed
+// responses to the executor, joins, and GPU registration.
+#include "absl/strings/str_cat.h"
+#include "daemon/common/logging.h"
+#include "daemon/jobs/job.h"
+
+namespace ard::jobs {
+
+using dataplane::Executor;
+using local::Session;
+using negotiation::TensorRequest;
+
+void Job::Submit(const std::shared_ptr<Session>& s, local::DecodedFrame frame) {
+  const uint64_t id = frame.request_id;
+  TensorRequest request;
+  request.rank = s->rank;
+  request.request_id = id;
+  request.meta = frame.submit;
+  request.splits = std::move(frame.splits);
+  if (!s->BeginRequest(id, request.name())) {
+    return Reject(*s, id, absl::InvalidArgumentError(absl::StrCat(
+                              "tensor ", request.name(), " (request ", id,
+                              ") is already in flight from rank ", s->rank)));
+  }
+  auto reject = [&](const absl::Status& status) {
+    Executor::SendComplete(*s, request, status, nullptr);
+  };
+  if (state() == JobState::kRunning && !departed_.ok()) Fail(departed_);
+  if (state() != JobState::kRunning) return reject(context_->failure());
+  if (table_->pending_tensors() >= options_.max_pending_tensors &&
+      !table_->is_pending(request.name())) {
+    const absl::Status full = absl::ResourceExhaustedError(absl::StrCat(
+        "job ", name_, " already has ", table_->pending_tensors(),
+        " tensors submitted by some ranks but not all (max_pending_tensors); tensor ",
+        request.name(), " from rank ", s->rank, " refused"));
+    if (!pending_cap_logged_) {
+      pending_cap_logged_ = true;
+      Logger("local")->warn("{} (logged once per job)", full.message());
+    }
+    return reject(full);
+  }
+  if (frame.type == wire::MsgType::kGpuSubmit) {
+    if (gpu_ == nullptr) {
+      return reject(absl::FailedPreconditionError(absl::StrCat(
+          "GPU_SUBMIT before every rank of job ", name_,
+          " registered its GPU (wait for GPU_REGISTERED)")));
+    }
+    if (absl::Status st = gpu_->CheckSubmit(*s, frame); !st.ok()) return reject(st);
+    request.gpu = frame.gpu_placement;
+  } else {
+    auto input = s->input.Resolve(frame.submit.segment, frame.submit.offset, frame.submit.bytes);
+    if (!input.ok()) return reject(input.status());
+    request.input = *std::move(input);
+  }
+  std::vector<negotiation::Response> ready;
+  const bool join = request.collective() == wire::Collective::kJoin;
+  TensorRequest join_copy = join ? request : TensorRequest();
+  if (auto st = table_->Submit(std::move(request), absl::Now(), &ready); !st.ok()) {
+    return reject(st);
+  }
+  if (join) negotiator_->Join(join_copy);
+  if (!ready.empty()) negotiator_->HostReady(std::move(ready));
+}
+
+void Job::OnCommitted(negotiation::Response response) {
+  if (state() != JobState::kRunning) return;
+  if (!executor_->TryRunInline(response)) executor_->Enqueue(std::move(response));
+}
+
+void Job::OnJoinDone(const absl::Status& status, int last_rank) {
+  if (state() != JobState::kRunning) return;
+  for (const TensorRequest& r : table_->ResetJoins()) {
+    Executor::SendComplete(*members_[r.rank], r, status, nullptr, last_rank);
+  }
+}
+
+void Job::GpuRegister(const std::shared_ptr<Session>& s, const local::DecodedFrame& frame) {
+  const uint64_t id = frame.request_id;
+  if (gpu_processes_ == nullptr) {
+    return Reject(*s, id,
+                  absl::FailedPreconditionError(absl::StrCat(
+                      "no GPU on this daemon: ", options_.gpu_unavailable.empty()
+                                                     ? "no GPU device"
+                                                     : options_.gpu_unavailable)));
+  }
+  if (state() != JobState::kRunning) {
+    return Reject(*s, id, absl::AbortedError(lifecycle_.failure()));
+  }
+  if (gpu_ == nullptr) gpu_ = std::make_unique<JobGpu>(options_, *gpu_processes_, name_, size_);
+  if (absl::Status st = gpu_->Register(*s, frame); !st.ok()) return Reject(*s, id, st);
+  if (gpu_->registered() < local_size_) return;
+  negotiator_->PlanGpusAsync(
+      gpu_->Host(local_order_), [this, alive = std::weak_ptr<bool>(alive_)](
+                                    absl::StatusOr<gpu::CrossHostGpuPlan> plan) {
+        if (!alive.expired()) StartGpu(std::move(plan));
+      });
+}
+
+void Job::StartGpu(absl::StatusOr<gpu::CrossHostGpuPlan> plan) {
+  if (state() != JobState::kRunning) return;
+  if (!plan.ok()) return FailGpuForming(plan.status());
+  gpu::CrossHostReduce cross_host;
+  if (tcp_ != nullptr && tcp_->layout().cross_size > 1) cross_host = tcp_->HostAllreduce();
+  auto collective = gpu_->Start(*plan, here_, std::move(cross_host), members_);
+  if (!collective.ok()) return FailGpuForming(collective.status());
+  // Prepared on the executor thread at this place in the committed order.
+  executor_->AttachGpu(*std::move(collective));
+}
+
+void Job::FailGpuForming(const absl::Status& status) {
+  gpu_->FailRegistrations(status, members_);
+  Fail(status);
+}
+
+}  // namespace ard::jobs

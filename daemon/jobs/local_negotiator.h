@@ -1,0 +1,34 @@
+// The negotiation strategy of a job whose ranks all live on this host (negotiator.h): ranks are
+// numbered here (the launcher's kept, the rest by local rank, then arrival), a tensor every rank
+// submitted is committed at once (the readiness table already validated it across the ranks and
+// completes joins), and the GPU plan needs no other host.
+// Thread: the control loop.
+#pragma once
+
+#include "daemon/jobs/job_options.h"
+#include "daemon/jobs/negotiator.h"
+
+namespace ard::jobs {
+
+class LocalNegotiator : public Negotiator {
+ public:
+  LocalNegotiator(const JobOptions& options, int size) : options_(options), size_(size) {}
+
+  void FormAsync(const std::vector<MemberInfo>& members,
+                 std::function<void(absl::StatusOr<Formation>)> done) override;
+  void Start(NegotiationSink* sink) override { sink_ = sink; }
+  void HostReady(std::vector<negotiation::Response> ready) override;
+  void Join(const negotiation::TensorRequest&) override {}
+  void PlanGpusAsync(const gpu::HostGpus& host,
+                     std::function<void(absl::StatusOr<gpu::CrossHostGpuPlan>)> done) override;
+  void ReportFailure(const absl::Status&) override {}
+  void ReportLeft() override {}
+  std::vector<negotiation::TensorRequest> TakeUncommitted() override { return {}; }
+
+ private:
+  const JobOptions& options_;
+  const int size_;
+  NegotiationSink* sink_ = nullptr;  // Not owned; from Start
+};
+
+}  // namespace ard::jobs

@@ -1,0 +1,78 @@
+// How a job agrees with the rest of itself (DESIGN.md "Negotiation"), the negotiation strategy a
+// Job composes: LocalNegotiator when every rank is on this host (decisions are local),
+// CoordinatedNegotiator when ranks live on several hosts (the coordinator decides, through
+// cluster::JobChannel). A strategy numbers the job's ranks at formation, turns tensors every
+// local rank submitted into committed responses (in one order on every host), and plans the
+// job's GPUs.
+//
+// Thread: the control loop only; `done` callbacks and the sink run there.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/dataplane/tcp_collective.h"
+#include "daemon/gpu/gpu_plan.h"
+#include "daemon/negotiation/tensor_request.h"
+
+namespace ard::jobs {
+
+// One local process of a forming job, as registered (HELLO).
+struct MemberInfo {
+  int rank = -1;        // from the launcher, or -1
+  int local_rank = -1;  // from the launcher, or -1
+  uint32_t pid = 0;
+};
+
+// A formed job, as this host sees it.
+struct Formation {
+  uint64_t job_id = 0;  // the cluster's id of a cross-host job; 0 on one host
+  std::vector<int> ranks;        // per member, in the order given to FormAsync
+  std::vector<int> local_ranks;  // per member
+  int local_size = 0;
+  // Several hosts: which host runs which rank (cross_size 1 on one host).
+  dataplane::HostLayout hosts;
+  std::vector<std::string> data_addresses;  // cross rank -> data-plane listener
+};
+
+// What the job learns from its negotiation while it runs (on the loop, in committed order).
+class NegotiationSink {
+ public:
+  virtual ~NegotiationSink() = default;
+  // A committed response with every taking-part rank's request (this host's with inputs).
+  virtual void OnCommitted(negotiation::Response response) = 0;
+  // Every rank joined (cross-host: the coordinator completed the join).
+  virtual void OnJoinDone(const absl::Status& status, int last_rank) = 0;
+  // The job failed elsewhere, or the negotiation itself broke: fail the job here without
+  // telling the others again.
+  virtual void OnFailedElsewhere(const absl::Status& status) = 0;
+};
+
+class Negotiator {
+ public:
+  virtual ~Negotiator() = default;
+
+  // Every local rank registered: numbers them (`done` may run before this returns).
+  virtual void FormAsync(const std::vector<MemberInfo>& members,
+                         std::function<void(absl::StatusOr<Formation>)> done) = 0;
+  // Formed: from now on the sink hears the job's decisions.
+  virtual void Start(NegotiationSink* sink) = 0;
+  // Tensors every local rank submitted (validated across this host's ranks).
+  virtual void HostReady(std::vector<negotiation::Response> ready) = 0;
+  // A local rank joined (one host completes joins in its readiness table).
+  virtual void Join(const negotiation::TensorRequest& join) = 0;
+  // Every local rank registered its GPU (`host`: their devices, local rank order): plans the
+  // job's GPU side with the other hosts. `done` runs once.
+  virtual void PlanGpusAsync(const gpu::HostGpus& host,
+                             std::function<void(absl::StatusOr<gpu::CrossHostGpuPlan>)> done) = 0;
+  // The job failed here (the others are told) / every local rank left (the job ends).
+  virtual void ReportFailure(const absl::Status& failure) = 0;
+  virtual void ReportLeft() = 0;
+  // Host-ready requests not committed yet; the job failed, so their ranks get the failure.
+  virtual std::vector<negotiation::TensorRequest> TakeUncommitted() = 0;
+};
+
+}  // namespace ard::jobs
