@@ -32,8 +32,6 @@ void Coordinator::SweepOnLoop() {
                                                " ms"));
     }
   }
-  // Cross-host jobs' stall inspection logs newly stalled tensors.
-  if (options_.cluster_jobs) options_.cluster_jobs();
   // Sweep several times per timeout so DOWN is declared close to host_timeout, not 2x it.
   loop_.PostAfter(std::min(options_.heartbeat, options_.host_timeout / 4),
                   [this] { SweepOnLoop(); });

@@ -173,6 +173,7 @@ void JobChannel::ReportLeft() {
 
 void JobChannel::OnEvent(const JobEvent& event) {
   if (ended_ || sink_ == nullptr) return;
+  if (event.generation() != layout_.generation()) return;  // another formation's event
   if (event.abort_code() != 0) {
     ended_ = true;  // the coordinator ended the job: nothing more to tell it
     return sink_->OnAborted(

@@ -1,14 +1,18 @@
 // The coordinator's half of cross-host jobs (DESIGN.md "Jobs", "Negotiation"): forms jobs whose
-// ranks live on several daemons (assigning ranks by host order, then local rank, unless the
-// launcher gave them), runs the global readiness table of each job over all its ranks, validates
-// across hosts, fuses, and streams one ordered list of responses to every host of the job. Aborts
-// a job when one of its hosts reports a failure or goes DOWN.
+// ranks live on several daemons (JobFormation), runs each formed job's negotiation (ClusterJob:
+// readiness table, validation, fusion, response cache, GPU layout, event streams), and aborts a
+// job when one of its hosts reports a failure, goes DOWN, or a tensor stalls past
+// stall_shutdown. Jobs that ended stay visible in Summaries for a while (JobHistory).
+// Every call about a formed job names its id and generation: an unknown id is NOT_FOUND, a
+// generation other than the job's current one ABORTED ("stale generation").
 //
 // Thread: the control loop only. Handlers are called there (the rpc layer posts); event sinks
 // are thread-safe (they write to gRPC streams).
-// Lifecycle: 1. constructed by the Daemon on the coordinator; 2. RegisterRanks calls wait until
-// their job formed (or timed out); 3. WatchJob subscribes a host to its job's events (events made
-// before it subscribed are kept for it); 4. a job ends when aborted or when every host left.
+// Lifecycle: 1. constructed by the Daemon on the coordinator (the stall inspection timer is
+// scheduled then); 2. RegisterRanks calls wait until their job formed (or timed out); 3. Watch
+// subscribes a host to its job's events (events made before it subscribed are kept for it);
+// 4. a job ends when aborted or when every host left, and moves to the history; 5. destroyed
+// after the loop stopped (timers capture `this`).
 #pragma once
 
 #include <functional>
@@ -18,22 +22,15 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "daemon/cluster/cluster_job.h"
 #include "daemon/cluster/handlers.h"
+#include "daemon/cluster/job_formation.h"
+#include "daemon/cluster/job_history.h"
 #include "daemon/common/event_loop.h"
-#include "daemon/negotiation/readiness_table.h"
 #include "proto/common.pb.h"
 #include "proto/negotiation.pb.h"
 
 namespace ard::cluster {
-
-// Where a host's job events go (a WatchJob stream). Thread-safe.
-class JobEventSink {
- public:
-  virtual ~JobEventSink() = default;
-  virtual void Send(const JobEvent& event) = 0;
-  // Ends the stream (after an abort event, or when the job is gone).
-  virtual void Finish(const absl::Status& status) = 0;
-};
 
 struct JobCoordinatorOptions {
   uint64_t fusion_threshold_bytes = 128ull << 20;
@@ -45,6 +42,9 @@ struct JobCoordinatorOptions {
   // Whether a host is an UP member of the cluster (the membership table); calls from any other
   // host are refused. Empty: no check (tests).
   std::function<bool(const std::string&)> is_up;
+  // Ended jobs shown in Summaries: the last this many, for at most this long.
+  size_t ended_jobs_kept = 32;
+  absl::Duration ended_jobs_max_age = absl::Hours(1);
 };
 
 class JobCoordinator {
@@ -54,47 +54,41 @@ class JobCoordinator {
 
   void HandleRegisterRanks(const RegisterRanksRequest& request, Done<RegisterRanksResponse> done);
   void HandleNegotiate(const NegotiateRequest& request, Done<NegotiateResponse> done);
-  // Subscribes `host` to the job's events; an unknown job or host is an error.
-  absl::Status Watch(uint64_t job_id, const std::string& host,
-                     std::shared_ptr<JobEventSink> sink);
+  // Subscribes the request's host to its job's events; an unknown job or host is an error.
+  absl::Status Watch(const WatchJobRequest& request, std::shared_ptr<JobEventSink> sink);
   // A host went DOWN or left: every job it takes part in is aborted, naming it.
   void OnHostDown(const std::string& host, const std::string& reason);
 
+  // The stall inspection (also run by the coordinator's own timer, every
+  // max(50 ms, min(5 s, stall_warning / 4))): logs each newly stalled tensor once and aborts
+  // jobs with a tensor stalled for stall_shutdown.
+  void InspectStalls(absl::Time now);
+
   int job_count() const { return static_cast<int>(jobs_.size()); }
 
-  // One summary per cross-host job: its hosts, ranks per host and the tensors some ranks have
-  // been waiting on for longer than stall_warning, naming the missing ranks and their hosts. Logs
-  // each newly stalled tensor once; aborts jobs with a tensor stalled for stall_shutdown.
-  std::vector<JobSummary> Summaries();
+  // One summary per cross-host job: running ones (hosts, ranks per host, the tensors some ranks
+  // have been waiting on for longer than stall_warning, naming the missing ranks and their hosts),
+  // then the ended ones kept (state "failed" with the reason, or "ended"). No side effects.
+  std::vector<JobSummary> Summaries() const;
 
  private:
-  struct Forming;
-  struct Job;
-
-  void TryForm(const std::string& name);
-  void FormTimeout(const std::string& name, uint64_t generation);
-  void Abort(uint64_t job_id, const absl::Status& status);
-  // Aborts the job when a tensor still needs ranks of a host whose ranks all left (they exited
-  // cleanly): it can never complete. True when aborted.
-  bool AbortIfNeedsLeftHost(uint64_t job_id, Job& job);
-  // GPU path: a host's GPUs (NegotiateRequest.gpu); once every host sent them, the GpuLayout goes
-  // to all (JobEvent.gpu_layout). A second one, or one that does not match the layout, is refused.
-  absl::Status CheckGpuHost(const Job& job, const std::string& host, const GpuHost& gpu) const;
-  void AddGpuHost(Job& job, const std::string& host, const GpuHost& gpu);
+  void OnFormed(const JobLayout& layout);
+  void ScheduleStallInspection();
   // PermissionDenied unless `host` is an UP member of the cluster.
   absl::Status CheckMember(const std::string& host, const char* call) const;
-  void Broadcast(Job& job, const JobEvent& event);
-  // Resolves a host's cached ids into metadata; false (job aborted) for an unknown id.
-  bool Expand(uint64_t job_id, Job& job, const NegotiateRequest& request,
-              std::vector<HostReadyTensor>* tensors);
-  // Caches the names of `responses` that are not cached yet; records the decisions in `event`.
-  void UpdateCache(Job& job, const std::vector<negotiation::Response>& responses, JobEvent* event);
+  // The job `id`, checked for the caller: an UP member of the job, in the job's generation.
+  absl::StatusOr<ClusterJob*> Find(uint64_t id, uint64_t generation, const std::string& host,
+                                   const char* call);
+  // Ends job `id` with an abort event to every host (state "failed" in the history).
+  void Abort(uint64_t id, const absl::Status& status);
+  // Every host left: the job ends (state "ended" in the history).
+  void End(uint64_t id);
 
   EventLoop& loop_;
   const JobCoordinatorOptions options_;
-  uint64_t next_id_ = 1;
-  std::map<std::string, std::unique_ptr<Forming>> forming_;  // by job name
-  std::map<uint64_t, std::unique_ptr<Job>> jobs_;            // by job id
+  JobFormation formation_;
+  std::map<uint64_t, std::unique_ptr<ClusterJob>> jobs_;  // by job id
+  JobHistory history_;
 };
 
 }  // namespace ard::cluster

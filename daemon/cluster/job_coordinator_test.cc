@@ -1,66 +1,26 @@
 // The coordinator's cross-host negotiation without sockets: formation and rank assignment,
-// mismatch detection across hosts, fusion, the response cache on the wire, aborts.
+// mismatch detection across hosts, fusion, the response cache on the wire, aborts, generations,
+// stall inspection and the status of running and ended jobs.
 #include "daemon/cluster/job_coordinator.h"
 
-#include "absl/synchronization/mutex.h"
+#include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
+#include "daemon/cluster/job_coordinator_test_util.h"
 
 namespace ard::cluster {
 namespace {
 
-class FakeSink : public JobEventSink {
- public:
-  void Send(const JobEvent& event) override {
-    absl::MutexLock lock(&mu_);
-    events_.push_back(event);
-  }
-  void Finish(const absl::Status& status) override {
-    absl::MutexLock lock(&mu_);
-    finished_ = true;
-  }
-  std::vector<JobEvent> events() {
-    absl::MutexLock lock(&mu_);
-    return events_;
-  }
+using testing::FakeSink;
+using testing::Meta;
+using testing::Ready;
+using testing::Registration;
 
- private:
-  absl::Mutex mu_;
-  std::vector<JobEvent> events_;
-  bool finished_ = false;
-};
-
-RegisterRanksRequest Registration(const std::string& host, int local_ranks, int size) {
-  RegisterRanksRequest r;
-  r.set_job("train");
-  r.set_host(host);
-  r.set_size(size);
-  r.set_data_address(host + ":9000");
-  r.set_timeout_ms(60000);
-  for (int i = 0; i < local_ranks; ++i) {
-    auto* lr = r.add_ranks();
-    lr->set_local_rank(i);
-    lr->set_rank(-1);
-    lr->set_pid(100 + i);
-  }
-  return r;
-}
-
-TensorMeta Meta(int rank, std::vector<int64_t> shape, uint32_t dtype = 9) {
-  TensorMeta m;
-  m.set_rank(rank);
-  m.set_collective(1);
-  m.set_dtype(dtype);
-  m.set_reduce_op(1);
-  m.set_prescale(1.0);
-  m.set_postscale(1.0);
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    m.add_shape(d);
-    n *= d;
-  }
-  m.set_bytes(n * 4);
-  m.set_group_id(-1);
-  return m;
+WatchJobRequest WatchOf(uint64_t job_id, const std::string& host, uint64_t generation = 1) {
+  WatchJobRequest w;
+  w.set_job_id(job_id);
+  w.set_host(host);
+  w.set_generation(generation);
+  return w;
 }
 
 struct Fixture {
@@ -81,15 +41,17 @@ struct Fixture {
     REQUIRE(ra.ok());
     REQUIRE(rb.ok());
     job_id = ra->layout().job_id();
-    REQUIRE(coordinator.Watch(job_id, "a", a).ok());
-    REQUIRE(coordinator.Watch(job_id, "b", b).ok());
+    REQUIRE(coordinator.Watch(WatchOf(job_id, "a"), a).ok());
+    REQUIRE(coordinator.Watch(WatchOf(job_id, "b"), b).ok());
     return ra->layout();
   }
 
-  void Negotiate(const std::string& host, std::vector<std::pair<std::string, std::vector<TensorMeta>>> ready,
+  void Negotiate(const std::string& host,
+                 std::vector<std::pair<std::string, std::vector<TensorMeta>>> ready,
                  std::vector<uint32_t> cached = {}) {
     NegotiateRequest request;
     request.set_job_id(job_id);
+    request.set_generation(1);
     request.set_host(host);
     for (auto& [name, metas] : ready) {
       auto* t = request.add_ready();
@@ -184,6 +146,7 @@ TEST_CASE("a rank failure reported by one host aborts the job everywhere") {
   f.Form();
   NegotiateRequest request;
   request.set_job_id(f.job_id);
+  request.set_generation(1);
   request.set_host("b");
   request.set_failure("rank 3 (pid 7) on host b exited");
   request.set_failure_code(10);
@@ -198,6 +161,7 @@ TEST_CASE("GPU path: every host's GPUs reach every host once all sent them, bad 
   auto send = [&](const std::string& host, GpuHost gpu) {
     NegotiateRequest request;
     request.set_job_id(f.job_id);
+    request.set_generation(1);
     request.set_host(host);
     *request.mutable_gpu() = std::move(gpu);
     absl::Status status = absl::UnknownError("unanswered");
@@ -250,6 +214,7 @@ TEST_CASE("a host whose ranks all left fails a tensor that still needs them") {
   f.Negotiate("b", {{"extra", {Meta(2, {4}), Meta(3, {4})}}});
   NegotiateRequest left;
   left.set_job_id(f.job_id);
+  left.set_generation(1);
   left.set_host("a");
   left.set_left(true);
   f.coordinator.HandleNegotiate(left, [](absl::StatusOr<NegotiateResponse>) {});
@@ -260,29 +225,130 @@ TEST_CASE("a host whose ranks all left fails a tensor that still needs them") {
   CHECK(f.coordinator.job_count() == 0);
 }
 
-TEST_CASE("stall_shutdown aborts a cross-host job with the stall report") {
-  EventLoop loop{"test"};
-  JobCoordinatorOptions options{1 << 20, 1, absl::ZeroDuration(), 2, absl::Nanoseconds(1)};
+TEST_CASE("status is pure; the stall inspection aborts a job stalled for stall_shutdown") {
+  EventLoop loop{"test"};  // never started: the inspection timer never fires by itself
+  JobCoordinatorOptions options{1 << 20, 1, absl::Seconds(1), 2, absl::Seconds(2)};
   JobCoordinator coordinator{loop, options};
   absl::StatusOr<RegisterRanksResponse> ra, rb;
   coordinator.HandleRegisterRanks(Registration("a", 1, 2), [&](auto r) { ra = r; });
   coordinator.HandleRegisterRanks(Registration("b", 1, 2), [&](auto r) { rb = r; });
   REQUIRE(ra.ok());
+  const uint64_t id = ra->layout().job_id();
   auto b = std::make_shared<FakeSink>();
-  REQUIRE(coordinator.Watch(ra->layout().job_id(), "b", b).ok());
-  NegotiateRequest request;
-  request.set_job_id(ra->layout().job_id());
-  request.set_host("b");
-  auto* t = request.add_ready();
-  t->set_name("slow");
-  *t->add_ranks() = Meta(1, {4});
-  coordinator.HandleNegotiate(request, [](absl::StatusOr<NegotiateResponse>) {});
-  absl::SleepFor(absl::Milliseconds(2));
-  coordinator.Summaries();
+  REQUIRE(coordinator.Watch(WatchOf(id, "b"), b).ok());
+  const absl::Time submitted = absl::Now();
+  coordinator.HandleNegotiate(Ready(id, "b", "slow", {1}), [](auto) {});
+  // Not yet stalled for stall_shutdown: the job goes on.
+  coordinator.InspectStalls(submitted + absl::Milliseconds(1500));
+  CHECK(b->events().empty());
+  // Status never aborts, however often it is asked.
+  for (int i = 0; i < 3; ++i) CHECK(coordinator.Summaries().at(0).state() == "running");
+  CHECK(b->events().empty());
+  coordinator.InspectStalls(absl::Now() + absl::Seconds(3));
   REQUIRE(b->events().size() == 1);
   CHECK(b->events()[0].abort().rfind("stall shutdown: tensor slow waited ", 0) == 0);
   CHECK(b->events()[0].abort().find("for ranks 0 on a") != std::string::npos);
+  CHECK(b->finished());
   CHECK(coordinator.job_count() == 0);
+  // The job shows as failed, with the report, at once.
+  const std::vector<JobSummary> jobs = coordinator.Summaries();
+  REQUIRE(jobs.size() == 1);
+  CHECK(jobs[0].job_id() == id);
+  CHECK(jobs[0].state() == "failed");
+  CHECK(jobs[0].failure() == b->events()[0].abort());
+  CHECK(jobs[0].hosts_size() == 2);
+}
+
+TEST_CASE("status: a running job with its stalled tensors, then failed or ended jobs") {
+  Fixture f;
+  f.Form();
+  f.Negotiate("b", {{"late", {Meta(2, {4}), Meta(3, {4})}}});
+  std::vector<JobSummary> jobs = f.coordinator.Summaries();
+  REQUIRE(jobs.size() == 1);
+  CHECK(jobs[0].state() == "running");
+  CHECK(jobs[0].pending_tensors() == 1);
+  CHECK(jobs[0].stalled_size() == 0);  // stall_warning is 60 s
+  CHECK(jobs[0].ranks(1).host() == "b");
+  CHECK(jobs[0].ranks(1).pids(1) == 101);
+
+  // A host's failure report: failed at once, with the reason; the job id answers with it.
+  NegotiateRequest failure;
+  failure.set_job_id(f.job_id);
+  failure.set_generation(1);
+  failure.set_host("a");
+  failure.set_failure("rank 0 (pid 100) on host a exited");
+  f.coordinator.HandleNegotiate(failure, [](auto) {});
+  jobs = f.coordinator.Summaries();
+  REQUIRE(jobs.size() == 1);
+  CHECK(jobs[0].state() == "failed");
+  CHECK(jobs[0].failure() == "rank 0 (pid 100) on host a exited");
+  CHECK(jobs[0].pending_tensors() == 0);
+  absl::Status late = absl::UnknownError("unanswered");
+  f.coordinator.HandleNegotiate(Ready(f.job_id, "b", "x", {2}), [&](auto r) { late = r.status(); });
+  CHECK(late.code() == absl::StatusCode::kNotFound);
+  CHECK(late.message() == absl::StrCat("job train (id ", f.job_id,
+                                       ") has failed: rank 0 (pid 100) on host a exited"));
+
+  // A job every host left: "ended".
+  Fixture g;
+  g.Form();
+  for (const char* host : {"a", "b"}) {
+    NegotiateRequest left;
+    left.set_job_id(g.job_id);
+    left.set_generation(1);
+    left.set_host(host);
+    left.set_left(true);
+    g.coordinator.HandleNegotiate(left, [](auto) {});
+  }
+  CHECK(g.coordinator.job_count() == 0);
+  CHECK(g.a->finished());
+  jobs = g.coordinator.Summaries();
+  REQUIRE(jobs.size() == 1);
+  CHECK(jobs[0].state() == "ended");
+  CHECK(jobs[0].failure().empty());
+}
+
+TEST_CASE("a host DOWN fails its job in status at once; a host that left does not") {
+  Fixture f;
+  f.Form();
+  f.coordinator.OnHostDown("b", "missed heartbeats for 1000 ms");
+  const std::vector<JobSummary> jobs = f.coordinator.Summaries();
+  REQUIRE(jobs.size() == 1);
+  CHECK(jobs[0].state() == "failed");
+  CHECK(jobs[0].failure() == "host b is DOWN (missed heartbeats for 1000 ms)");
+}
+
+TEST_CASE("every event carries the job id and generation; stale generations are refused") {
+  Fixture f;
+  const JobLayout layout = f.Form();
+  CHECK(layout.generation() == 1);
+  NegotiateRequest stale = Ready(f.job_id, "a", "x", {0, 1});
+  stale.set_generation(2);
+  absl::Status status = absl::UnknownError("unanswered");
+  f.coordinator.HandleNegotiate(stale, [&](auto r) { status = r.status(); });
+  CHECK(status.code() == absl::StatusCode::kAborted);
+  CHECK(status.message() == absl::StrCat("stale generation 2 of job train (id ", f.job_id,
+                                         "): its current generation is 1"));
+  CHECK(f.coordinator.Watch(WatchOf(f.job_id, "a", 7), std::make_shared<FakeSink>()).code() ==
+        absl::StatusCode::kAborted);
+  CHECK(f.coordinator.job_count() == 1);  // a stale caller does not harm the job
+
+  NegotiateRequest current = Ready(f.job_id, "a", "x", {0, 1});
+  current.set_generation(1);
+  f.coordinator.HandleNegotiate(current, [&](auto r) { status = r.status(); });
+  CHECK(status.ok());
+  NegotiateRequest unset = Ready(f.job_id, "b", "x", {2, 3});
+  unset.set_generation(0);  // a host must send the generation it runs
+  f.coordinator.HandleNegotiate(unset, [&](auto r) { status = r.status(); });
+  CHECK(absl::IsAborted(status));
+  f.coordinator.HandleNegotiate(Ready(f.job_id, "b", "x", {2, 3}),
+                                [&](auto r) { status = r.status(); });
+  CHECK(status.ok());
+  const std::vector<JobEvent> events = f.b->events();
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].responses_size() == 1);
+  CHECK(events[0].job_id() == f.job_id);
+  CHECK(events[0].generation() == 1);
 }
 
 TEST_CASE("peers outside the cluster, second streams and absurd requests are refused") {
@@ -305,10 +371,11 @@ TEST_CASE("peers outside the cluster, second streams and absurd requests are ref
 
   Fixture f;
   f.Form();
-  CHECK(f.coordinator.Watch(f.job_id, "b", std::make_shared<FakeSink>()).code() ==
+  CHECK(f.coordinator.Watch(WatchOf(f.job_id, "b"), std::make_shared<FakeSink>()).code() ==
         absl::StatusCode::kAlreadyExists);
   NegotiateRequest garbage;
   garbage.set_job_id(f.job_id);
+  garbage.set_generation(1);
   garbage.set_host("b");
   auto* t = garbage.add_ready();
   t->set_name("x");

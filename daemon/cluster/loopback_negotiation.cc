@@ -39,7 +39,7 @@ std::shared_ptr<JobWatch> LoopbackNegotiation::WatchJob(
     const WatchJobRequest& request, std::function<void(const JobEvent&)> on_event,
     std::function<void(absl::Status)> on_end) {
   auto watch = std::make_shared<LoopbackWatch>(std::move(on_event), std::move(on_end));
-  if (absl::Status s = coordinator_.Watch(request.job_id(), request.host(), watch); !s.ok()) {
+  if (absl::Status s = coordinator_.Watch(request, watch); !s.ok()) {
     watch->Finish(s);
   }
   return watch;

@@ -27,11 +27,12 @@ CoordinatedNegotiator::CoordinatedNegotiator(EventLoop& loop, cluster::PeerClien
 void CoordinatedNegotiator::FormAsync(const std::vector<MemberInfo>& members,
                                       std::function<void(absl::StatusOr<Formation>)> done) {
   // Local ranks: the launcher's, else arrival order among the rest.
-  std::vector<int> requested;
-  for (const MemberInfo& m : members) {
-    requested.push_back(m.local_rank < local_size_ ? m.local_rank : -1);
+  std::vector<negotiation::RankRequest> entries;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const int l = members[i].local_rank;
+    entries.push_back({l >= 0 && l < local_size_ ? l : -1, static_cast<int64_t>(i)});
   }
-  auto local_ranks = negotiation::AssignRanks(requested, local_size_);
+  auto local_ranks = negotiation::AssignRanks(entries, local_size_);
   if (!local_ranks.ok()) return done(local_ranks.status());
   cluster::HostRegistration registration{job_, size_, {}};
   for (size_t i = 0; i < members.size(); ++i) {

@@ -18,7 +18,6 @@
 
 #include <functional>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -33,6 +32,7 @@
 #include "daemon/local/frame_codec.h"
 #include "daemon/local/session.h"
 #include "daemon/negotiation/readiness_table.h"
+#include "daemon/negotiation/stall_inspector.h"
 #include "proto/common.pb.h"
 
 namespace ard::dataplane::tcp {
@@ -124,7 +124,7 @@ class Job : private NegotiationSink {
   absl::Status departed_;  // a rank left cleanly: the job fails at the next submit
   bool pending_cap_logged_ = false;  // max_pending_tensors was hit (logged once)
   bool finished_ = false;            // ended: on_finished_ posted
-  std::set<std::string> stall_warned_;              // tensors already reported as stalled
+  negotiation::StallInspector stall_inspector_;
   std::vector<JobSummary::StalledTensor> stalled_;  // from the last stall inspection
 
   std::shared_ptr<dataplane::JobContext> context_;         // from formation on

@@ -1,8 +1,5 @@
 // Job: what `allreducectl status` shows of it, and its stall inspector.
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
-#include "daemon/common/logging.h"
 #include "daemon/jobs/job.h"
 
 namespace ard::jobs {
@@ -43,42 +40,14 @@ JobSummary Job::Summary(absl::Time now) const {
 void Job::InspectStalls(absl::Time now) {
   stalled_.clear();
   if (state() != JobState::kRunning) return;
-  std::string shutdown;
-  for (const auto& w : table_->WaitingLongerThan(now, options_.stall_warning)) {
-    JobSummary::StalledTensor t;
-    t.set_name(w.name);
-    t.set_waiting_s(absl::ToDoubleSeconds(w.waited));
-    for (int r : w.submitted) t.add_submitted_ranks(r);
-    std::vector<std::string> missing;
-    for (int r : w.missing) {
-      const double idle = absl::ToDoubleSeconds(now - members_[r]->last_activity);
-      t.add_missing_ranks(r);
-      t.add_missing_last_activity_s(idle);
-      missing.push_back(absl::StrFormat("%d (pid %d, last active %.1fs ago)", r,
-                                        members_[r]->creds().pid, idle));
-    }
-    if (stall_warned_.insert(w.name).second) {
-      Logger("negotiation")
-          ->warn("stalled tensor job={} tensor={} waiting_s={:.1f} missing_ranks=[{}] "
-                 "submitted_ranks=[{}]",
-                 name_, w.name, absl::ToDoubleSeconds(w.waited), absl::StrJoin(missing, ", "),
-                 absl::StrJoin(w.submitted, ", "));
-    }
-    if (shutdown.empty() && options_.stall_shutdown > absl::ZeroDuration() &&
-        w.waited >= options_.stall_shutdown) {
-      shutdown = absl::StrCat("stall shutdown: tensor ", w.name, " waited ",
-                              absl::FormatDuration(w.waited), " for ranks ",
-                              absl::StrJoin(missing, ", "));
-    }
-    stalled_.push_back(std::move(t));
-  }
-  // Forget warnings for tensors that completed, so a later stall of the same name is reported.
-  for (auto it = stall_warned_.begin(); it != stall_warned_.end();) {
-    bool still = false;
-    for (const auto& t : stalled_) still = still || t.name() == *it;
-    it = still ? std::next(it) : stall_warned_.erase(it);
-  }
-  if (!shutdown.empty()) Fail(absl::AbortedError(shutdown));
+  auto report = stall_inspector_.Inspect(
+      name_, table_->WaitingLongerThan(now, options_.stall_warning), now,
+      {options_.stall_warning, options_.stall_shutdown}, [&](int r) {
+        return negotiation::MissingRank{"", static_cast<uint32_t>(members_[r]->creds().pid),
+                                        members_[r]->last_activity};
+      });
+  stalled_ = std::move(report.stalled);
+  if (report.shutdown) Fail(absl::AbortedError(*report.shutdown));
 }
 
 }  // namespace ard::jobs

@@ -1,8 +1,6 @@
 #include "daemon/jobs/local_negotiator.h"
 
-#include <algorithm>
 #include <climits>
-#include <numeric>
 
 #include "daemon/gpu/device.h"
 #include "daemon/negotiation/rank_assignment.h"
@@ -12,20 +10,14 @@ namespace ard::jobs {
 void LocalNegotiator::FormAsync(const std::vector<MemberInfo>& members,
                                 std::function<void(absl::StatusOr<Formation>)> done) {
   // Ranks the launcher gave are kept; the rest follow local rank, then arrival order.
-  std::vector<size_t> order(members.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const int la = members[a].local_rank < 0 ? INT_MAX : members[a].local_rank;
-    const int lb = members[b].local_rank < 0 ? INT_MAX : members[b].local_rank;
-    return la < lb;
-  });
-  std::vector<int> requested;
-  for (size_t i : order) requested.push_back(members[i].rank);
-  auto assigned = negotiation::AssignRanks(requested, size_);
-  if (!assigned.ok()) return done(assigned.status());
+  std::vector<negotiation::RankRequest> entries;
+  for (const MemberInfo& m : members) {
+    entries.push_back({m.rank, m.local_rank < 0 ? INT_MAX : m.local_rank});
+  }
+  auto ranks = negotiation::AssignRanks(entries, size_);
+  if (!ranks.ok()) return done(ranks.status());
   Formation f;
-  f.ranks.resize(members.size());
-  for (size_t k = 0; k < order.size(); ++k) f.ranks[order[k]] = (*assigned)[k];
+  f.ranks = *std::move(ranks);
   f.local_ranks = f.ranks;  // one host: local rank = rank
   f.local_size = size_;
   f.hosts.size = size_;

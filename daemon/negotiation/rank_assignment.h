@@ -1,18 +1,26 @@
-// The one rule by which a job's ranks (or a host's local ranks) are numbered: a number the
-// launcher gave is kept; the others take the free numbers in ascending order, in the order the
-// caller lists them (the caller sorts by its own key first: host then local rank, local rank then
-// arrival, or arrival). Pure; any thread.
+// Rank assignment (DESIGN.md "Jobs, ranks and membership"): the one rule every place that hands
+// out ranks follows. Ranks a launcher gave are kept; the other entries take the free ranks in
+// ascending order of their `order` (ties: their position in the list). Callers choose `order`:
+// a single-host job uses the local rank (then arrival), a host's local ranks use arrival, the
+// coordinator uses host order then local rank.
+// Pure function; any thread.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
 
 namespace ard::negotiation {
 
-// `requested[i]` is entry i's number from the launcher, or -1. Returns each entry's number in
-// [0, size), or InvalidArgument for a number given twice or out of range, or more entries than
-// numbers.
-absl::StatusOr<std::vector<int>> AssignRanks(const std::vector<int>& requested, int size);
+struct RankRequest {
+  int requested = -1;  // the rank the launcher gave, or -1 (any negative: none)
+  int64_t order = 0;   // among entries without a requested rank: lower takes a lower rank
+};
+
+// The rank of each entry, index for index. InvalidArgument when a requested rank is out of
+// [0, size) or given twice, or when there are more entries than ranks. Fewer entries than `size`
+// leave the highest free ranks unassigned.
+absl::StatusOr<std::vector<int>> AssignRanks(const std::vector<RankRequest>& entries, int size);
 
 }  // namespace ard::negotiation

@@ -1,23 +1,57 @@
+// AssignRanks as its three callers use it: a single-host job's ranks, a host's local ranks in a
+// cross-host job, and the coordinator's global ranks; and the errors it names.
 #include "daemon/negotiation/rank_assignment.h"
+
+#include <climits>
 
 #include "catch2/catch.hpp"
 
 namespace ard::negotiation {
 namespace {
 
-TEST_CASE("Given ranks are kept, the rest take the free ones in list order") {
-  CHECK(*AssignRanks({-1, -1, -1}, 3) == std::vector<int>{0, 1, 2});
-  CHECK(*AssignRanks({2, -1, 0, -1}, 4) == std::vector<int>{2, 1, 0, 3});
-  CHECK(*AssignRanks({-1, 1}, 3) == std::vector<int>{0, 1});  // fewer entries than ranks
-  CHECK(AssignRanks({}, 0)->empty());
+std::vector<int> Assign(const std::vector<RankRequest>& entries, int size) {
+  absl::StatusOr<std::vector<int>> r = AssignRanks(entries, size);
+  REQUIRE(r.ok());
+  return *r;
 }
 
-TEST_CASE("A rank given twice, out of range, or too many entries is InvalidArgument") {
-  CHECK(absl::IsInvalidArgument(AssignRanks({1, 1}, 2).status()));
-  CHECK(absl::IsInvalidArgument(AssignRanks({2}, 2).status()));
-  CHECK(absl::IsInvalidArgument(AssignRanks({-1, -1, -1}, 2).status()));
-  CHECK(AssignRanks({1, 1}, 2).status().message().find("rank 1 given twice") !=
-        std::string::npos);
+TEST_CASE("single-host job: launcher's ranks kept, the rest by local rank, then arrival") {
+  // Arrival order: local rank 2, unknown local rank, launcher rank 0, local rank 1, unknown.
+  // Unknown local ranks sort last (order INT_MAX) and among themselves by arrival.
+  const std::vector<RankRequest> entries = {{-1, 2}, {-1, INT_MAX}, {0, 0}, {-1, 1}, {-1, INT_MAX}};
+  CHECK(Assign(entries, 5) == std::vector<int>{2, 3, 0, 1, 4});
+}
+
+TEST_CASE("a host's local ranks: the launcher's kept, free ones by arrival") {
+  // Local size 4: two processes gave local ranks 1 and 3, two gave none (arrival = index).
+  const std::vector<RankRequest> entries = {{-1, 0}, {3, 1}, {-1, 2}, {1, 3}};
+  CHECK(Assign(entries, 4) == std::vector<int>{0, 3, 2, 1});
+}
+
+TEST_CASE("coordinator: launcher's ranks kept, the rest by host order, then local rank") {
+  // Hosts a (local ranks 0, 1) and b (0, 1) listed in host order; b's local rank 0 asked for
+  // global rank 0, so a's ranks move up.
+  const std::vector<RankRequest> entries = {{-1, 0}, {-1, 1}, {0, 2}, {-1, 3}};
+  CHECK(Assign(entries, 4) == std::vector<int>{1, 2, 0, 3});
+  // Nobody asked: ranks follow the list order.
+  CHECK(Assign({{-1, 0}, {-1, 1}, {-1, 2}}, 3) == std::vector<int>{0, 1, 2});
+}
+
+TEST_CASE("fewer entries than ranks leave the highest free ranks unassigned") {
+  CHECK(Assign({{-1, 0}, {1, 0}}, 4) == std::vector<int>{0, 1});
+  CHECK(Assign({}, 2).empty());
+}
+
+TEST_CASE("a rank given twice, out of range or too many entries is InvalidArgument") {
+  auto twice = AssignRanks({{1, 0}, {-1, 1}, {1, 2}}, 3);
+  CHECK(twice.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(twice.status().message() == "rank 1 given twice");
+  auto high = AssignRanks({{-1, 0}, {2, 1}}, 2);
+  CHECK(high.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(high.status().message() == "rank 2 is out of range for a job of size 2");
+  auto many = AssignRanks({{-1, 0}, {-1, 1}, {-1, 2}}, 2);
+  CHECK(many.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(many.status().message() == "3 ranks registered for a job of size 2");
 }
 
 }  // namespace

@@ -153,8 +153,8 @@ grpc::ServerWriteReactor<JobEvent>* NegotiationService::WatchJob(
     writer->FinishWhenDrained(ToGrpcStatus(NotCoordinator()));
     return writer;
   }
-  loop_.Post([this, job_id = request->job_id(), host = request->host(), sink = writer->sink()] {
-    absl::Status s = coordinator_->Watch(job_id, host, sink);
+  loop_.Post([this, request = *request, sink = writer->sink()] {
+    absl::Status s = coordinator_->Watch(request, sink);
     if (!s.ok()) sink->Finish(s);
   });
   return writer;

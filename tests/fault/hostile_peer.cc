@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   if (cmd == "negotiate" || cmd == "negotiate-garbage" || cmd == "negotiate-oversize") {
     ard::NegotiateRequest request;
     request.set_job_id(std::strtoull(arg(0).c_str(), nullptr, 10));
+    request.set_generation(1);  // a job's first formation
     request.set_host(arg(1));
     if (cmd != "negotiate") {
       ard::HostReadyTensor* t = request.add_ready();
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
   if (cmd == "watch") {
     ard::WatchJobRequest request;
     request.set_job_id(std::strtoull(arg(0).c_str(), nullptr, 10));
+    request.set_generation(1);  // a job's first formation
     request.set_host(arg(1));
     Deadline(&context, 3);
     auto reader = negotiation->WatchJob(&context, request);

@@ -83,8 +83,8 @@ def test_uneven_work_reports_and_ends(cluster):
     """Promise: both ranks allreduce `common`; rank 1 then submits `extra`, which rank 0 never
     will. While rank 0 lingers (1.5 s) status reports `extra` stalled, missing rank 0 on h-a.
     When rank 0 exits cleanly, rank 1's `extra` fails within a second (+ slack) with an error
-    saying rank 0 on h-a ended; nothing hangs: both processes exit, the job disappears from
-    status, and a new job of the same name runs."""
+    saying rank 0 on h-a ended; nothing hangs: both processes exit, status shows the job failed
+    with that reason (no longer running), and a new job of the same name runs."""
     procs = Procs(sockets(cluster), "uneven", 1, "uneven", env={"ARD_LINGER_MS": "1500"})
     try:
         wait_stalled(cluster, "h-a", "uneven", "extra", missing=[0])
@@ -98,10 +98,11 @@ def test_uneven_work_reports_and_ends(cluster):
     finally:
         procs.kill()
 
-    def gone():
+    def failed():
         s = status_json(cluster.daemons["h-b"].address)
-        return s is not None and not [j for j in s["jobs"] if j["name"] == "uneven"]
-    wait_until(gone, 10, "job uneven gone from status")
+        jobs = [j for j in (s or {}).get("jobs", []) if j["name"] == "uneven"]
+        return [(j["state"], "0 on h-a" in j["failure"]) for j in jobs] == [("failed", True)]
+    wait_until(failed, 10, "job uneven failed in status")
     run_job(sockets(cluster), "uneven")
 
 

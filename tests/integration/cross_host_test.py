@@ -2,8 +2,10 @@
 across them: every collective x op x dtype checked against a reference that follows the daemon's
 documented order (ranks within a host, then hosts) and bit-identical across ranks; 1,000 tensors a
 step fused across hosts; two jobs at once; a trainer killed and a daemon SIGKILLed mid-step (the
-others get errors naming them; the next job works after the daemon restarts); status and stalls."""
+others get errors naming them; the next job works after the daemon restarts); status and stalls;
+a job that failed shows as failed in the coordinator's status at once."""
 import signal
+import threading
 import time
 
 import pytest
@@ -146,5 +148,46 @@ def test_status_merges_a_cross_host_job(cluster):
         assert placement == {"h-a": [0], "h-b": [1], "h-c": [2]}
         table = ctl("--daemon", cluster.daemons["h-c"].address, "status").stdout
         assert "h-a:[0] h-b:[1] h-c:[2]" in table
+    finally:
+        workers.kill()
+
+
+def test_job_of_a_killed_daemon_shows_failed_at_once(cluster):
+    """h-b's daemon is SIGKILLed while a 2x2 job of h-a and h-b runs allreduces: once the ranks
+    on h-a got their error, the coordinator's status shows the job failed with the reason within
+    2 s (not `running` from h-b's last report until h-b times out), and still after h-b is DOWN."""
+    workers = workers_across(sockets(cluster, ("h-a", "h-b")), "xfail", 2, "steps")
+    lines = [[] for _ in workers.procs]
+
+    def read(i):
+        for line in workers.procs[i].stdout:
+            lines[i].append(line.rstrip("\n"))
+    readers = [threading.Thread(target=read, args=(i,), daemon=True)
+               for i in range(len(workers.procs))]
+    for t in readers:
+        t.start()
+    try:
+        wait_until(lambda: all("STEPPING" in out for out in lines), 30, "every rank stepping")
+        cluster.daemons["h-b"].proc.kill()
+        cluster.daemons["h-b"].proc.wait()
+        for p in workers.procs[:2]:  # the ranks on h-a
+            p.wait(timeout=30)
+        errored = time.monotonic()
+        for out in lines[:2]:
+            assert lines_with(out, "ERROR step"), "\n".join(out)
+
+        def failed():
+            s = status_json(cluster.daemons["h-a"].address)
+            jobs = [j for j in (s or {}).get("jobs", []) if j["name"] == "xfail"]
+            return jobs and jobs[0]["state"] == "failed" and jobs[0]
+        job = wait_until(failed, 10, "job xfail failed in the coordinator's status")
+        assert time.monotonic() - errored < 2, f"shown failed {time.monotonic() - errored:.2f}s late"
+        assert "h-b" in job["failure"], job
+        assert sorted(job["hosts"]) == ["h-a", "h-b"]
+        # Still failed (not gone) once h-b is DOWN and its reports no longer count.
+        wait_until(lambda: {h["name"]: h["state"] for h in
+                            status_json(cluster.daemons["h-a"].address)["hosts"]}["h-b"] == "DOWN",
+                   10, "h-b DOWN")
+        assert failed(), status_json(cluster.daemons["h-a"].address)
     finally:
         workers.kill()

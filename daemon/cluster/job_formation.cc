@@ -1,0 +1,157 @@
+#include "daemon/cluster/job_formation.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/common/logging.h"
+#include "daemon/negotiation/rank_assignment.h"
+
+namespace ard::cluster {
+namespace {
+// Bounds on what a peer may ask for: a job of more ranks, or a formation wait longer than this,
+// is a bug or an attack, not a training job.
+constexpr int kMaxJobSize = 1 << 20;
+constexpr uint32_t kMaxFormTimeoutMs = 3600 * 1000;
+constexpr size_t kMaxNameBytes = 256;
+}  // namespace
+
+struct JobFormation::Forming {
+  int size = 0;
+  uint64_t token = 0;
+  absl::Duration timeout;
+  // By host name (sorted: host order defines cross ranks).
+  std::map<std::string, std::pair<RegisterRanksRequest, Done<RegisterRanksResponse>>> hosts;
+};
+
+JobFormation::JobFormation(EventLoop& loop, uint64_t id_prefix,
+                           std::function<void(const JobLayout&)> on_formed)
+    : loop_(loop), id_prefix_(id_prefix), on_formed_(std::move(on_formed)) {}
+
+JobFormation::~JobFormation() = default;
+
+void JobFormation::Register(const RegisterRanksRequest& request, Done<RegisterRanksResponse> done) {
+  if (request.job().empty() || request.job().size() > kMaxNameBytes ||
+      request.size() > kMaxJobSize || request.timeout_ms() > kMaxFormTimeoutMs) {
+    done(absl::InvalidArgumentError(
+        absl::StrCat("RegisterRanks from host ", request.host(), ": job name of ",
+                     request.job().size(), " bytes (1 to ", kMaxNameBytes, "), size ",
+                     request.size(), " (at most ", kMaxJobSize, ") or timeout_ms ",
+                     request.timeout_ms(), " (at most ", kMaxFormTimeoutMs, ") out of range")));
+    return;
+  }
+  if (request.size() < 1 || request.ranks_size() < 1 || request.ranks_size() > request.size()) {
+    done(absl::InvalidArgumentError(absl::StrCat("job ", request.job(), ": host ", request.host(),
+                                                 " registered ", request.ranks_size(),
+                                                 " ranks for size ", request.size())));
+    return;
+  }
+  auto& forming = forming_[request.job()];
+  if (forming == nullptr) {
+    forming = std::make_unique<Forming>();
+    forming->size = request.size();
+    forming->token = next_token_++;
+    forming->timeout = absl::Milliseconds(std::max<uint32_t>(request.timeout_ms(), 1000));
+    loop_.PostAfter(forming->timeout, [this, name = request.job(), token = forming->token] {
+      FormTimeout(name, token);
+    });
+  }
+  if (forming->size != request.size()) {
+    done(absl::InvalidArgumentError(absl::StrCat("job ", request.job(), " has size ", forming->size,
+                                                 " on other hosts but ", request.size(), " on ",
+                                                 request.host())));
+    return;
+  }
+  forming->hosts[request.host()] = {request, std::move(done)};
+  TryForm(request.job());
+}
+
+absl::StatusOr<JobLayout> JobFormation::Layout(const std::string& name, const Forming& f) {
+  // Every host's ranks in host order, then local rank: the order ranks nobody gave follow.
+  std::vector<const RegisterRanksRequest::LocalRank*> entries;
+  for (const auto& [host, reg] : f.hosts) {
+    const size_t first = entries.size();
+    for (const auto& lr : reg.first.ranks()) entries.push_back(&lr);
+    std::sort(entries.begin() + first, entries.end(),
+              [](const auto* a, const auto* b) { return a->local_rank() < b->local_rank(); });
+  }
+  std::vector<negotiation::RankRequest> requests;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    requests.push_back({entries[i]->rank(), static_cast<int64_t>(i)});
+  }
+  absl::StatusOr<std::vector<int>> ranks = negotiation::AssignRanks(requests, f.size);
+  if (!ranks.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", name, ": ", ranks.status().message()));
+  }
+  JobLayout layout;
+  layout.set_job_id((id_prefix_ << 24) | next_id_++);
+  layout.set_generation(1);
+  layout.set_job(name);
+  layout.set_size(f.size);
+  size_t next = 0;
+  for (const auto& [host, reg] : f.hosts) {
+    JobLayout::JobHost* h = layout.add_hosts();
+    h->set_name(host);
+    h->set_data_address(reg.first.data_address());
+    for (int i = 0; i < reg.first.ranks_size(); ++i, ++next) {
+      h->add_ranks((*ranks)[next]);
+      h->add_pids(entries[next]->pid());
+    }
+  }
+  return layout;
+}
+
+void JobFormation::TryForm(const std::string& name) {
+  auto it = forming_.find(name);
+  const Forming& f = *it->second;
+  int total = 0;
+  for (const auto& [host, reg] : f.hosts) total += reg.first.ranks_size();
+  if (total < f.size) return;
+  absl::StatusOr<JobLayout> layout =
+      total > f.size
+          ? absl::InvalidArgumentError(absl::StrCat("job ", name, ": hosts registered ", total,
+                                                    " ranks for a job of size ", f.size))
+          : Layout(name, f);
+  // Out of the map first: an answer may start another formation of the same name.
+  std::unique_ptr<Forming> done = std::move(it->second);
+  forming_.erase(it);
+  if (layout.ok()) {
+    on_formed_(*layout);
+    Logger("negotiation")
+        ->info("cross-host job formed job={} id={} size={} hosts={}", name, layout->job_id(),
+               done->size, layout->hosts_size());
+  }
+  RegisterRanksResponse response;
+  if (layout.ok()) *response.mutable_layout() = *layout;
+  for (auto& [host, reg] : done->hosts) {
+    if (layout.ok()) {
+      reg.second(response);
+    } else {
+      reg.second(layout.status());
+    }
+  }
+}
+
+void JobFormation::FormTimeout(const std::string& name, uint64_t token) {
+  auto it = forming_.find(name);
+  if (it == forming_.end() || it->second->token != token) return;
+  std::unique_ptr<Forming> f = std::move(it->second);
+  forming_.erase(it);
+  std::vector<std::string> who;
+  int total = 0;
+  for (const auto& [host, reg] : f->hosts) {
+    who.push_back(absl::StrCat(host, " (", reg.first.ranks_size(), ")"));
+    total += reg.first.ranks_size();
+  }
+  const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
+      "job ", name, " did not form within ", absl::FormatDuration(f->timeout), ": ", total, " of ",
+      f->size, " ranks registered, on hosts ", absl::StrJoin(who, ", ")));
+  for (auto& [host, reg] : f->hosts) reg.second(status);
+}
+
+void JobFormation::OnHostDown(const std::string& host) {
+  for (auto& [name, f] : forming_) f->hosts.erase(host);
+}
+
+}  // namespace ard::cluster

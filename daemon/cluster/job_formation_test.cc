@@ -1,0 +1,103 @@
+// Formation without sockets: a job forms once every rank registered, with ranks by host order
+// then local rank (the launcher's kept), the same layout to every host; bad registrations and
+// timeouts fail every host that registered.
+#include "daemon/cluster/job_formation.h"
+
+#include "catch2/catch.hpp"
+#include "daemon/cluster/job_coordinator_test_util.h"
+
+namespace ard::cluster {
+namespace {
+
+using testing::Registration;
+
+struct Formation {
+  EventLoop loop{"test"};  // never started: timeouts stay queued
+  std::vector<JobLayout> formed;
+  JobFormation formation{loop, 7, [this](const JobLayout& l) { formed.push_back(l); }};
+  std::map<std::string, absl::StatusOr<RegisterRanksResponse>> answers;
+
+  void Register(const RegisterRanksRequest& request) {
+    answers[request.host()] = absl::UnknownError("unanswered");
+    formation.Register(request, [this, host = request.host()](auto r) { answers[host] = r; });
+  }
+  bool answered(const std::string& host) {
+    return answers.at(host).status().code() != absl::StatusCode::kUnknown;
+  }
+};
+
+TEST_CASE("a job forms when every rank registered; launcher's ranks kept, rest by host order") {
+  Formation f;
+  RegisterRanksRequest b = Registration("b", 2, 4);
+  b.mutable_ranks(1)->set_rank(0);  // b's local rank 1 is global rank 0 (the launcher said so)
+  f.Register(b);
+  CHECK_FALSE(f.answered("b"));
+  CHECK(f.formation.forming_count() == 1);
+  RegisterRanksRequest a = Registration("a", 2, 4);
+  std::swap(*a.mutable_ranks(0), *a.mutable_ranks(1));  // arrival order does not matter
+  f.Register(a);
+  REQUIRE(f.answers.at("a").ok());
+  REQUIRE(f.answers.at("b").ok());
+  REQUIRE(f.formed.size() == 1);
+  const JobLayout& layout = f.answers.at("a")->layout();
+  CHECK(layout.SerializeAsString() == f.answers.at("b")->layout().SerializeAsString());
+  CHECK(layout.SerializeAsString() == f.formed[0].SerializeAsString());
+  CHECK(layout.job_id() == (7ull << 24 | 1));
+  CHECK(layout.generation() == 1);
+  REQUIRE(layout.hosts_size() == 2);
+  CHECK(layout.hosts(0).name() == "a");
+  // Index = local rank: a's local ranks 0 and 1 take the free ranks 1 and 2, then b's local 0.
+  CHECK(std::vector<int>(layout.hosts(0).ranks().begin(), layout.hosts(0).ranks().end()) ==
+        std::vector<int>{1, 2});
+  CHECK(std::vector<int>(layout.hosts(1).ranks().begin(), layout.hosts(1).ranks().end()) ==
+        std::vector<int>{3, 0});
+  CHECK(layout.hosts(0).pids(0) == 100);
+  CHECK(layout.hosts(1).data_address() == "b:9000");
+  CHECK(f.formation.forming_count() == 0);
+}
+
+TEST_CASE("a rank given twice fails every host that registered, naming the rank") {
+  Formation f;
+  RegisterRanksRequest a = Registration("a", 1, 2);
+  a.mutable_ranks(0)->set_rank(1);
+  RegisterRanksRequest b = Registration("b", 1, 2);
+  b.mutable_ranks(0)->set_rank(1);
+  f.Register(a);
+  f.Register(b);
+  for (const char* host : {"a", "b"}) {
+    CHECK(f.answers.at(host).status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(f.answers.at(host).status().message() == "job train: rank 1 given twice");
+  }
+  CHECK(f.formed.empty());
+  CHECK(f.formation.forming_count() == 0);
+}
+
+TEST_CASE("sizes that disagree, too many ranks and absurd registrations are refused") {
+  Formation f;
+  f.Register(Registration("a", 1, 3));
+  f.Register(Registration("b", 1, 2));
+  CHECK(f.answers.at("b").status().message() == "job train has size 3 on other hosts but 2 on b");
+  f.Register(Registration("c", 3, 3));  // 1 + 3 ranks for a job of 3
+  CHECK(f.answers.at("a").status().message() ==
+        "job train: hosts registered 4 ranks for a job of size 3");
+  CHECK(f.answers.at("c").status().code() == absl::StatusCode::kInvalidArgument);
+  RegisterRanksRequest nameless = Registration("a", 1, 2);
+  nameless.set_job("");
+  f.Register(nameless);
+  CHECK(f.answers.at("a").status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(f.formed.empty());
+}
+
+TEST_CASE("a host DOWN drops its registration; the job then needs it again") {
+  Formation f;
+  f.Register(Registration("a", 1, 2));
+  f.formation.OnHostDown("a");
+  f.Register(Registration("b", 1, 2));
+  CHECK_FALSE(f.answered("b"));
+  f.Register(Registration("a", 1, 2));
+  CHECK(f.answers.at("b").ok());
+  CHECK(f.formed.size() == 1);
+}
+
+}  // namespace
+}  // namespace ard::cluster

@@ -1,0 +1,54 @@
+// The bounded history of ended jobs: count and age bounds, lookup by id, age that keeps counting.
+#include "daemon/cluster/job_history.h"
+
+#include "catch2/catch.hpp"
+
+namespace ard::cluster {
+namespace {
+
+const absl::Time kT0 = absl::FromUnixSeconds(1000);
+
+JobSummary Ended(uint64_t id, const std::string& state) {
+  JobSummary s;
+  s.set_name("job" + std::to_string(id));
+  s.set_job_id(id);
+  s.set_state(state);
+  s.set_age_s(10);
+  return s;
+}
+
+TEST_CASE("the last `capacity` ended jobs are kept, oldest first") {
+  JobHistory history(2, absl::Hours(1));
+  history.Add(Ended(1, "failed"), kT0);
+  history.Add(Ended(2, "ended"), kT0 + absl::Seconds(1));
+  history.Add(Ended(3, "failed"), kT0 + absl::Seconds(2));
+  const std::vector<JobSummary> jobs = history.Summaries(kT0 + absl::Seconds(4));
+  REQUIRE(jobs.size() == 2);
+  CHECK(jobs[0].job_id() == 2);
+  CHECK(jobs[1].job_id() == 3);
+  CHECK(jobs[1].age_s() == 12);  // 10 s old when it ended, 2 s ago
+  CHECK(history.Find(1) == nullptr);
+  REQUIRE(history.Find(3) != nullptr);
+  CHECK(history.Find(3)->state() == "failed");
+}
+
+TEST_CASE("ended jobs older than max_age are not shown, and are dropped as others end") {
+  JobHistory history(8, absl::Minutes(1));
+  history.Add(Ended(1, "failed"), kT0);
+  CHECK(history.Summaries(kT0 + absl::Seconds(59)).size() == 1);
+  CHECK(history.Summaries(kT0 + absl::Seconds(61)).empty());
+  CHECK(history.Find(1) != nullptr);
+  history.Add(Ended(2, "ended"), kT0 + absl::Seconds(61));
+  CHECK(history.Find(1) == nullptr);
+  CHECK(history.Summaries(kT0 + absl::Seconds(61)).size() == 1);
+}
+
+TEST_CASE("capacity zero keeps nothing") {
+  JobHistory history(0, absl::Hours(1));
+  history.Add(Ended(1, "failed"), kT0);
+  CHECK(history.Summaries(kT0).empty());
+  CHECK(history.Find(1) == nullptr);
+}
+
+}  // namespace
+}  // namespace ard::cluster
