@@ -506,16 +506,23 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CudaDevice::InitCommu
       if (c != nullptr) ncclCommAbort(c);
     }
   };
+  // Every check before ncclGroupStart: a return inside the group would leave it open on this
+  // thread, deferring every later NCCL call of the thread into a group that never ends.
+  for (const CommRank& r : local) ARD_RETURN_IF_ERROR(CheckDevice(r.device));
   ncclResult_t res = ncclGroupStart();
   if (res != ncclSuccess) return NcclError(res, "ncclGroupStart", nullptr);
+  auto close_and_abort = [&](absl::Status status) {
+    ncclGroupEnd();
+    abort_all();
+    return status;
+  };
   for (size_t i = 0; i < local.size(); ++i) {
-    ARD_RETURN_IF_ERROR(CheckDevice(local[i].device));
-    cudaSetDevice(local[i].device);
+    if (cudaError_t err = cudaSetDevice(local[i].device); err != cudaSuccess) {
+      return close_and_abort(CudaError(err, "cudaSetDevice", local[i].device));
+    }
     res = ncclCommInitRankConfig(&comms[i], size, nccl_id, local[i].rank, &config);
     if (!NcclAccepted(res)) {
-      ncclGroupEnd();
-      abort_all();
-      return NcclError(res, "ncclCommInitRankConfig", nullptr);
+      return close_and_abort(NcclError(res, "ncclCommInitRankConfig", nullptr));
     }
   }
   res = ncclGroupEnd();

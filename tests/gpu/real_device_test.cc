@@ -193,6 +193,30 @@ TEST_CASE("broadcast, allgather and reducescatter across every local GPU") {
   for (int r = 0; r < l.n; ++r) CHECK(read(r, count)[7] == in[l.n - 1][7]);
 }
 
+TEST_CASE("a local rank on a GPU that does not exist is refused and leaves no NCCL group open") {
+  auto device = DeviceOrSkip("bad ordinal");
+  if (device == nullptr) return;
+  const int n = *device->DeviceCount();
+  auto bad =
+      device->InitCommunicators(*device->NewUniqueId(), 2, {{0, 0}, {1, n}}, absl::Seconds(20));
+  CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
+  // An NCCL group left open by the refusal would defer this init forever (DeadlineExceeded).
+  auto good = device->InitCommunicators(*device->NewUniqueId(), 1, {{0, 0}}, absl::Seconds(20));
+  REQUIRE(good.ok());
+  auto stream = *device->CreateStream(0);
+  auto buf = *device->Allocate(0, 4 * sizeof(float));
+  const float in[4] = {1, 2, 3, 4};
+  float out[4] = {};
+  REQUIRE(device->CopyAsync(buf->data(), in, sizeof(in), *stream).ok());
+  REQUIRE(
+      (*good)[0]
+          ->Allreduce(buf->data(), buf->data(), 4, DataType::kFloat32, ReduceOp::kSum, 1, *stream)
+          .ok());
+  REQUIRE(device->CopyAsync(out, buf->data(), sizeof(out), *stream).ok());
+  REQUIRE(device->Synchronize(*stream).ok());
+  CHECK(out[3] == 4.0f);
+}
+
 TEST_CASE("abort makes a communicator report failure instead of hanging") {
   Local l;
   if (!l.Init("abort", 4096)) return;
