@@ -3,12 +3,14 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "daemon/common/logging.h"
 #include "daemon/config/config_loader.h"
+#include "daemon/config/config_reload.h"
 #include "daemon/daemon.h"
 
 namespace ard {
@@ -33,12 +35,32 @@ void RaiseFileLimit(uint32_t max_clients) {
   }
 }
 
+// SIGHUP: re-reads the config (file, then the same flags) and applies what can be applied live. A
+// config that no longer loads leaves the running settings as they are.
+void ReloadConfig(const std::vector<std::string>& args, DaemonConfig* running) {
+  auto log = Logger("daemon");
+  absl::StatusOr<config::ReloadPlan> plan = config::Reload(args, *running);
+  if (!plan.ok()) {
+    log->error("SIGHUP: config reload failed, keeping the running settings: {}",
+               plan.status().message());
+    return;
+  }
+  spdlog::level::level_enum before, after;
+  ParseLogLevel(running->log_level(), &before).IgnoreError();  // both validated by LoadConfig
+  ParseLogLevel(plan->next.log_level(), &after).IgnoreError();
+  // The line shows under the old level and the new one, whichever is more verbose.
+  SetLogLevel(std::min(before, after));
+  log->info("SIGHUP: config reloaded {}", config::DescribeReload(args, *plan));
+  SetLogLevel(after);
+  *running = std::move(plan->next);
+}
+
 }  // namespace
 
 int DaemonMain(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
   bool help = false;
-  absl::StatusOr<DaemonConfig> config =
-      config::LoadConfig(std::vector<std::string>(argv + 1, argv + argc), &help);
+  absl::StatusOr<DaemonConfig> config = config::LoadConfig(args, &help);
   if (help) {
     std::fputs(config::Usage().c_str(), stdout);
     return 0;
@@ -52,21 +74,24 @@ int DaemonMain(int argc, char** argv) {
   SetLogLevel(level);
   RaiseFileLimit(config->max_clients());
 
-  // Block the shutdown signals in every thread (threads inherit the mask); main waits for them.
+  // Block the shutdown and reload signals in every thread (threads inherit the mask); main waits
+  // for them.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  DaemonConfig running = *config;
   Daemon daemon(*std::move(config));
   if (absl::Status status = daemon.Start(); !status.ok()) {
     std::fprintf(stderr, "allreduced: %s\n", std::string(status.message()).c_str());
     return 1;
   }
   int signo = 0;
-  sigwait(&signals, &signo);
+  while (sigwait(&signals, &signo) == 0 && signo == SIGHUP) ReloadConfig(args, &running);
   Logger("daemon")->info("received {}", signo == SIGTERM ? "SIGTERM" : "SIGINT");
   daemon.Shutdown();
   return 0;

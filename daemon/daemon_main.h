@@ -1,5 +1,6 @@
 // The allreduced process: parse flags and config, set up logging and signals, run a Daemon until
-// SIGTERM/SIGINT. Kept out of main.cc so main stays a line.
+// SIGTERM/SIGINT; SIGHUP re-reads the config (config_reload.h). Kept out of main.cc so main stays
+// a line. Runs on the main thread, which does nothing but wait for signals once the Daemon runs.
 #pragma once
 
 namespace ard {
