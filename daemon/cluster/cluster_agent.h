@@ -1,10 +1,13 @@
 // The follower role: joins the coordinator (retrying with exponential backoff while it is not
 // up), heartbeats, rejoins when the coordinator says so, and forwards cluster-status requests to
-// the coordinator. Rejects Join/Heartbeat/Leave sent to it, naming the real coordinator.
+// the coordinator, adding its own LocalView (which is all it returns, with the reason, when the
+// coordinator cannot be reached). Rejects Join/Heartbeat/Leave sent to it, naming the real
+// coordinator.
 // State lives on the control loop; PeerClient callbacks post back to it.
 //
 // Lifecycle: 1. construct with the loop and a PeerClient to the coordinator; 2. Start(self), once
-// this daemon's bound address is known, begins joining; 3. LeaveAsync() on shutdown stops heartbeats and tells the coordinator;
+// this daemon's bound address is known, begins joining; 3. LeaveAsync() on shutdown stops
+// heartbeats and tells the coordinator;
 // 4. destroy after the PeerClient (which drains calls in flight) and after the loop has stopped.
 #pragma once
 
@@ -56,6 +59,7 @@ class ClusterAgent : public ClusterHandler, public AdminHandler {
   void HeartbeatOnLoop(uint64_t generation);
   void OnHeartbeat(uint64_t generation, absl::StatusOr<HeartbeatResponse> response);
   void NoteCoordinatorUnreachable(const absl::Status& status, const char* call);
+  LocalView LocalViewOnLoop() const;
   // Reports the cut-off (once per loss of contact) when the coordinator has been silent for a
   // host timeout; `last_error` is the latest failed call's status.
   void CheckCutOff(const absl::Status& last_error);
@@ -77,6 +81,7 @@ class ClusterAgent : public ClusterHandler, public AdminHandler {
   bool coordinator_reachable_ = true;
   absl::Duration host_timeout_;
   absl::Time last_contact_ = absl::InfinitePast();  // last answer from the coordinator
+  std::string last_error_;  // the latest failed call to the coordinator; cleared by an answer
   bool cut_off_reported_ = false;
 };
 

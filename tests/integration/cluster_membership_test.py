@@ -1,11 +1,13 @@
 """Three daemons on loopback form a cluster; SIGKILL, restart and SIGTERM change it as promised
 (issue: cluster foundation). Every check goes through the real CLI."""
+import json
 import signal
+import socket
 import time
 
 import pytest
 
-from harness import Cluster, ctl, host_states, status_json, wait_until
+from harness import Cluster, Daemon, Workers, ctl, host_states, status_json, wait_until
 
 HEARTBEAT_MS = 100
 HOST_TIMEOUT_MS = 1000
@@ -107,7 +109,7 @@ def test_coordinator_sigterm_exits_zero_and_followers_report_it(cluster):
     a.signal(signal.SIGTERM)
     assert a.wait_exit() == 0, a.read_log()
     r = ctl("--daemon", b.address, "--timeout_ms", "3000", "status")
-    assert r.returncode != 0
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
     assert r.stderr.count("\n") == 1, r.stderr
     assert "cannot reach the coordinator" in r.stderr
     # The follower keeps running and rejoins when a coordinator comes back on the same port.
@@ -128,6 +130,65 @@ def test_follower_started_before_coordinator_retries_then_joins(cluster):
     a.start()
     wait_until(lambda: all_up(a.address, ["host-a", "host-b"]), 10, "host-b joins late")
     assert b.proc.poll() is None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_status_from_a_follower_whose_coordinator_is_not_running(cluster):
+    """The follower answers with its own view (role, coordinator, join attempts, last error, local
+    jobs) and says the cluster view is unavailable and why; exit 3, not 'cannot reach daemon'."""
+    coordinator = f"127.0.0.1:{free_port()}"  # nothing listens there
+    b = Daemon(cluster.workdir, "host-b", coordinator=coordinator)
+    cluster.daemons["host-b"] = b
+    b.start()
+    wait_until(lambda: "join failed, retrying" in b.read_log(), 10, "a failed join")
+    # One rank of a two-rank job: it stays forming on the follower.
+    worker = Workers(b.socket, "train", 1, "matrix",
+                     env_for_rank=lambda r: {"ALLREDUCED_RANK": "0", "ALLREDUCED_SIZE": "2"})
+    try:
+        def local_view():
+            r = ctl("--daemon", b.address, "--timeout_ms", "3000", "status", "--json")
+            if r.returncode != 3:
+                return None
+            view = json.loads(r.stdout)
+            return view if view["local"]["jobs"] else None
+        view = wait_until(local_view, 10, "the follower's local view with its job")
+        assert view["answered_by"] == "host-b"
+        assert view["forwarded"] is False
+        assert view["hosts"] == [] and view["coordinator"] == ""
+        assert view["cluster_view_error"].startswith(
+            f"host host-b cannot reach the coordinator at {coordinator}: "), view
+        local = view["local"]
+        assert local["host"] == "host-b" and local["address"] == b.address
+        assert local["role"] == "follower"
+        assert local["coordinator_address"] == coordinator
+        assert local["membership"] == "joining"
+        assert local["join_attempts"] >= 1
+        assert local["incarnation"] == 0 and local["last_contact_age_s"] == -1
+        assert local["last_error"].startswith("UNAVAILABLE"), local
+        assert [j["name"] for j in local["jobs"]] == ["train"]
+
+        r = ctl("--daemon", b.address, "--timeout_ms", "3000", "status")
+        assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+        assert r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr.startswith("allreducectl: cluster view unavailable (host-b's local view "
+                                   f"shown): host host-b cannot reach the coordinator at "
+                                   f"{coordinator}: "), r.stderr
+        assert "cannot reach daemon" not in r.stderr
+        out = r.stdout
+        assert out.startswith("Cluster view unavailable: host host-b cannot reach the coordinator")
+        assert f"Local view of host host-b ({b.address}, follower):" in out, out
+        assert f"  coordinator   {coordinator}\n" in out, out
+        assert "  membership    joining (not a cluster member; " in out, out
+        assert "  last contact  never\n" in out, out
+        assert "  last error    UNAVAILABLE" in out, out
+        assert "Jobs on host host-b:" in out and "train" in out, out
+    finally:
+        worker.kill()
 
 
 def test_ctl_reports_unreachable_daemon_in_one_line():
