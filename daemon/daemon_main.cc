@@ -1,5 +1,6 @@
 #include "daemon/daemon_main.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "daemon/common/logging.h"
 #include "daemon/config/config_loader.h"
 #include "daemon/config/config_reload.h"
@@ -15,6 +17,9 @@
 
 namespace ard {
 namespace {
+
+// The daemon stopped itself: its host name is held by another live daemon (see DaemonMain).
+constexpr int kExitHostNameTaken = 3;
 
 // Every local client and peer connection is a file descriptor: raise the soft limit to the hard
 // one (often 1024 vs 1M) and warn when it cannot hold max_clients plus room for the rest.
@@ -86,12 +91,33 @@ int DaemonMain(int argc, char** argv) {
 
   DaemonConfig running = *config;
   Daemon daemon(*std::move(config));
+  // A fatal condition found on the control loop wakes the wait below with a SIGTERM sent to this
+  // thread, after recording why.
+  absl::Mutex fatal_mu;
+  absl::Status fatal;
+  daemon.SetFatalHandler([&fatal_mu, &fatal, main_thread = pthread_self()](const absl::Status& s) {
+    {
+      absl::MutexLock lock(&fatal_mu);
+      fatal = s;
+    }
+    pthread_kill(main_thread, SIGTERM);
+  });
   if (absl::Status status = daemon.Start(); !status.ok()) {
     std::fprintf(stderr, "allreduced: %s\n", std::string(status.message()).c_str());
     return 1;
   }
   int signo = 0;
   while (sigwait(&signals, &signo) == 0 && signo == SIGHUP) ReloadConfig(args, &running);
+  absl::Status why;
+  {
+    absl::MutexLock lock(&fatal_mu);
+    why = fatal;
+  }
+  if (!why.ok()) {
+    daemon.Shutdown();
+    std::fprintf(stderr, "allreduced: %s\n", std::string(why.message()).c_str());
+    return kExitHostNameTaken;
+  }
   Logger("daemon")->info("received {}", signo == SIGTERM ? "SIGTERM" : "SIGINT");
   daemon.Shutdown();
   return 0;

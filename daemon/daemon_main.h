@@ -6,7 +6,8 @@
 namespace ard {
 
 // Exit codes: 0 after a graceful shutdown, 1 on a startup error (one line on stderr), 2 on bad
-// flags or config.
+// flags or config, 3 when the coordinator refused this daemon's host name because another live
+// daemon holds it (after an orderly shutdown; the last stderr line names both daemons).
 int DaemonMain(int argc, char** argv);
 
 }  // namespace ard

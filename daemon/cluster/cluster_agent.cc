@@ -36,6 +36,18 @@ void ClusterAgent::JoinOnLoop() {
 
 void ClusterAgent::OnJoined(absl::StatusOr<JoinResponse> response) {
   if (state_ != State::kJoining) return;
+  if (response.status().code() == absl::StatusCode::kAlreadyExists) {
+    // Another live daemon holds this host name: retrying cannot fix that, and running on as a
+    // non-member would only fail this host's jobs later.
+    state_ = State::kRefused;
+    last_error_ = response.status().ToString();
+    Logger("cluster")->error(
+        "host name refused by the coordinator, not joining coordinator={} "
+        "error=\"{}\"",
+        options_.coordinator_address, response.status().message());
+    if (options_.on_refused) options_.on_refused(response.status());
+    return;
+  }
   if (!response.ok()) {
     // First failure and then every 10th at warn, so a long wait for the coordinator is visible
     // without flooding the journal.
@@ -189,6 +201,22 @@ void ClusterAgent::HandleLeave(const LeaveRequest&, Done<LeaveResponse> done) {
   done(NotCoordinator());
 }
 
+void ClusterAgent::HandleIdentify(const IdentifyRequest& request, Done<IdentifyResponse> done) {
+  loop_.Post([this, request, done = std::move(done)] {
+    const HostInfo& claimant = request.claimant();
+    // The coordinator asks before giving our name to `claimant`; answering keeps it ours.
+    if (claimant.name() == self_name_ && claimant.instance_id() != self_.instance_id()) {
+      Logger("cluster")->warn(
+          "another daemon asked for this host name host={} claimant_address={} "
+          "claimant_instance={} claimant_pid={} (it is refused while this daemon answers)",
+          self_name_, claimant.address(), claimant.instance_id(), claimant.pid());
+    }
+    IdentifyResponse response;
+    *response.mutable_host() = self_;
+    done(std::move(response));
+  });
+}
+
 void ClusterAgent::HandleGetClusterStatus(const GetClusterStatusRequest& request,
                                           Done<GetClusterStatusResponse> done) {
   loop_.Post([this, request, done = std::move(done)]() mutable {
@@ -229,6 +257,9 @@ LocalView ClusterAgent::LocalViewOnLoop() const {
       break;
     case State::kSuperseded:
       view.set_membership("superseded");
+      break;
+    case State::kRefused:
+      view.set_membership("refused");
       break;
     case State::kLeft:
       view.set_membership("left");

@@ -2,13 +2,14 @@
 // up), heartbeats, rejoins when the coordinator says so, and forwards cluster-status requests to
 // the coordinator, adding its own LocalView (which is all it returns, with the reason, when the
 // coordinator cannot be reached). Rejects Join/Heartbeat/Leave sent to it, naming the real
-// coordinator.
-// State lives on the control loop; PeerClient callbacks post back to it.
+// coordinator; answers Identify with its own HostInfo. State lives on the control loop;
+// PeerClient callbacks post back to it.
 //
 // Lifecycle: 1. construct with the loop and a PeerClient to the coordinator; 2. Start(self), once
-// this daemon's bound address is known, begins joining; 3. LeaveAsync() on shutdown stops
-// heartbeats and tells the coordinator;
-// 4. destroy after the PeerClient (which drains calls in flight) and after the loop has stopped.
+// this daemon's bound address is known, begins joining (a Join refused with ALREADY_EXISTS, the
+// host name being held by another live daemon, ends joining for good: options.on_refused);
+// 3. LeaveAsync() on shutdown stops heartbeats and tells the coordinator; 4. destroy after the
+// PeerClient (which drains calls in flight) and after the loop has stopped.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,10 @@ struct AgentOptions {
   // timeout, or the coordinator asked it to rejoin: the cluster has marked it DOWN and aborted
   // its cross-host jobs, so their local ranks must fail too. May be empty.
   std::function<void(const absl::Status&)> on_cut_off;
+  // Called (loop thread) once when the coordinator refuses this daemon's host name because another
+  // live daemon holds it (ALREADY_EXISTS): the agent stops joining for good; the daemon should
+  // exit. May be empty.
+  std::function<void(const absl::Status&)> on_refused;
 };
 
 class ClusterAgent : public ClusterHandler, public AdminHandler {
@@ -48,11 +53,12 @@ class ClusterAgent : public ClusterHandler, public AdminHandler {
   void HandleJoin(const JoinRequest& request, Done<JoinResponse> done) override;
   void HandleHeartbeat(const HeartbeatRequest& request, Done<HeartbeatResponse> done) override;
   void HandleLeave(const LeaveRequest& request, Done<LeaveResponse> done) override;
+  void HandleIdentify(const IdentifyRequest& request, Done<IdentifyResponse> done) override;
   void HandleGetClusterStatus(const GetClusterStatusRequest& request,
                               Done<GetClusterStatusResponse> done) override;
 
  private:
-  enum class State { kJoining, kJoined, kSuperseded, kLeft };
+  enum class State { kJoining, kJoined, kSuperseded, kRefused, kLeft };
 
   void JoinOnLoop();
   void OnJoined(absl::StatusOr<JoinResponse> response);

@@ -165,6 +165,47 @@ TEST_CASE("REJOIN makes the agent join again; SUPERSEDED stops it") {
   loop.Stop();
 }
 
+TEST_CASE("a host name refused as held by a live daemon stops joining and reports it once") {
+  FakePeerClient peer;
+  peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(absl::UnavailableError("down")));
+  peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(absl::AlreadyExistsError(
+                                      "host name 'b' is held by the live member at x")));
+  absl::Mutex mu;
+  std::vector<std::string> refusals;
+  AgentOptions options = Options();
+  options.on_refused = [&](const absl::Status& s) {
+    absl::MutexLock lock(&mu);
+    refusals.push_back(std::string(s.message()));
+  };
+  EventLoop loop("test");
+  ClusterAgent agent(loop, peer, "b", options);
+  loop.Start();
+  agent.Start(Self());
+  REQUIRE(Eventually([&] {
+    absl::MutexLock lock(&mu);
+    return !refusals.empty();
+  }));
+  // Identify answers with this daemon's own HostInfo, whatever its state.
+  absl::Notification identified;
+  absl::StatusOr<IdentifyResponse> me;
+  agent.HandleIdentify({}, [&](absl::StatusOr<IdentifyResponse> r) {
+    me = std::move(r);
+    identified.Notify();
+  });
+  REQUIRE(identified.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  REQUIRE(me.ok());
+  CHECK(me->host().instance_id() == "b1");
+  CHECK(me->host().address() == "127.0.0.1:1234");
+  absl::SleepFor(absl::Milliseconds(30));  // the backoff is 1-4 ms: retries would show by now
+  CHECK(peer.joins() == 2);
+  absl::Notification left;
+  agent.LeaveAsync([&] { left.Notify(); });
+  REQUIRE(left.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  CHECK(peer.leave_requests().empty());  // never joined: nothing to leave
+  loop.Stop();
+  REQUIRE(refusals == std::vector<std::string>{"host name 'b' is held by the live member at x"});
+}
+
 absl::StatusOr<GetClusterStatusResponse> Status(ClusterAgent& agent) {
   absl::Notification answered;
   absl::StatusOr<GetClusterStatusResponse> got;
