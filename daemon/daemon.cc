@@ -108,11 +108,16 @@ absl::Status Daemon::Start() {
                     [this](const std::string& host) { return coordinator_->IsUp(host); }});
     coordinator_ = std::make_unique<cluster::Coordinator>(
         *loop_, config_.host_name(),
-        cluster::CoordinatorOptions{heartbeat, absl::Milliseconds(config_.host_timeout_ms()),
-                                    local_jobs, [this] { return job_coordinator_->Summaries(); },
-                                    [this](const std::string& host, const std::string& reason) {
-                                      job_coordinator_->OnHostDown(host, reason);
-                                    }});
+        cluster::CoordinatorOptions{
+            heartbeat, absl::Milliseconds(config_.host_timeout_ms()), local_jobs,
+            [this] { return job_coordinator_->Summaries(); },
+            [this](const std::string& host, const std::string& reason) {
+              job_coordinator_->OnHostDown(host, reason);
+            },
+            [this](const std::string& address, const IdentifyRequest& request,
+                   cluster::Done<IdentifyResponse> done) {
+              IdentifyOnLoop(address, request, std::move(done));
+            }});
     cluster_handler = coordinator_.get();
     admin_handler = coordinator_.get();
   } else {
@@ -121,13 +126,14 @@ absl::Status Daemon::Start() {
                                                   channel_credentials_);
     agent_ = std::make_unique<cluster::ClusterAgent>(
         *loop_, *peer_, config_.host_name(),
-        cluster::AgentOptions{config_.coordinator(), heartbeat,
-                              absl::Milliseconds(config_.join_backoff_initial_ms()),
-                              absl::Milliseconds(config_.join_backoff_max_ms()), local_jobs,
-                              absl::Milliseconds(config_.host_timeout_ms()),
-                              [this](const absl::Status& status) {
-                                jobs_->FailCrossHostJobs(status);
-                              }});
+        cluster::AgentOptions{
+            config_.coordinator(), heartbeat, absl::Milliseconds(config_.join_backoff_initial_ms()),
+            absl::Milliseconds(config_.join_backoff_max_ms()), local_jobs,
+            absl::Milliseconds(config_.host_timeout_ms()),
+            [this](const absl::Status& status) { jobs_->FailCrossHostJobs(status); },
+            [this](const absl::Status& status) {
+              if (on_fatal_) on_fatal_(status);
+            }});
     cluster_handler = agent_.get();
     admin_handler = agent_.get();
   }
@@ -219,6 +225,18 @@ absl::Status Daemon::StartDataPlane() {
   return absl::OkStatus();
 }
 
+// A holder that is alive answers at once; half the RPC timeout leaves the newcomer's Join (which
+// waits for this) time to get its answer within its own deadline.
+void Daemon::IdentifyOnLoop(const std::string& address, const IdentifyRequest& request,
+                            cluster::Done<IdentifyResponse> done) {
+  std::unique_ptr<rpc::GrpcPeerClient>& client = identify_clients_[address];
+  if (client == nullptr) {
+    client = std::make_unique<rpc::GrpcPeerClient>(
+        address, absl::Milliseconds(config_.rpc_timeout_ms()) / 2, channel_credentials_);
+  }
+  client->IdentifyAsync(request, std::move(done));
+}
+
 // Pings from the control loop, so a wedged loop stops the pings and systemd restarts us.
 void Daemon::WatchdogOnLoop(absl::Duration interval) {
   notifier_.Watchdog();
@@ -279,6 +297,7 @@ void Daemon::Teardown() {
   if (local_ != nullptr) local_->Stop();  // closes every client (their jobs fail)
   if (jobs_ != nullptr) jobs_->Shutdown();  // joins the executors
   negotiation_client_.reset();  // waits for calls in flight (their posts are dropped)
+  identify_clients_.clear();
   peer_.reset();
   server_.reset();
   local_.reset();

@@ -9,12 +9,16 @@
 // called from one thread.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "daemon/common/event_loop.h"
 #include "daemon/systemd/notifier.h"
+#include "proto/cluster.pb.h"
 #include "proto/common.pb.h"
 #include "proto/config.pb.h"
 
@@ -63,6 +67,13 @@ class Daemon {
   absl::Status Start();
   void Shutdown();
 
+  // Called (control loop thread) when this daemon cannot go on and its owner should shut it down:
+  // the coordinator refused its host name because another live daemon holds it. Set before
+  // Start(); must not block.
+  void SetFatalHandler(std::function<void(const absl::Status&)> on_fatal) {
+    on_fatal_ = std::move(on_fatal);
+  }
+
   // Valid after a successful Start().
   int port() const { return port_; }
   const std::string& address() const { return self_.address(); }
@@ -73,8 +84,11 @@ class Daemon {
   absl::Status StartDataPlane();
   absl::Status WritePortFile() const;
   void WatchdogOnLoop(absl::Duration interval);
+  void IdentifyOnLoop(const std::string& address, const IdentifyRequest& request,
+                      std::function<void(absl::StatusOr<IdentifyResponse>)> done);
 
   const DaemonConfig config_;
+  std::function<void(const absl::Status&)> on_fatal_;
   HostInfo self_;
   int port_ = 0;
   bool started_ = false;
@@ -91,6 +105,9 @@ class Daemon {
   std::unique_ptr<cluster::ClusterAgent> agent_;         // follower role only
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;  // plaintext or mutual TLS
   std::unique_ptr<rpc::GrpcPeerClient> peer_;            // to the coordinator; follower only
+  // Coordinator only: clients that ask a host name's holder who it is (Identify), by address;
+  // used on the loop only.
+  std::map<std::string, std::unique_ptr<rpc::GrpcPeerClient>> identify_clients_;
   std::unique_ptr<rpc::ClusterService> cluster_service_;
   std::unique_ptr<rpc::AdminService> admin_service_;
   std::unique_ptr<rpc::NegotiationService> negotiation_service_;

@@ -1,18 +1,25 @@
 #include "daemon/daemon_main.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "daemon/common/logging.h"
 #include "daemon/config/config_loader.h"
+#include "daemon/config/config_reload.h"
 #include "daemon/daemon.h"
 
 namespace ard {
 namespace {
+
+// The daemon stopped itself: its host name is held by another live daemon (see DaemonMain).
+constexpr int kExitHostNameTaken = 3;
 
 // Every local client and peer connection is a file descriptor: raise the soft limit to the hard
 // one (often 1024 vs 1M) and warn when it cannot hold max_clients plus room for the rest.
@@ -33,12 +40,32 @@ void RaiseFileLimit(uint32_t max_clients) {
   }
 }
 
+// SIGHUP: re-reads the config (file, then the same flags) and applies what can be applied live. A
+// config that no longer loads leaves the running settings as they are.
+void ReloadConfig(const std::vector<std::string>& args, DaemonConfig* running) {
+  auto log = Logger("daemon");
+  absl::StatusOr<config::ReloadPlan> plan = config::Reload(args, *running);
+  if (!plan.ok()) {
+    log->error("SIGHUP: config reload failed, keeping the running settings: {}",
+               plan.status().message());
+    return;
+  }
+  spdlog::level::level_enum before, after;
+  ParseLogLevel(running->log_level(), &before).IgnoreError();  // both validated by LoadConfig
+  ParseLogLevel(plan->next.log_level(), &after).IgnoreError();
+  // The line shows under the old level and the new one, whichever is more verbose.
+  SetLogLevel(std::min(before, after));
+  log->info("SIGHUP: config reloaded {}", config::DescribeReload(args, *plan));
+  SetLogLevel(after);
+  *running = std::move(plan->next);
+}
+
 }  // namespace
 
 int DaemonMain(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
   bool help = false;
-  absl::StatusOr<DaemonConfig> config =
-      config::LoadConfig(std::vector<std::string>(argv + 1, argv + argc), &help);
+  absl::StatusOr<DaemonConfig> config = config::LoadConfig(args, &help);
   if (help) {
     std::fputs(config::Usage().c_str(), stdout);
     return 0;
@@ -52,21 +79,45 @@ int DaemonMain(int argc, char** argv) {
   SetLogLevel(level);
   RaiseFileLimit(config->max_clients());
 
-  // Block the shutdown signals in every thread (threads inherit the mask); main waits for them.
+  // Block the shutdown and reload signals in every thread (threads inherit the mask); main waits
+  // for them.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  DaemonConfig running = *config;
   Daemon daemon(*std::move(config));
+  // A fatal condition found on the control loop wakes the wait below with a SIGTERM sent to this
+  // thread, after recording why.
+  absl::Mutex fatal_mu;
+  absl::Status fatal;
+  daemon.SetFatalHandler([&fatal_mu, &fatal, main_thread = pthread_self()](const absl::Status& s) {
+    {
+      absl::MutexLock lock(&fatal_mu);
+      fatal = s;
+    }
+    pthread_kill(main_thread, SIGTERM);
+  });
   if (absl::Status status = daemon.Start(); !status.ok()) {
     std::fprintf(stderr, "allreduced: %s\n", std::string(status.message()).c_str());
     return 1;
   }
   int signo = 0;
-  sigwait(&signals, &signo);
+  while (sigwait(&signals, &signo) == 0 && signo == SIGHUP) ReloadConfig(args, &running);
+  absl::Status why;
+  {
+    absl::MutexLock lock(&fatal_mu);
+    why = fatal;
+  }
+  if (!why.ok()) {
+    daemon.Shutdown();
+    std::fprintf(stderr, "allreduced: %s\n", std::string(why.message()).c_str());
+    return kExitHostNameTaken;
+  }
   Logger("daemon")->info("received {}", signo == SIGTERM ? "SIGTERM" : "SIGINT");
   daemon.Shutdown();
   return 0;

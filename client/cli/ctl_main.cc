@@ -26,8 +26,13 @@ constexpr char kUsage[] =
     "\n"
     "--daemon defaults to $ALLREDUCED_DAEMON, else 127.0.0.1:7070. Any daemon of the cluster\n"
     "answers; a non-coordinator forwards to the coordinator.\n"
+    "status exits 0 ok, 1 daemon unreachable, 2 usage, 3 the daemon (a follower) answered but\n"
+    "cannot reach the coordinator: its local view is shown instead of the cluster's.\n"
     "--tls_cert FILE --tls_key FILE --tls_ca FILE: mutual TLS, for daemons configured with\n"
     "tls_cert_file/tls_key_file/tls_ca_file (PEM; all three or none).\n";
+
+// The daemon answered without a cluster view (a follower cut off from its coordinator).
+constexpr int kExitNoClusterView = 3;
 
 struct Options {
   std::string daemon;
@@ -121,6 +126,12 @@ int RunStatus(const Options& o) {
     std::printf("%s\n", json->c_str());
   } else {
     std::fputs(FormatStatusTable(response).c_str(), stdout);
+  }
+  if (!response.cluster_view_error().empty()) {
+    // The daemon answered, but only with its own view: say so, distinctly from "unreachable".
+    std::fprintf(stderr, "allreducectl: cluster view unavailable (%s's local view shown): %s\n",
+                 response.answered_by().c_str(), response.cluster_view_error().c_str());
+    return kExitNoClusterView;
   }
   return 0;
 }

@@ -41,6 +41,78 @@ std::string GpuSummary(const Host& host) {
   return absl::StrCat(host.gpus_size(), "x ", host.gpus(0).model(), same ? "" : ", ...");
 }
 
+// The jobs table (placement, progress, stalls and GPU plans below it), or "  (none)".
+std::string JobsTable(const google::protobuf::RepeatedPtrField<JobSummary>& jobs) {
+  if (jobs.empty()) return "  (none)\n";
+  std::vector<Row> rows = {{"JOB", "STATE", "RANKS", "RANKS PER HOST", "COLLECTIVES", "REDUCED",
+                            "PENDING", "AGE", "NOTE"}};
+  std::string details;
+  for (const JobSummary& j : jobs) {
+    std::vector<std::string> placement;
+    for (const auto& hr : j.ranks()) {
+      std::string devices;
+      if (hr.gpu_devices_size() > 0) {  // GPU path: "a:[0,1] gpu[0,1]"
+        devices = absl::StrCat(" gpu[", absl::StrJoin(hr.gpu_devices(), ","), "]");
+      }
+      placement.push_back(
+          absl::StrCat(hr.host(), ":[", absl::StrJoin(hr.ranks(), ","), "]", devices));
+    }
+    std::string note = j.failure();
+    if (j.state() == "forming") {
+      note = absl::StrCat(j.registered_ranks(), " of ", j.size(), " ranks registered");
+    } else if (note.empty() && j.stalled_size() > 0) {
+      note = absl::StrCat(j.stalled_size(), " stalled tensor(s)");
+    }
+    rows.push_back({j.name(), j.state(), absl::StrCat(j.size()), absl::StrJoin(placement, " "),
+                    absl::StrCat(j.collectives_completed()), FormatBytes(j.bytes_reduced()),
+                    absl::StrCat(j.pending_tensors()), FormatDuration(j.age_s()), note});
+    if (!j.gpu_plan().empty())
+      absl::StrAppend(&details, "  gpu: job ", j.name(), " ", j.gpu_plan(), "\n");
+    for (const auto& t : j.stalled()) {
+      std::vector<std::string> missing;
+      for (int i = 0; i < t.missing_ranks_size(); ++i) {
+        missing.push_back(absl::StrFormat(
+            "%d (last active %s ago)", t.missing_ranks(i),
+            FormatDuration(i < t.missing_last_activity_s_size() ? t.missing_last_activity_s(i)
+                                                                : 0)));
+      }
+      absl::StrAppend(&details, "  stalled: job ", j.name(), " tensor ", t.name(), " waiting ",
+                      FormatDuration(t.waiting_s()), "; missing ranks ",
+                      absl::StrJoin(missing, ", "), "\n");
+    }
+  }
+  return absl::StrCat(RenderTable(rows), details);
+}
+
+// A follower that cannot reach its coordinator: why, then what the follower itself knows.
+std::string LocalViewTable(const GetClusterStatusResponse& status) {
+  const LocalView& l = status.local();
+  std::string out = absl::StrCat("Cluster view unavailable: ", status.cluster_view_error(), "\n");
+  if (!status.has_local()) return out;
+  absl::StrAppend(&out, "\nLocal view of host ", l.host(), " (", l.address(), ", ", l.role(),
+                  "):\n");
+  std::string membership = l.membership();
+  if (l.membership() == "joining") {
+    absl::StrAppend(&membership, " (not a cluster member; ", l.join_attempts(),
+                    " join attempt(s) so far)");
+  } else if (l.membership() == "cut_off") {
+    absl::StrAppend(&membership,
+                    " (the coordinator stopped answering; the cluster marks this "
+                    "host DOWN)");
+  }
+  const std::vector<Row> rows = {
+      {"  coordinator", l.coordinator_address()},
+      {"  membership", membership},
+      {"  incarnation", l.incarnation() == 0 ? "- (never joined)" : absl::StrCat(l.incarnation())},
+      {"  last contact",
+       l.last_contact_age_s() < 0 ? "never" : FormatDuration(l.last_contact_age_s()) + " ago"},
+      {"  last error", l.last_error().empty() ? "-" : l.last_error()},
+      {"  version", absl::StrCat(l.version(), " (pid ", l.pid(), ")")},
+  };
+  absl::StrAppend(&out, RenderTable(rows), "\nJobs on host ", l.host(), ":\n", JobsTable(l.jobs()));
+  return out;
+}
+
 }  // namespace
 
 std::string FormatBytes(uint64_t bytes) {
@@ -63,6 +135,7 @@ std::string FormatDuration(double seconds) {
 }
 
 std::string FormatStatusTable(const GetClusterStatusResponse& status) {
+  if (!status.cluster_view_error().empty()) return LocalViewTable(status);
   const ClusterView& view = status.view();
   int up = 0;
   for (const Host& h : view.hosts()) up += h.state() == UP;
@@ -95,49 +168,7 @@ std::string FormatStatusTable(const GetClusterStatusResponse& status) {
     }
   }
   if (!gpus.empty()) absl::StrAppend(&out, "\nGPUs:\n", gpus);
-  absl::StrAppend(&out, "\nJobs:\n");
-  if (view.jobs_size() == 0) {
-    absl::StrAppend(&out, "  (none)\n");
-    return out;
-  }
-  std::vector<Row> jobs = {{"JOB", "STATE", "RANKS", "RANKS PER HOST", "COLLECTIVES", "REDUCED",
-                            "PENDING", "AGE", "NOTE"}};
-  std::string details;
-  for (const JobSummary& j : view.jobs()) {
-    std::vector<std::string> placement;
-    for (const auto& hr : j.ranks()) {
-      std::string devices;
-      if (hr.gpu_devices_size() > 0) {  // GPU path: "a:[0,1] gpu[0,1]"
-        devices = absl::StrCat(" gpu[", absl::StrJoin(hr.gpu_devices(), ","), "]");
-      }
-      placement.push_back(
-          absl::StrCat(hr.host(), ":[", absl::StrJoin(hr.ranks(), ","), "]", devices));
-    }
-    std::string note = j.failure();
-    if (j.state() == "forming") {
-      note = absl::StrCat(j.registered_ranks(), " of ", j.size(), " ranks registered");
-    } else if (note.empty() && j.stalled_size() > 0) {
-      note = absl::StrCat(j.stalled_size(), " stalled tensor(s)");
-    }
-    jobs.push_back({j.name(), j.state(), absl::StrCat(j.size()), absl::StrJoin(placement, " "),
-                    absl::StrCat(j.collectives_completed()), FormatBytes(j.bytes_reduced()),
-                    absl::StrCat(j.pending_tensors()), FormatDuration(j.age_s()), note});
-    if (!j.gpu_plan().empty())
-      absl::StrAppend(&details, "  gpu: job ", j.name(), " ", j.gpu_plan(), "\n");
-    for (const auto& t : j.stalled()) {
-      std::vector<std::string> missing;
-      for (int i = 0; i < t.missing_ranks_size(); ++i) {
-        missing.push_back(absl::StrFormat(
-            "%d (last active %s ago)", t.missing_ranks(i),
-            FormatDuration(i < t.missing_last_activity_s_size() ? t.missing_last_activity_s(i)
-                                                                : 0)));
-      }
-      absl::StrAppend(&details, "  stalled: job ", j.name(), " tensor ", t.name(), " waiting ",
-                      FormatDuration(t.waiting_s()), "; missing ranks ",
-                      absl::StrJoin(missing, ", "), "\n");
-    }
-  }
-  absl::StrAppend(&out, RenderTable(jobs), details);
+  absl::StrAppend(&out, "\nJobs:\n", JobsTable(view.jobs()));
   return out;
 }
 
@@ -150,20 +181,32 @@ absl::StatusOr<std::string> FormatStatusJson(const GetClusterStatusResponse& sta
   if (auto s = pb::util::MessageToJsonString(status.view(), &view_json, print); !s.ok()) {
     return absl::InternalError(std::string(s.message()));
   }
-  // The view's fields at the top level (in schema order), then who answered.
+  // The view's fields at the top level (in schema order), then who answered, why there is no
+  // cluster view ("" when there is one) and, from a follower, its local view.
   pb::Value answered_by;
   answered_by.set_string_value(status.answered_by());
-  std::string answered_by_json;
-  if (auto s = pb::util::MessageToJsonString(answered_by, &answered_by_json); !s.ok()) {
-    return absl::InternalError(std::string(s.message()));
+  pb::Value view_error;
+  view_error.set_string_value(status.cluster_view_error());
+  std::string answered_by_json, view_error_json, local_json;
+  for (auto [value, json] :
+       {std::pair{&answered_by, &answered_by_json}, std::pair{&view_error, &view_error_json}}) {
+    if (auto s = pb::util::MessageToJsonString(*value, json); !s.ok()) {
+      return absl::InternalError(std::string(s.message()));
+    }
+  }
+  if (status.has_local()) {
+    if (auto s = pb::util::MessageToJsonString(status.local(), &local_json, print); !s.ok()) {
+      return absl::InternalError(std::string(s.message()));
+    }
   }
   if (view_json.size() < 2 || view_json.front() != '{' || view_json.back() != '}') {
     return absl::InternalError("unexpected JSON for the cluster view");
   }
   view_json.pop_back();
-  std::string out = absl::StrCat(view_json, ",\"answered_by\":", answered_by_json,
-                                 ",\"forwarded\":", status.forwarded() ? "true" : "false", "}");
-  return out;
+  return absl::StrCat(view_json, ",\"answered_by\":", answered_by_json,
+                      ",\"forwarded\":", status.forwarded() ? "true" : "false",
+                      ",\"cluster_view_error\":", view_error_json,
+                      local_json.empty() ? "" : ",\"local\":", local_json, "}");
 }
 
 }  // namespace ard::cli

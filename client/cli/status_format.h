@@ -1,5 +1,7 @@
 // Renders a cluster status for humans (a table) and for scripts (one JSON object whose top level
-// has `hosts` and `jobs` arrays). Pure functions; unit-tested.
+// has `hosts` and `jobs` arrays, `answered_by`, `forwarded`, `cluster_view_error` and, from a
+// follower, `local`). When the answering follower has no cluster view (cluster_view_error set)
+// the table is the reason and the follower's local view instead. Pure functions; unit-tested.
 #pragma once
 
 #include <string>

@@ -110,6 +110,69 @@ TEST_CASE("GPU path: each host's GPUs with memory and NCCL version, each job's d
   CHECK(FormatStatusTable(GetClusterStatusResponse()).find("GPUs:") == std::string::npos);
 }
 
+GetClusterStatusResponse CutOff() {
+  GetClusterStatusResponse r;
+  r.set_answered_by("b");
+  r.set_cluster_view_error("host b cannot reach the coordinator at 127.0.0.1:7070: refused");
+  LocalView* l = r.mutable_local();
+  l->set_host("b");
+  l->set_address("127.0.0.1:7071");
+  l->set_role("follower");
+  l->set_coordinator_address("127.0.0.1:7070");
+  l->set_membership("joining");
+  l->set_join_attempts(12);
+  l->set_last_error("UNAVAILABLE: refused");
+  l->set_last_contact_age_s(-1);
+  l->set_version("0.1.0");
+  l->set_pid(42);
+  JobSummary* j = l->add_jobs();
+  j->set_name("train");
+  j->set_state("forming");
+  j->set_size(4);
+  j->set_registered_ranks(2);
+  return r;
+}
+
+TEST_CASE("a follower without a cluster view: the reason, its own state and its jobs") {
+  std::string t = FormatStatusTable(CutOff());
+  CHECK(t.rfind("Cluster view unavailable: host b cannot reach the coordinator at "
+                "127.0.0.1:7070: refused\n\nLocal view of host b (127.0.0.1:7071, follower):\n",
+                0) == 0);
+  CHECK(t.find("  coordinator   127.0.0.1:7070\n") != std::string::npos);
+  CHECK(t.find("  membership    joining (not a cluster member; 12 join attempt(s) so far)\n") !=
+        std::string::npos);
+  CHECK(t.find("  incarnation   - (never joined)\n") != std::string::npos);
+  CHECK(t.find("  last contact  never\n") != std::string::npos);
+  CHECK(t.find("  last error    UNAVAILABLE: refused\n") != std::string::npos);
+  CHECK(t.find("  version       0.1.0 (pid 42)\n") != std::string::npos);
+  CHECK(t.find("Jobs on host b:\n") != std::string::npos);
+  CHECK(t.find("2 of 4 ranks registered") != std::string::npos);
+  CHECK(t.find("HOST  ADDRESS") == std::string::npos);  // no (empty) cluster table
+
+  auto json = FormatStatusJson(CutOff());
+  REQUIRE(json.ok());
+  google::protobuf::Struct parsed;
+  REQUIRE(google::protobuf::util::JsonStringToMessage(*json, &parsed).ok());
+  const auto& fields = parsed.fields();
+  CHECK(fields.at("cluster_view_error").string_value() ==
+        "host b cannot reach the coordinator at 127.0.0.1:7070: refused");
+  CHECK(fields.at("forwarded").bool_value() == false);
+  CHECK(fields.at("hosts").list_value().values().empty());
+  const auto& local = fields.at("local").struct_value().fields();
+  CHECK(local.at("membership").string_value() == "joining");
+  CHECK(local.at("join_attempts").number_value() == 12);
+  CHECK(local.at("last_contact_age_s").number_value() == -1);
+  CHECK(local.at("coordinator_address").string_value() == "127.0.0.1:7070");
+  CHECK(local.at("jobs").list_value().values(0).struct_value().fields().at("name").string_value() ==
+        "train");
+  // With a cluster view: the error is "" and a coordinator's answer has no local view.
+  auto ok = FormatStatusJson(Sample());
+  REQUIRE(ok.ok());
+  REQUIRE(google::protobuf::util::JsonStringToMessage(*ok, &parsed).ok());
+  CHECK(parsed.fields().at("cluster_view_error").string_value().empty());
+  CHECK(parsed.fields().count("local") == 0);
+}
+
 TEST_CASE("durations are compact") {
   CHECK(FormatDuration(1.25) == "1.2s");
   CHECK(FormatDuration(250) == "4m10s");

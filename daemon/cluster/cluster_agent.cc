@@ -36,6 +36,18 @@ void ClusterAgent::JoinOnLoop() {
 
 void ClusterAgent::OnJoined(absl::StatusOr<JoinResponse> response) {
   if (state_ != State::kJoining) return;
+  if (response.status().code() == absl::StatusCode::kAlreadyExists) {
+    // Another live daemon holds this host name: retrying cannot fix that, and running on as a
+    // non-member would only fail this host's jobs later.
+    state_ = State::kRefused;
+    last_error_ = response.status().ToString();
+    Logger("cluster")->error(
+        "host name refused by the coordinator, not joining coordinator={} "
+        "error=\"{}\"",
+        options_.coordinator_address, response.status().message());
+    if (options_.on_refused) options_.on_refused(response.status());
+    return;
+  }
   if (!response.ok()) {
     // First failure and then every 10th at warn, so a long wait for the coordinator is visible
     // without flooding the journal.
@@ -45,6 +57,7 @@ void ClusterAgent::OnJoined(absl::StatusOr<JoinResponse> response) {
     log->log(level, "join failed, retrying coordinator={} attempt={} retry_in_ms={} error=\"{}\"",
              options_.coordinator_address, join_attempts_, absl::ToInt64Milliseconds(backoff_),
              response.status().message());
+    last_error_ = response.status().ToString();
     loop_.PostAfter(backoff_, [this] { JoinOnLoop(); });
     backoff_ = std::min(backoff_ * 2, options_.backoff_max);
     return;
@@ -59,6 +72,7 @@ void ClusterAgent::OnJoined(absl::StatusOr<JoinResponse> response) {
     host_timeout_ = absl::Milliseconds(response->host_timeout_ms());
   }
   last_contact_ = absl::Now();
+  last_error_.clear();
   cut_off_reported_ = false;
   Logger("cluster")->info("joined cluster coordinator={} address={} incarnation={} epoch={}",
                           response->coordinator(), options_.coordinator_address, incarnation_,
@@ -89,12 +103,14 @@ void ClusterAgent::HeartbeatOnLoop(uint64_t generation) {
 void ClusterAgent::OnHeartbeat(uint64_t generation, absl::StatusOr<HeartbeatResponse> response) {
   if (state_ != State::kJoined || generation != generation_) return;
   if (!response.ok()) {
+    last_error_ = response.status().ToString();
     NoteCoordinatorUnreachable(response.status(), "heartbeat");
     CheckCutOff(response.status());
     loop_.PostAfter(heartbeat_, [this, generation] { HeartbeatOnLoop(generation); });
     return;
   }
   last_contact_ = absl::Now();
+  last_error_.clear();
   cut_off_reported_ = false;
   if (!coordinator_reachable_) {
     coordinator_reachable_ = true;
@@ -185,23 +201,82 @@ void ClusterAgent::HandleLeave(const LeaveRequest&, Done<LeaveResponse> done) {
   done(NotCoordinator());
 }
 
+void ClusterAgent::HandleIdentify(const IdentifyRequest& request, Done<IdentifyResponse> done) {
+  loop_.Post([this, request, done = std::move(done)] {
+    const HostInfo& claimant = request.claimant();
+    // The coordinator asks before giving our name to `claimant`; answering keeps it ours.
+    if (claimant.name() == self_name_ && claimant.instance_id() != self_.instance_id()) {
+      Logger("cluster")->warn(
+          "another daemon asked for this host name host={} claimant_address={} "
+          "claimant_instance={} claimant_pid={} (it is refused while this daemon answers)",
+          self_name_, claimant.address(), claimant.instance_id(), claimant.pid());
+    }
+    IdentifyResponse response;
+    *response.mutable_host() = self_;
+    done(std::move(response));
+  });
+}
+
 void ClusterAgent::HandleGetClusterStatus(const GetClusterStatusRequest& request,
                                           Done<GetClusterStatusResponse> done) {
-  const std::string self = self_name_;
-  const std::string coordinator = options_.coordinator_address;
-  coordinator_.GetClusterStatusAsync(
-      request, [self, coordinator, done = std::move(done)](
-                   absl::StatusOr<GetClusterStatusResponse> response) {
-        if (!response.ok()) {
-          done(absl::UnavailableError(absl::StrCat("host ", self,
-                                                   " cannot reach the coordinator at ",
-                                                   coordinator, ": ", response.status().message())));
-          return;
-        }
-        response->set_answered_by(self);
-        response->set_forwarded(true);
-        done(std::move(response));
-      });
+  loop_.Post([this, request, done = std::move(done)]() mutable {
+    const std::string self = self_name_;
+    const std::string coordinator = options_.coordinator_address;
+    coordinator_.GetClusterStatusAsync(
+        request, [self, coordinator, local = LocalViewOnLoop(),
+                  done = std::move(done)](absl::StatusOr<GetClusterStatusResponse> response) {
+          if (!response.ok()) {
+            // The follower answered: its own view, and why there is no cluster view.
+            GetClusterStatusResponse mine;
+            mine.set_cluster_view_error(
+                absl::StrCat("host ", self, " cannot reach the coordinator at ", coordinator, ": ",
+                             response.status().message()));
+            response = std::move(mine);
+          } else {
+            response->set_forwarded(true);
+          }
+          response->set_answered_by(self);
+          *response->mutable_local() = local;
+          done(std::move(response));
+        });
+  });
+}
+
+LocalView ClusterAgent::LocalViewOnLoop() const {
+  LocalView view;
+  view.set_host(self_name_);
+  view.set_address(self_.address());
+  view.set_role("follower");
+  view.set_coordinator_address(options_.coordinator_address);
+  switch (state_) {
+    case State::kJoining:
+      view.set_membership("joining");
+      break;
+    case State::kJoined:
+      view.set_membership(cut_off_reported_ ? "cut_off" : "joined");
+      break;
+    case State::kSuperseded:
+      view.set_membership("superseded");
+      break;
+    case State::kRefused:
+      view.set_membership("refused");
+      break;
+    case State::kLeft:
+      view.set_membership("left");
+      break;
+  }
+  view.set_incarnation(incarnation_);
+  view.set_join_attempts(join_attempts_);
+  view.set_last_error(last_error_);
+  view.set_last_contact_age_s(last_contact_ == absl::InfinitePast()
+                                  ? -1
+                                  : absl::ToDoubleSeconds(absl::Now() - last_contact_));
+  if (options_.local_jobs) {
+    for (auto& job : options_.local_jobs()) *view.add_jobs() = std::move(job);
+  }
+  view.set_version(self_.version());
+  view.set_pid(self_.pid());
+  return view;
 }
 
 }  // namespace ard::cluster

@@ -1,11 +1,15 @@
 // The follower role: joins the coordinator (retrying with exponential backoff while it is not
 // up), heartbeats, rejoins when the coordinator says so, and forwards cluster-status requests to
-// the coordinator. Rejects Join/Heartbeat/Leave sent to it, naming the real coordinator.
-// State lives on the control loop; PeerClient callbacks post back to it.
+// the coordinator, adding its own LocalView (which is all it returns, with the reason, when the
+// coordinator cannot be reached). Rejects Join/Heartbeat/Leave sent to it, naming the real
+// coordinator; answers Identify with its own HostInfo. State lives on the control loop;
+// PeerClient callbacks post back to it.
 //
 // Lifecycle: 1. construct with the loop and a PeerClient to the coordinator; 2. Start(self), once
-// this daemon's bound address is known, begins joining; 3. LeaveAsync() on shutdown stops heartbeats and tells the coordinator;
-// 4. destroy after the PeerClient (which drains calls in flight) and after the loop has stopped.
+// this daemon's bound address is known, begins joining (a Join refused with ALREADY_EXISTS, the
+// host name being held by another live daemon, ends joining for good: options.on_refused);
+// 3. LeaveAsync() on shutdown stops heartbeats and tells the coordinator; 4. destroy after the
+// PeerClient (which drains calls in flight) and after the loop has stopped.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +34,10 @@ struct AgentOptions {
   // timeout, or the coordinator asked it to rejoin: the cluster has marked it DOWN and aborted
   // its cross-host jobs, so their local ranks must fail too. May be empty.
   std::function<void(const absl::Status&)> on_cut_off;
+  // Called (loop thread) once when the coordinator refuses this daemon's host name because another
+  // live daemon holds it (ALREADY_EXISTS): the agent stops joining for good; the daemon should
+  // exit. May be empty.
+  std::function<void(const absl::Status&)> on_refused;
 };
 
 class ClusterAgent : public ClusterHandler, public AdminHandler {
@@ -45,17 +53,19 @@ class ClusterAgent : public ClusterHandler, public AdminHandler {
   void HandleJoin(const JoinRequest& request, Done<JoinResponse> done) override;
   void HandleHeartbeat(const HeartbeatRequest& request, Done<HeartbeatResponse> done) override;
   void HandleLeave(const LeaveRequest& request, Done<LeaveResponse> done) override;
+  void HandleIdentify(const IdentifyRequest& request, Done<IdentifyResponse> done) override;
   void HandleGetClusterStatus(const GetClusterStatusRequest& request,
                               Done<GetClusterStatusResponse> done) override;
 
  private:
-  enum class State { kJoining, kJoined, kSuperseded, kLeft };
+  enum class State { kJoining, kJoined, kSuperseded, kRefused, kLeft };
 
   void JoinOnLoop();
   void OnJoined(absl::StatusOr<JoinResponse> response);
   void HeartbeatOnLoop(uint64_t generation);
   void OnHeartbeat(uint64_t generation, absl::StatusOr<HeartbeatResponse> response);
   void NoteCoordinatorUnreachable(const absl::Status& status, const char* call);
+  LocalView LocalViewOnLoop() const;
   // Reports the cut-off (once per loss of contact) when the coordinator has been silent for a
   // host timeout; `last_error` is the latest failed call's status.
   void CheckCutOff(const absl::Status& last_error);
@@ -77,6 +87,7 @@ class ClusterAgent : public ClusterHandler, public AdminHandler {
   bool coordinator_reachable_ = true;
   absl::Duration host_timeout_;
   absl::Time last_contact_ = absl::InfinitePast();  // last answer from the coordinator
+  std::string last_error_;  // the latest failed call to the coordinator; cleared by an answer
   bool cut_off_reported_ = false;
 };
 

@@ -165,24 +165,102 @@ TEST_CASE("REJOIN makes the agent join again; SUPERSEDED stops it") {
   loop.Stop();
 }
 
-TEST_CASE("status requests are forwarded and marked; an unreachable coordinator is named") {
+TEST_CASE("a host name refused as held by a live daemon stops joining and reports it once") {
+  FakePeerClient peer;
+  peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(absl::UnavailableError("down")));
+  peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(absl::AlreadyExistsError(
+                                      "host name 'b' is held by the live member at x")));
+  absl::Mutex mu;
+  std::vector<std::string> refusals;
+  AgentOptions options = Options();
+  options.on_refused = [&](const absl::Status& s) {
+    absl::MutexLock lock(&mu);
+    refusals.push_back(std::string(s.message()));
+  };
+  EventLoop loop("test");
+  ClusterAgent agent(loop, peer, "b", options);
+  loop.Start();
+  agent.Start(Self());
+  REQUIRE(Eventually([&] {
+    absl::MutexLock lock(&mu);
+    return !refusals.empty();
+  }));
+  // Identify answers with this daemon's own HostInfo, whatever its state.
+  absl::Notification identified;
+  absl::StatusOr<IdentifyResponse> me;
+  agent.HandleIdentify({}, [&](absl::StatusOr<IdentifyResponse> r) {
+    me = std::move(r);
+    identified.Notify();
+  });
+  REQUIRE(identified.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  REQUIRE(me.ok());
+  CHECK(me->host().instance_id() == "b1");
+  CHECK(me->host().address() == "127.0.0.1:1234");
+  absl::SleepFor(absl::Milliseconds(30));  // the backoff is 1-4 ms: retries would show by now
+  CHECK(peer.joins() == 2);
+  absl::Notification left;
+  agent.LeaveAsync([&] { left.Notify(); });
+  REQUIRE(left.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  CHECK(peer.leave_requests().empty());  // never joined: nothing to leave
+  loop.Stop();
+  REQUIRE(refusals == std::vector<std::string>{"host name 'b' is held by the live member at x"});
+}
+
+absl::StatusOr<GetClusterStatusResponse> Status(ClusterAgent& agent) {
+  absl::Notification answered;
+  absl::StatusOr<GetClusterStatusResponse> got;
+  agent.HandleGetClusterStatus({}, [&](absl::StatusOr<GetClusterStatusResponse> r) {
+    got = std::move(r);
+    answered.Notify();
+  });
+  REQUIRE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  return got;
+}
+
+TEST_CASE("status requests are forwarded and marked; a cut-off follower gives its local view") {
   FakePeerClient peer;
   GetClusterStatusResponse canned;
   canned.mutable_view()->set_coordinator("coord");
   peer.Script(&peer.status_script_, absl::StatusOr<GetClusterStatusResponse>(canned));
+  AgentOptions options = Options();
+  options.local_jobs = [] {
+    JobSummary job;
+    job.set_name("train");
+    return std::vector<JobSummary>{job};
+  };
   EventLoop loop("test");
-  ClusterAgent agent(loop, peer, "b", Options());
+  ClusterAgent agent(loop, peer, "b", options);
   loop.Start();
-  absl::StatusOr<GetClusterStatusResponse> got;
-  agent.HandleGetClusterStatus({}, [&](absl::StatusOr<GetClusterStatusResponse> r) { got = r; });
+  agent.Start(Self());
+  // Not joined yet: every Join fails (empty script).
+  REQUIRE(Eventually([&] { return peer.joins() >= 2; }));
+  absl::StatusOr<GetClusterStatusResponse> got = Status(agent);
   REQUIRE(got.ok());
   CHECK(got->forwarded());
   CHECK(got->answered_by() == "b");
   CHECK(got->view().coordinator() == "coord");
-  agent.HandleGetClusterStatus({}, [&](absl::StatusOr<GetClusterStatusResponse> r) { got = r; });
-  REQUIRE(!got.ok());
-  CHECK(got.status().code() == absl::StatusCode::kUnavailable);
-  CHECK(std::string(got.status().message()).find("coord:7070") != std::string::npos);
+  CHECK(got->cluster_view_error().empty());
+  CHECK(got->local().membership() == "joining");
+
+  got = Status(agent);  // the coordinator does not answer
+  REQUIRE(got.ok());
+  CHECK(!got->forwarded());
+  CHECK(got->answered_by() == "b");
+  CHECK(got->view().hosts().empty());
+  CHECK(got->cluster_view_error() ==
+        "host b cannot reach the coordinator at coord:7070: scripted: coordinator down");
+  const LocalView& local = got->local();
+  CHECK(local.host() == "b");
+  CHECK(local.address() == "127.0.0.1:1234");
+  CHECK(local.role() == "follower");
+  CHECK(local.coordinator_address() == "coord:7070");
+  CHECK(local.membership() == "joining");
+  CHECK(local.incarnation() == 0);
+  CHECK(local.join_attempts() >= 2);
+  CHECK(local.last_error() == "UNAVAILABLE: scripted: coordinator down");
+  CHECK(local.last_contact_age_s() == -1);
+  REQUIRE(local.jobs_size() == 1);
+  CHECK(local.jobs(0).name() == "train");
   // Cluster RPCs sent to a follower name the real coordinator.
   absl::Status join_status;
   agent.HandleJoin({}, [&](absl::StatusOr<JoinResponse> r) { join_status = r.status(); });
@@ -217,6 +295,11 @@ TEST_CASE("a coordinator silent for a host timeout is reported once as a cut-off
   }));
   const int beats = peer.heartbeats();
   REQUIRE(Eventually([&] { return peer.heartbeats() >= beats + 5; }));
+  absl::StatusOr<GetClusterStatusResponse> status = Status(agent);
+  REQUIRE(status.ok());
+  CHECK(status->local().membership() == "cut_off");
+  CHECK(status->local().incarnation() == 1);
+  CHECK(status->local().last_contact_age_s() >= 0.04);
   loop.Stop();
   REQUIRE(cut_offs.size() == 1);  // once per loss of contact, however many beats fail
   CHECK(cut_offs[0].rfind("host b lost contact with the coordinator at coord:7070 for ", 0) == 0);

@@ -14,6 +14,7 @@ Coordinator::Coordinator(EventLoop& loop, std::string self_name, CoordinatorOpti
 
 void Coordinator::Start(const HostInfo& self) {
   loop_.Post([this, self] {
+    self_ = self;
     table_.emplace(self, options_.host_timeout, absl::Now());
     Logger("cluster")->info("coordinating cluster host={} address={}", self_name_,
                             self.address());
@@ -38,30 +39,65 @@ void Coordinator::SweepOnLoop() {
 }
 
 void Coordinator::HandleJoin(const JoinRequest& request, Done<JoinResponse> done) {
-  loop_.Post([this, request, done = std::move(done)] {
-    if (!Ready()) return done(kStarting);
-    const uint64_t epoch_before = table_->epoch();
-    absl::StatusOr<uint32_t> incarnation = table_->Join(request.host(), absl::Now());
-    if (!incarnation.ok()) {
-      Logger("cluster")->warn("join rejected host={} address={} error=\"{}\"",
-                              request.host().name(), request.host().address(),
-                              incarnation.status().message());
-      done(incarnation.status());
-      return;
-    }
-    if (table_->epoch() != epoch_before) {
-      Logger("cluster")->info("host UP host={} address={} incarnation={} epoch={}",
-                              request.host().name(), request.host().address(), *incarnation,
-                              table_->epoch());
-    }
-    JoinResponse response;
-    response.set_incarnation(*incarnation);
-    response.set_membership_epoch(table_->epoch());
-    response.set_coordinator(self_name_);
-    response.set_heartbeat_ms(absl::ToInt64Milliseconds(options_.heartbeat));
-    response.set_host_timeout_ms(absl::ToInt64Milliseconds(options_.host_timeout));
-    done(std::move(response));
+  loop_.Post([this, request, done = std::move(done)]() mutable {
+    JoinOnLoop(request, std::move(done), "");
   });
+}
+
+void Coordinator::JoinOnLoop(const JoinRequest& request, Done<JoinResponse> done,
+                             const std::string& gone_instance) {
+  if (!Ready()) return done(kStarting);
+  const HostInfo& host = request.host();
+  const std::optional<HostInfo> holder = table_->OtherLiveHolder(host);
+  if (holder && holder->instance_id() != gone_instance && options_.identify) {
+    IdentifyRequest ask;
+    *ask.mutable_claimant() = host;
+    options_.identify(
+        holder->address(), ask,
+        [this, request, holder = *holder,
+         done = std::move(done)](absl::StatusOr<IdentifyResponse> answer) mutable {
+          loop_.Post([this, request, holder, done = std::move(done),
+                      answer = std::move(answer)]() mutable {
+            if (answer.ok() && answer->host().instance_id() == holder.instance_id()) {
+              const absl::Status refused = NameHeldError(holder, "member", request.host());
+              Logger("cluster")->warn("join refused host={} address={} error=\"{}\"",
+                                      request.host().name(), request.host().address(),
+                                      refused.message());
+              return done(refused);
+            }
+            Logger("cluster")->info(
+                "host name handed over host={} old_address={} old_instance={} new_address={} "
+                "new_instance={} reason=\"{}\"",
+                holder.name(), holder.address(), holder.instance_id(), request.host().address(),
+                request.host().instance_id(),
+                answer.ok() ? absl::StrCat("instance ", answer->host().instance_id(),
+                                           " answers at the old address")
+                            : absl::StrCat("the old instance does not answer: ",
+                                           answer.status().message()));
+            JoinOnLoop(request, std::move(done), holder.instance_id());
+          });
+        });
+    return;
+  }
+  const uint64_t epoch_before = table_->epoch();
+  absl::StatusOr<uint32_t> incarnation = table_->Join(host, absl::Now());
+  if (!incarnation.ok()) {
+    Logger("cluster")->warn("join refused host={} address={} error=\"{}\"", host.name(),
+                            host.address(), incarnation.status().message());
+    done(incarnation.status());
+    return;
+  }
+  if (table_->epoch() != epoch_before) {
+    Logger("cluster")->info("host UP host={} address={} incarnation={} epoch={}", host.name(),
+                            host.address(), *incarnation, table_->epoch());
+  }
+  JoinResponse response;
+  response.set_incarnation(*incarnation);
+  response.set_membership_epoch(table_->epoch());
+  response.set_coordinator(self_name_);
+  response.set_heartbeat_ms(absl::ToInt64Milliseconds(options_.heartbeat));
+  response.set_host_timeout_ms(absl::ToInt64Milliseconds(options_.host_timeout));
+  done(std::move(response));
 }
 
 void Coordinator::HandleHeartbeat(const HeartbeatRequest& request,
@@ -88,6 +124,15 @@ void Coordinator::HandleLeave(const LeaveRequest& request, Done<LeaveResponse> d
       if (options_.on_host_down) options_.on_host_down(request.host_name(), "left the cluster");
     }
     done(LeaveResponse());
+  });
+}
+
+void Coordinator::HandleIdentify(const IdentifyRequest&, Done<IdentifyResponse> done) {
+  loop_.Post([this, done = std::move(done)] {
+    if (!Ready()) return done(kStarting);
+    IdentifyResponse response;
+    *response.mutable_host() = self_;
+    done(std::move(response));
   });
 }
 

@@ -1,6 +1,9 @@
 // The coordinator role: owns the cluster view (MembershipTable) and answers Join/Heartbeat/Leave
 // and cluster status. All state lives on the control loop; handlers post there and call `done`
-// from the loop thread.
+// from the loop thread. A Join for a host name that an UP member holds under another instance id
+// first asks that member who it is (options.identify): a holder that answers as itself keeps the
+// name and the newcomer gets ALREADY_EXISTS; one that does not answer, or a different daemon
+// answering at its address (a restart there), lets the newcomer take the name at once.
 //
 // Lifecycle: 1. construct with the loop (before the gRPC server exists: it needs the handler);
 // 2. Start(self) once the bound address is known creates the table (calls before then get
@@ -26,6 +29,12 @@ struct CoordinatorOptions {
   LocalJobsSource cluster_jobs;  // cross-host jobs as negotiation sees them; may be empty
   // Called on the loop when a host goes DOWN (missed heartbeats) or leaves; may be empty.
   std::function<void(const std::string& host, const std::string& reason)> on_host_down;
+  // Asks the daemon at `address` who it is (Cluster.Identify) with a short deadline; `done` may
+  // run on any thread. Called on the loop. Empty: holders are not asked, and a Join takes an UP
+  // member's name as if the holder had not answered.
+  std::function<void(const std::string& address, const IdentifyRequest& request,
+                     Done<IdentifyResponse> done)>
+      identify;
 };
 
 class Coordinator : public ClusterHandler, public AdminHandler {
@@ -39,17 +48,23 @@ class Coordinator : public ClusterHandler, public AdminHandler {
   void HandleJoin(const JoinRequest& request, Done<JoinResponse> done) override;
   void HandleHeartbeat(const HeartbeatRequest& request, Done<HeartbeatResponse> done) override;
   void HandleLeave(const LeaveRequest& request, Done<LeaveResponse> done) override;
+  void HandleIdentify(const IdentifyRequest& request, Done<IdentifyResponse> done) override;
   void HandleGetClusterStatus(const GetClusterStatusRequest& request,
                               Done<GetClusterStatusResponse> done) override;
 
  private:
   void SweepOnLoop();
+  // Admits `request.host()`, first asking a live holder of its name unless that holder's instance
+  // is `gone_instance` (already asked: it did not answer as itself).
+  void JoinOnLoop(const JoinRequest& request, Done<JoinResponse> done,
+                  const std::string& gone_instance);
   bool Ready() const { return table_.has_value(); }
 
   EventLoop& loop_;
   const std::string self_name_;
   const CoordinatorOptions options_;
   std::optional<MembershipTable> table_;  // loop thread only; set by Start()
+  HostInfo self_;                         // loop thread only; set by Start()
 };
 
 }  // namespace ard::cluster

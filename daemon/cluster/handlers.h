@@ -24,6 +24,8 @@ class ClusterHandler {
   virtual void HandleJoin(const JoinRequest& request, Done<JoinResponse> done) = 0;
   virtual void HandleHeartbeat(const HeartbeatRequest& request, Done<HeartbeatResponse> done) = 0;
   virtual void HandleLeave(const LeaveRequest& request, Done<LeaveResponse> done) = 0;
+  // Answers with this daemon's own HostInfo (whatever its role).
+  virtual void HandleIdentify(const IdentifyRequest& request, Done<IdentifyResponse> done) = 0;
 };
 
 class AdminHandler {

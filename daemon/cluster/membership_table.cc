@@ -81,6 +81,15 @@ void MergeJob(JobSummary* into, const JobSummary& from) {
 
 }  // namespace
 
+absl::Status NameHeldError(const HostInfo& holder, const char* holder_role,
+                           const HostInfo& claimant) {
+  return absl::AlreadyExistsError(absl::StrCat(
+      "host name '", holder.name(), "' is held by the live ", holder_role, " at ", holder.address(),
+      " (instance ", holder.instance_id(), ", pid ", holder.pid(), "); refused the daemon at ",
+      claimant.address(), " (instance ", claimant.instance_id(), ", pid ", claimant.pid(),
+      "): give each daemon its own host_name"));
+}
+
 MembershipTable::MembershipTable(const HostInfo& self, absl::Duration host_timeout,
                                  absl::Time now)
     : self_name_(self.name()), host_timeout_(host_timeout) {
@@ -96,6 +105,15 @@ bool MembershipTable::IsUp(const std::string& name) const {
   return it != hosts_.end() && it->second.state == UP;
 }
 
+std::optional<HostInfo> MembershipTable::OtherLiveHolder(const HostInfo& host) const {
+  auto it = hosts_.find(host.name());
+  if (it == hosts_.end() || it->first == self_name_ || it->second.state != UP ||
+      it->second.info.instance_id() == host.instance_id()) {
+    return std::nullopt;
+  }
+  return it->second.info;
+}
+
 absl::StatusOr<uint32_t> MembershipTable::Join(const HostInfo& host, absl::Time now) {
   if (!ValidHostName(host.name())) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -108,8 +126,7 @@ absl::StatusOr<uint32_t> MembershipTable::Join(const HostInfo& host, absl::Time 
   }
   auto it = hosts_.find(host.name());
   if (host.name() == self_name_ && host.instance_id() != it->second.info.instance_id()) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("host name '", host.name(), "' belongs to the coordinator itself"));
+    return NameHeldError(it->second.info, "coordinator", host);
   }
   if (it != hosts_.end() && it->second.state == UP &&
       it->second.info.instance_id() == host.instance_id()) {

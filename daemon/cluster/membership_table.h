@@ -6,11 +6,13 @@
 // process returns the same incarnation); 2. Heartbeats keep it UP; 3. Sweep marks it DOWN after
 // host_timeout of silence, Leave marks it DOWN at once; 4. a later Join (new process, or the same
 // one after being marked DOWN) makes it UP again with incarnation + 1. Entries are never deleted,
-// so `status` keeps showing hosts that went away.
+// so `status` keeps showing hosts that went away. Whether a new process may take a name that is
+// still UP (OtherLiveHolder) is the coordinator's call: it asks the holder first.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,13 +23,24 @@
 
 namespace ard::cluster {
 
+// ALREADY_EXISTS for `claimant`, whose Join asks for the host name that `holder` (a live daemon;
+// `holder_role` "coordinator" or "member") holds; names both daemons.
+absl::Status NameHeldError(const HostInfo& holder, const char* holder_role,
+                           const HostInfo& claimant);
+
 class MembershipTable {
  public:
   // `self` is the coordinator's own host; it is UP for as long as the table exists.
   MembershipTable(const HostInfo& self, absl::Duration host_timeout, absl::Time now);
 
-  // Admits a host (or re-admits it). Rejects a second process claiming the coordinator's name.
+  // Admits a host (or re-admits it, or gives its name to a new process). Rejects a second process
+  // claiming the coordinator's name (ALREADY_EXISTS, NameHeldError).
   absl::StatusOr<uint32_t> Join(const HostInfo& host, absl::Time now);
+
+  // The UP member holding `host`'s name under another instance id: a second daemon with the same
+  // name, or a restart not yet noticed. Empty when the name is free or DOWN, held by `host`'s own
+  // instance, or the coordinator's (Join refuses that one itself).
+  std::optional<HostInfo> OtherLiveHolder(const HostInfo& host) const;
 
   // Records a heartbeat; `*detail` explains a REJOIN or SUPERSEDED verdict.
   HeartbeatResponse::Verdict Heartbeat(const HeartbeatRequest& request, absl::Time now,

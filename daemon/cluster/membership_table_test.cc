@@ -86,12 +86,30 @@ TEST_CASE("a restarted daemon takes over its name; the old process is told SUPER
         HeartbeatResponse::OK);
 }
 
+TEST_CASE("a name held UP by another instance has a live holder to ask; free or DOWN ones not") {
+  MembershipTable t(Info("coord", "c1"), kTimeout, kT0);
+  CHECK(!t.OtherLiveHolder(Info("b", "b1")));  // free
+  REQUIRE(*t.Join(Info("b", "b1"), kT0) == 1);
+  CHECK(!t.OtherLiveHolder(Info("b", "b1")));  // its own instance
+  std::optional<HostInfo> holder = t.OtherLiveHolder(Info("b", "b2"));
+  REQUIRE(holder);
+  CHECK(holder->instance_id() == "b1");
+  CHECK(holder->address() == "b:7070");
+  t.Sweep(kT0 + kTimeout + absl::Seconds(1));
+  CHECK(!t.OtherLiveHolder(Info("b", "b2")));  // DOWN: free to take
+}
+
 TEST_CASE("unknown hosts are told to rejoin; the coordinator's name cannot be taken") {
   MembershipTable t(Info("coord", "c1"), kTimeout, kT0);
   std::string detail;
   CHECK(t.Heartbeat(Beat("ghost", 3, "g"), kT0, &detail) == HeartbeatResponse::REJOIN);
   auto r = t.Join(Info("coord", "other"), kT0);
   CHECK(r.status().code() == absl::StatusCode::kAlreadyExists);
+  CHECK(r.status().message() ==
+        "host name 'coord' is held by the live coordinator at coord:7070 (instance c1, pid 0); "
+        "refused the daemon at coord:7070 (instance other, pid 0): give each daemon its own "
+        "host_name");
+  CHECK(!t.OtherLiveHolder(Info("coord", "other")));  // Join refuses it without asking
   CHECK(!t.Join(Info("", "x"), kT0).ok());
   CHECK(t.Join(Info("bad\nname", "x"), kT0).status().code() ==
         absl::StatusCode::kInvalidArgument);

@@ -34,6 +34,10 @@ class PeerClient {
   virtual void LeaveAsync(const LeaveRequest& request, Done<LeaveResponse> done) = 0;
   virtual void GetClusterStatusAsync(const GetClusterStatusRequest& request,
                                      Done<GetClusterStatusResponse> done) = 0;
+  // Who answers at this client's address (the coordinator checks a host name's holder with it).
+  virtual void IdentifyAsync(const IdentifyRequest& request, Done<IdentifyResponse> done) {
+    done(absl::UnimplementedError("Identify"));
+  }
 
   // Cross-host jobs (proto/negotiation.proto). RegisterRanks waits for the job to form, so it
   // takes its own deadline.

@@ -1,9 +1,13 @@
 #include "daemon/config/config_loader.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -13,6 +17,8 @@
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
 #include "google/protobuf/descriptor.h"
+#include "google/protobuf/descriptor.pb.h"
+#include "google/protobuf/dynamic_message.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -37,16 +43,44 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
   std::string error_;
 };
 
+// DaemonConfig's schema with explicit presence on every field (a proto2 copy), so that the text
+// parser's own check for a field given twice sees it even when the first value is the proto3
+// default ("stall_shutdown_ms: 0" and later "stall_shutdown_ms: 600000"). Built once; immutable.
+const google::protobuf::Message& PresenceChecked() {
+  static const google::protobuf::Message* prototype = [] {
+    google::protobuf::FileDescriptorProto file;
+    DaemonConfig::descriptor()->file()->CopyTo(&file);
+    file.set_syntax("proto2");
+    auto* pool = new google::protobuf::DescriptorPool();
+    const google::protobuf::FileDescriptor* built = pool->BuildFile(file);
+    ARD_CHECK(built != nullptr);
+    auto* factory = new google::protobuf::DynamicMessageFactory(pool);
+    return factory->GetPrototype(built->FindMessageTypeByName(DaemonConfig::descriptor()->name()));
+  }();
+  return *prototype;
+}
+
 absl::Status ParseFile(const std::string& path, DaemonConfig* config) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("config file ", path, " is a directory"));
+  }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
   std::stringstream text;
   text << in.rdbuf();
+  if (in.bad()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read config file ", path, ": ", std::strerror(errno)));
+  }
   FirstErrorCollector errors(path);
   google::protobuf::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
-  // Merge (not Parse): values from the file replace the defaults already in *config.
-  if (!parser.MergeFromString(text.str(), config)) {
+  // Parse (which, unlike Merge, refuses a non-repeated field given twice) into the copy with
+  // presence; then Merge the checked text so that the file's values replace the defaults.
+  std::unique_ptr<google::protobuf::Message> checked(PresenceChecked().New());
+  if (!parser.ParseFromString(text.str(), checked.get()) ||
+      !parser.MergeFromString(text.str(), config)) {
     return absl::InvalidArgumentError(absl::StrCat("malformed config ", errors.error()));
   }
   return absl::OkStatus();

@@ -88,6 +88,12 @@ TEST_CASE("bad input gives one clear error") {
   };
   std::string malformed = WriteTemp("bad.conf", "heartbeat_ms: 100\nnot_a_field: 3\n");
   std::string wrong_type = WriteTemp("bad2.conf", "heartbeat_ms: \"fast\"\n");
+  std::string twice =
+      WriteTemp("twice.conf", "host_name: \"a\"\nheartbeat_ms: 100\nhost_name: \"b\"\n");
+  // The first value is the proto3 default, which a proto3 message cannot tell from "not set".
+  std::string default_first = WriteTemp(
+      "default_first.conf", "stall_shutdown_ms: 0\n# later...\nstall_shutdown_ms: 600000\n");
+  const char* dir = std::getenv("TEST_TMPDIR");
   std::vector<Case> cases = {
       {{"--bogus=1"}, "unknown flag --bogus"},
       {{"--bogus"}, "unknown flag --bogus"},
@@ -95,6 +101,10 @@ TEST_CASE("bad input gives one clear error") {
       {{"--config=/nonexistent/x.conf"}, "cannot read config file /nonexistent/x.conf"},
       {{"--config=" + malformed}, "bad.conf:2:"},
       {{"--config=" + wrong_type}, "bad2.conf:1:"},
+      {{"--config=" + twice}, "twice.conf:3:"},
+      {{"--config=" + twice}, "\"host_name\" is specified multiple times"},
+      {{"--config=" + default_first}, "default_first.conf:3:"},
+      {{"--config=" + std::string(dir ? dir : "/tmp")}, " is a directory"},
       {{"--heartbeat_ms=soon"}, "--heartbeat_ms: 'soon' is not an unsigned"},
       {{"--heartbeat_ms=-5"}, "--heartbeat_ms: '-5' is not an unsigned"},
       {{"--heartbeat_ms=0"}, "heartbeat_ms must be > 0"},

@@ -28,6 +28,14 @@ grpc::ServerUnaryReactor* ClusterService::Leave(grpc::CallbackServerContext* con
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ClusterService::Identify(grpc::CallbackServerContext* context,
+                                                   const IdentifyRequest* request,
+                                                   IdentifyResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  handler_.HandleIdentify(*request, FinishWith(reactor, response));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* AdminService::GetClusterStatus(grpc::CallbackServerContext* context,
                                                          const GetClusterStatusRequest* request,
                                                          GetClusterStatusResponse* response) {

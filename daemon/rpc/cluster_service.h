@@ -20,6 +20,9 @@ class ClusterService final : public ard::Cluster::CallbackService {
                                       HeartbeatResponse* response) override;
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
                                   const LeaveRequest* request, LeaveResponse* response) override;
+  grpc::ServerUnaryReactor* Identify(grpc::CallbackServerContext* context,
+                                     const IdentifyRequest* request,
+                                     IdentifyResponse* response) override;
 
  private:
   cluster::ClusterHandler& handler_;  // Not owned.

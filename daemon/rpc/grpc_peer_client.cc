@@ -92,6 +92,14 @@ void GrpcPeerClient::GetClusterStatusAsync(const GetClusterStatusRequest& reques
       request, std::move(done));
 }
 
+void GrpcPeerClient::IdentifyAsync(const IdentifyRequest& request, Done<IdentifyResponse> done) {
+  Call<IdentifyRequest, IdentifyResponse>(
+      [this](auto* c, auto* req, auto* resp, auto cb) {
+        cluster_->async()->Identify(c, req, resp, std::move(cb));
+      },
+      request, std::move(done));
+}
+
 void GrpcPeerClient::RegisterRanksAsync(const RegisterRanksRequest& request,
                                         absl::Duration timeout, Done<RegisterRanksResponse> done) {
   Call<RegisterRanksRequest, RegisterRanksResponse>(

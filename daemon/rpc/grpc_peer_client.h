@@ -28,6 +28,7 @@ class GrpcPeerClient : public cluster::PeerClient {
   void LeaveAsync(const LeaveRequest& request, Done<LeaveResponse> done) override;
   void GetClusterStatusAsync(const GetClusterStatusRequest& request,
                              Done<GetClusterStatusResponse> done) override;
+  void IdentifyAsync(const IdentifyRequest& request, Done<IdentifyResponse> done) override;
   void RegisterRanksAsync(const RegisterRanksRequest& request, absl::Duration timeout,
                           Done<RegisterRanksResponse> done) override;
   void NegotiateAsync(const NegotiateRequest& request, Done<NegotiateResponse> done) override;

@@ -16,9 +16,9 @@ binary=$1 unit=$2 conf=$3 proto=$4
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
-# --- 1. Settings the daemon depends on (sd_notify, watchdog pings, socket directory).
+# --- 1. Settings the daemon depends on (sd_notify, watchdog pings, socket directory, SIGHUP reload).
 for want in '^Type=notify$' '^Restart=on-failure$' '^WatchdogSec=[0-9]' '^RuntimeDirectory=allreduced$' \
-  '^ExecStart=/usr/local/bin/allreduced '; do
+  '^ExecStart=/usr/local/bin/allreduced ' '^ExecReload=/bin/kill -HUP \$MAINPID$'; do
   grep -Eq "$want" "$unit" || fail "$unit has no line matching $want"
 done
 

@@ -1,11 +1,13 @@
 """Three daemons on loopback form a cluster; SIGKILL, restart and SIGTERM change it as promised
 (issue: cluster foundation). Every check goes through the real CLI."""
+import json
 import signal
+import socket
 import time
 
 import pytest
 
-from harness import Cluster, ctl, host_states, status_json, wait_until
+from harness import Cluster, Daemon, Workers, ctl, host_states, status_json, wait_until
 
 HEARTBEAT_MS = 100
 HOST_TIMEOUT_MS = 1000
@@ -107,7 +109,7 @@ def test_coordinator_sigterm_exits_zero_and_followers_report_it(cluster):
     a.signal(signal.SIGTERM)
     assert a.wait_exit() == 0, a.read_log()
     r = ctl("--daemon", b.address, "--timeout_ms", "3000", "status")
-    assert r.returncode != 0
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
     assert r.stderr.count("\n") == 1, r.stderr
     assert "cannot reach the coordinator" in r.stderr
     # The follower keeps running and rejoins when a coordinator comes back on the same port.
@@ -128,6 +130,138 @@ def test_follower_started_before_coordinator_retries_then_joins(cluster):
     a.start()
     wait_until(lambda: all_up(a.address, ["host-a", "host-b"]), 10, "host-b joins late")
     assert b.proc.poll() is None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def duplicate(cluster, name, label):
+    """Starts a second daemon claiming host name `name`; returns it once it has exited."""
+    d = Daemon(cluster.workdir, label, coordinator=cluster.daemons["host-a"].address,
+               heartbeat_ms=HEARTBEAT_MS, host_timeout_ms=HOST_TIMEOUT_MS,
+               extra_flags=[f"--host_name={name}"])
+    cluster.daemons[label] = d
+    d.start(wait=False)
+    d.wait_exit()
+    return d
+
+
+def test_second_daemon_with_a_members_name_is_refused(cluster):
+    """The live holder keeps the name; the newcomer logs an error and exits 3, the coordinator
+    warns naming both daemons, the holder logs who asked for its name."""
+    a = cluster.add("host-a")
+    b = cluster.add("host-b")
+    wait_until(lambda: all_up(a.address, ["host-a", "host-b"]), 10, "all UP")
+    b2 = duplicate(cluster, "host-b", "host-b2")
+    assert b2.proc.returncode == 3, b2.read_log()
+    log = b2.read_log()
+    refusal = f"host name 'host-b' is held by the live member at {b.address} (instance "
+    assert "[error] host name refused by the coordinator, not joining" in log, log
+    last = log.strip().splitlines()[-1]
+    assert last.startswith("allreduced: " + refusal), log
+    assert "; refused the daemon at 127.0.0.1:" in last, last
+    assert last.endswith("give each daemon its own host_name"), last
+    warn = [line for line in a.read_log().splitlines() if "join refused host=host-b" in line]
+    assert warn and "[warning]" in warn[0] and refusal in warn[0], a.read_log()
+    assert "another daemon asked for this host name host=host-b" in b.read_log()
+    # The holder is untouched (a takeover would have shown as incarnation 2 at once) and its
+    # heartbeats are still accepted.
+    held = state_of(a.address, "host-b")
+    assert held["state"] == "UP" and held["incarnation"] == 1 and held["address"] == b.address
+    assert "stopped heartbeating" not in b.read_log()
+    wait_until(lambda: state_of(a.address, "host-b")["last_heartbeat_age_s"] < 0.5, 5,
+               "a recent heartbeat from host-b")
+
+
+def test_daemon_claiming_the_coordinators_name_is_refused(cluster):
+    a = cluster.add("host-a")
+    impostor = duplicate(cluster, "host-a", "impostor")
+    assert impostor.proc.returncode == 3, impostor.read_log()
+    assert impostor.read_log().strip().splitlines()[-1].startswith(
+        f"allreduced: host name 'host-a' is held by the live coordinator at {a.address}")
+    assert sorted(host_states(a.address)) == ["host-a"]
+
+
+def test_crashed_daemon_restarted_rejoins_before_its_host_timeout():
+    """A SIGKILLed daemon restarted at once (same name, new instance) takes its name back without
+    waiting for the 20 s host timeout: on the same address (the new process answers there) and
+    on another (nothing answers at the old one)."""
+    c = Cluster(heartbeat_ms=HEARTBEAT_MS, host_timeout_ms=20000)
+    try:
+        a = c.add("host-a")
+        b = c.add("host-b")
+        wait_until(lambda: all_up(a.address, ["host-a", "host-b"]), 10, "all UP")
+        for restart, port in enumerate([b.port, 0], start=2):
+            b.proc.kill()
+            b.proc.wait()
+            b.flags = [f"--cluster_address=127.0.0.1:{port}" if f.startswith("--cluster_address")
+                       else f for f in b.flags]
+            restarted = time.monotonic()
+            b.start()
+            up = wait_until(lambda: (s := state_of(a.address, "host-b")) and
+                            s["incarnation"] == restart and s, 10, f"incarnation {restart}")
+            assert time.monotonic() - restarted < 5, "waited for the host timeout"
+            assert up["state"] == "UP" and up["address"] == b.address
+            assert b.proc.poll() is None
+        assert "host name handed over host=host-b" in a.read_log()
+    finally:
+        c.close()
+
+
+def test_status_from_a_follower_whose_coordinator_is_not_running(cluster):
+    """The follower answers with its own view (role, coordinator, join attempts, last error, local
+    jobs) and says the cluster view is unavailable and why; exit 3, not 'cannot reach daemon'."""
+    coordinator = f"127.0.0.1:{free_port()}"  # nothing listens there
+    b = Daemon(cluster.workdir, "host-b", coordinator=coordinator)
+    cluster.daemons["host-b"] = b
+    b.start()
+    wait_until(lambda: "join failed, retrying" in b.read_log(), 10, "a failed join")
+    # One rank of a two-rank job: it stays forming on the follower.
+    worker = Workers(b.socket, "train", 1, "matrix",
+                     env_for_rank=lambda r: {"ALLREDUCED_RANK": "0", "ALLREDUCED_SIZE": "2"})
+    try:
+        def local_view():
+            r = ctl("--daemon", b.address, "--timeout_ms", "3000", "status", "--json")
+            if r.returncode != 3:
+                return None
+            view = json.loads(r.stdout)
+            return view if view["local"]["jobs"] else None
+        view = wait_until(local_view, 10, "the follower's local view with its job")
+        assert view["answered_by"] == "host-b"
+        assert view["forwarded"] is False
+        assert view["hosts"] == [] and view["coordinator"] == ""
+        assert view["cluster_view_error"].startswith(
+            f"host host-b cannot reach the coordinator at {coordinator}: "), view
+        local = view["local"]
+        assert local["host"] == "host-b" and local["address"] == b.address
+        assert local["role"] == "follower"
+        assert local["coordinator_address"] == coordinator
+        assert local["membership"] == "joining"
+        assert local["join_attempts"] >= 1
+        assert local["incarnation"] == 0 and local["last_contact_age_s"] == -1
+        assert local["last_error"].startswith("UNAVAILABLE"), local
+        assert [j["name"] for j in local["jobs"]] == ["train"]
+
+        r = ctl("--daemon", b.address, "--timeout_ms", "3000", "status")
+        assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+        assert r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr.startswith("allreducectl: cluster view unavailable (host-b's local view "
+                                   f"shown): host host-b cannot reach the coordinator at "
+                                   f"{coordinator}: "), r.stderr
+        assert "cannot reach daemon" not in r.stderr
+        out = r.stdout
+        assert out.startswith("Cluster view unavailable: host host-b cannot reach the coordinator")
+        assert f"Local view of host host-b ({b.address}, follower):" in out, out
+        assert f"  coordinator   {coordinator}\n" in out, out
+        assert "  membership    joining (not a cluster member; " in out, out
+        assert "  last contact  never\n" in out, out
+        assert "  last error    UNAVAILABLE" in out, out
+        assert "Jobs on host host-b:" in out and "train" in out, out
+    finally:
+        worker.kill()
 
 
 def test_ctl_reports_unreachable_daemon_in_one_line():

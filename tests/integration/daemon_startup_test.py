@@ -44,6 +44,19 @@ def test_missing_config(tmp):
     assert_one_line_error(run_daemon(f"--config={tmp}/absent.conf"), 2, "cannot read config")
 
 
+def test_config_that_is_a_directory(tmp):
+    assert_one_line_error(run_daemon(f"--config={tmp}"), 2, f"config file {tmp} is a directory")
+
+
+def test_config_field_set_twice(tmp):
+    path = os.path.join(tmp, "twice.conf")
+    with open(path, "w") as f:
+        f.write('host_name: "x"\nstall_shutdown_ms: 0\n\nstall_shutdown_ms: 600000\n')
+    assert_one_line_error(run_daemon(f"--config={path}"), 2,
+                          f'{path}:4:18: Non-repeated field "stall_shutdown_ms" is specified '
+                          "multiple times")
+
+
 def test_port_in_use(tmp):
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))
