@@ -48,13 +48,6 @@ int Job::connected() const {
   return n;
 }
 
-void Job::Reject(Session& s, uint64_t request_id, const absl::Status& status) {
-  Logger("local")->warn("rejected request pid={} job={} rank={} error=\"{}\"", s.creds().pid,
-                        name_, s.rank, status.message());
-  s.Send(local::EncodeError(wire::MsgType::kError, request_id,
-                            static_cast<int32_t>(status.code()), std::string(status.message())));
-}
-
 absl::Status Job::CheckHello(const wire::Hello& hello, int size) const {
   if (state() == JobState::kRunning) {
     return absl::AlreadyExistsError(absl::StrCat("job ", name_, " is already running with ", size_,
@@ -113,7 +106,7 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
                                                          options_.max_result_bytes)
                               : formation.status();
   if (!arena.ok()) {
-    for (auto& m : members_) Reject(*m, 0, arena.status());
+    for (auto& m : members_) m->Reject(0, arena.status());
     negotiator_->ReportFailure(arena.status());
     lifecycle_.Fail(arena.status()).IgnoreError();
     for (auto& m : members_) m->job.clear();
@@ -199,7 +192,7 @@ void Job::FormTimeout() {
   Logger("local")->warn("{}", status.message());
   lifecycle_.Fail(status).IgnoreError();
   for (auto& m : members_) {
-    Reject(*m, 0, status);
+    m->Reject(0, status);
     m->job.clear();
     m->rank = -1;
   }

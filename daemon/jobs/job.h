@@ -94,7 +94,6 @@ class Job : private NegotiationSink {
   void OnFormed(absl::StatusOr<Formation> formation);
   void StartGpu(absl::StatusOr<gpu::CrossHostGpuPlan> plan);
   void FailGpuForming(const absl::Status& status);
-  void Reject(local::Session& s, uint64_t request_id, const absl::Status& status);
   void EndIfDetached();
   int connected() const;
   // Runs `task` on the loop later, if this job still exists then.

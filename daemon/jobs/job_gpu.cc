@@ -121,11 +121,7 @@ absl::StatusOr<std::unique_ptr<dataplane::GpuCollective>> JobGpu::Start(
 void JobGpu::FailRegistrations(const absl::Status& status,
                                const std::vector<std::shared_ptr<local::Session>>& members) {
   for (const auto& [rank, id] : register_ids_) {
-    if (members[rank] != nullptr) {
-      members[rank]->Send(local::EncodeError(wire::MsgType::kError, id,
-                                             static_cast<int32_t>(status.code()),
-                                             std::string(status.message())));
-    }
+    if (members[rank] != nullptr) members[rank]->Reject(id, status);
   }
   register_ids_.clear();
 }

@@ -49,13 +49,6 @@ void JobRegistry::Shutdown() {
   jobs_.clear();
 }
 
-void JobRegistry::ReplyError(Session& s, uint64_t request_id, const absl::Status& status) {
-  Logger("local")->warn("rejected request pid={} job={} rank={} error=\"{}\"", s.creds().pid,
-                        s.job.empty() ? "-" : s.job, s.rank, status.message());
-  s.Send(local::EncodeError(wire::MsgType::kError, request_id,
-                            static_cast<int32_t>(status.code()), std::string(status.message())));
-}
-
 Job* JobRegistry::JobOf(const Session& s) {
   auto it = jobs_.find(s.job);
   return it == jobs_.end() ? nullptr : it->second.get();
@@ -73,16 +66,16 @@ void JobRegistry::OnFrame(const std::shared_ptr<Session>& s, local::DecodedFrame
     case wire::MsgType::kAddSegment:
       if (s->job.empty()) {
         close(fd);
-        return ReplyError(*s, frame.request_id,
+        return s->Reject(frame.request_id,
                           absl::FailedPreconditionError("ADD_SEGMENT before HELLO"));
       }
       if (auto st = s->input.AddSegment(frame.segment.index, fd, frame.segment.bytes); !st.ok()) {
-        ReplyError(*s, frame.request_id, st);
+        s->Reject(frame.request_id, st);
       }
       return;
     case wire::MsgType::kRelease:
       if (!s->Release(frame.request_id)) {
-        ReplyError(*s, frame.request_id,
+        s->Reject(frame.request_id,
                    absl::NotFoundError(absl::StrCat("RELEASE of request ", frame.request_id,
                                                     ": no result held")));
       }
@@ -91,7 +84,7 @@ void JobRegistry::OnFrame(const std::shared_ptr<Session>& s, local::DecodedFrame
     case wire::MsgType::kGpuSubmit:
     case wire::MsgType::kGpuRegister: {
       if (options_.gpu_device == nullptr && frame.type != wire::MsgType::kSubmit) {
-        return ReplyError(*s, frame.request_id,
+        return s->Reject(frame.request_id,
                           absl::FailedPreconditionError(absl::StrCat(
                               "no GPU on this daemon: ", options_.gpu_unavailable.empty()
                                                              ? "no GPU device"
@@ -99,7 +92,7 @@ void JobRegistry::OnFrame(const std::shared_ptr<Session>& s, local::DecodedFrame
       }
       Job* job = s->welcomed ? JobOf(*s) : nullptr;
       if (job == nullptr) {
-        return ReplyError(*s, frame.request_id,
+        return s->Reject(frame.request_id,
                           absl::FailedPreconditionError(absl::StrCat(
                               frame.type == wire::MsgType::kGpuRegister ? "GPU_REGISTER"
                                                                         : "SUBMIT",
@@ -110,7 +103,7 @@ void JobRegistry::OnFrame(const std::shared_ptr<Session>& s, local::DecodedFrame
     }
     default:
       if (fd >= 0) close(fd);
-      ReplyError(*s, frame.request_id, absl::InvalidArgumentError("unexpected frame"));
+      s->Reject(frame.request_id, absl::InvalidArgumentError("unexpected frame"));
   }
 }
 
@@ -118,7 +111,7 @@ void JobRegistry::HandleHello(const std::shared_ptr<Session>& s, const wire::Hel
                               int fd) {
   if (!s->job.empty()) {
     close(fd);
-    return ReplyError(*s, 0, absl::AlreadyExistsError(absl::StrCat(
+    return s->Reject(0, absl::AlreadyExistsError(absl::StrCat(
                                  "this process already registered with job ", s->job)));
   }
   const std::string name = hello.job;
@@ -126,29 +119,29 @@ void JobRegistry::HandleHello(const std::shared_ptr<Session>& s, const wire::Hel
   const bool cross_host = hello.local_size >= 1 && size > hello.local_size;
   if (cross_host && coordinator_ == nullptr) {
     close(fd);
-    return ReplyError(*s, 0, absl::UnimplementedError(absl::StrCat(
+    return s->Reject(0, absl::UnimplementedError(absl::StrCat(
                                  "job ", name, " spans hosts (size ", size, ", local_size ",
                                  hello.local_size, ") but cross-host jobs are not enabled here")));
   }
   auto it = jobs_.find(name);
   if (it == jobs_.end() && static_cast<int>(jobs_.size()) >= options_.max_jobs) {
     close(fd);
-    return ReplyError(*s, 0, absl::ResourceExhaustedError(absl::StrCat(
+    return s->Reject(0, absl::ResourceExhaustedError(absl::StrCat(
                                  "cannot start job ", name, ": this daemon already has ",
                                  jobs_.size(), " jobs (max_jobs ", options_.max_jobs, ")")));
   }
   if (it != jobs_.end() && it->second->uid() != s->creds().uid) {
     close(fd);
-    return ReplyError(*s, 0, absl::PermissionDeniedError(absl::StrCat(
+    return s->Reject(0, absl::PermissionDeniedError(absl::StrCat(
                                  "job ", name, " belongs to uid ", it->second->uid(),
                                  "; a process of uid ", s->creds().uid, " cannot join it")));
   }
   if (auto st = s->input.AddSegment(0, fd, hello.segment_bytes); !st.ok()) {
-    return ReplyError(*s, 0, st);
+    return s->Reject(0, st);
   }
   if (it != jobs_.end()) {
     if (absl::Status st = it->second->CheckHello(hello, size); !st.ok()) {
-      return ReplyError(*s, 0, st);
+      return s->Reject(0, st);
     }
   } else {
     const int local_size = cross_host ? hello.local_size : size;

@@ -56,7 +56,6 @@ class JobRegistry : public local::SessionHandler {
   Job* JobOf(const local::Session& s);
   void Drop(const std::string& name, uint32_t id);
   void ScheduleStallInspection();
-  void ReplyError(local::Session& s, uint64_t request_id, const absl::Status& status);
 
   EventLoop& loop_;
   const JobOptions options_;

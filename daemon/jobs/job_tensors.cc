@@ -18,7 +18,7 @@ void Job::Submit(const std::shared_ptr<Session>& s, local::DecodedFrame frame) {
   request.meta = frame.submit;
   request.splits = std::move(frame.splits);
   if (!s->BeginRequest(id, request.name())) {
-    return Reject(*s, id, absl::InvalidArgumentError(absl::StrCat(
+    return s->Reject(id, absl::InvalidArgumentError(absl::StrCat(
                               "tensor ", request.name(), " (request ", id,
                               ") is already in flight from rank ", s->rank)));
   }
@@ -77,17 +77,17 @@ void Job::OnJoinDone(const absl::Status& status, int last_rank) {
 void Job::GpuRegister(const std::shared_ptr<Session>& s, const local::DecodedFrame& frame) {
   const uint64_t id = frame.request_id;
   if (gpu_processes_ == nullptr) {
-    return Reject(*s, id,
+    return s->Reject(id,
                   absl::FailedPreconditionError(absl::StrCat(
                       "no GPU on this daemon: ", options_.gpu_unavailable.empty()
                                                      ? "no GPU device"
                                                      : options_.gpu_unavailable)));
   }
   if (state() != JobState::kRunning) {
-    return Reject(*s, id, absl::AbortedError(lifecycle_.failure()));
+    return s->Reject(id, absl::AbortedError(lifecycle_.failure()));
   }
   if (gpu_ == nullptr) gpu_ = std::make_unique<JobGpu>(options_, *gpu_processes_, name_, size_);
-  if (absl::Status st = gpu_->Register(*s, frame); !st.ok()) return Reject(*s, id, st);
+  if (absl::Status st = gpu_->Register(*s, frame); !st.ok()) return s->Reject(id, st);
   if (gpu_->registered() < local_size_) return;
   negotiator_->PlanGpusAsync(
       gpu_->Host(local_order_), [this, alive = std::weak_ptr<bool>(alive_)](

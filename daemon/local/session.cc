@@ -4,6 +4,8 @@
 
 #include <cerrno>
 
+#include "daemon/common/logging.h"
+#include "daemon/local/frame_codec.h"
 #include "daemon/local/seqpacket.h"
 
 namespace ard::local {
@@ -139,6 +141,13 @@ bool Session::Release(uint64_t request_id) {
 size_t Session::held_results() const {
   absl::MutexLock lock(&mu_);
   return held_.size();
+}
+
+void Session::Reject(uint64_t request_id, const absl::Status& status) {
+  Logger("local")->warn("rejected request pid={} job={} rank={} error=\"{}\"", creds_.pid,
+                        job.empty() ? "-" : job, rank, status.message());
+  Send(EncodeError(wire::MsgType::kError, request_id, static_cast<int32_t>(status.code()),
+                   std::string(status.message())));
 }
 
 }  // namespace ard::local

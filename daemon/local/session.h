@@ -22,6 +22,7 @@
 #include <set>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/shm/input_arena.h"
 #include "daemon/shm/result_arena.h"
@@ -65,6 +66,10 @@ class Session {
   // Its COMPLETE is about to be sent: the name is free again; `slot` (may be null) is held until
   // Release(request_id).
   void EndRequest(uint64_t request_id, std::shared_ptr<shm::ResultSlot> slot);
+  // Refuses one of this client's requests: an ERROR frame with `status` (not OK), and a warning
+  // naming the process, its job and rank. Loop thread.
+  void Reject(uint64_t request_id, const absl::Status& status);
+
   // RELEASE from the client. False when nothing is held under that id.
   bool Release(uint64_t request_id);
   size_t held_results() const;
