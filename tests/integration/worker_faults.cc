@@ -7,7 +7,8 @@
 //
 // Modes and their environment:
 //   steps   ARD_STEPS (default: until an error), ARD_ELEMS (float32 elements, default 256Ki):
-//           one allreduce "step" after another, each checked, until an error or ARD_STEPS.
+//           one allreduce "step" after another, each checked, until an error or ARD_STEPS;
+//           then the rank lingers ARD_LINGER_MS (default 0) before exiting cleanly.
 //   slow    rank ARD_SLOW_RANK sleeps ARD_SLOW_MS before submitting "slow"; the others submit
 //           at once. Everyone waits for the result.
 //   uneven  every rank allreduces "common"; then the last rank submits "extra", which no other
@@ -120,6 +121,8 @@ int Steps(ard_client* client, const ard_topology& t) {
     }
   }
   std::printf("DONE %lld\n", static_cast<long long>(done));
+  std::fflush(stdout);
+  SleepMs(EnvInt("ARD_LINGER_MS", 0));
   return 0;
 }
 
