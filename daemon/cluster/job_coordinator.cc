@@ -125,8 +125,7 @@ ClusterJob* JobCoordinator::WatchedBy(uint64_t id, uint64_t generation, const st
 void JobCoordinator::OnWatchEnded(const WatchJobRequest& request,
                                   std::shared_ptr<JobEventSink> sink) {
   // Ended, aborted, or left (the host's ranks are done): nothing to do.
-  if (stopping_ ||
-      !WatchedBy(request.job_id(), request.generation(), request.host(), sink.get())) {
+  if (stopping_ || !WatchedBy(request.job_id(), request.generation(), request.host(), sink.get())) {
     return;
   }
   Logger("negotiation")
@@ -135,8 +134,7 @@ void JobCoordinator::OnWatchEnded(const WatchJobRequest& request,
   // `sink` is held until then, so it cannot be confused with a later stream at its address.
   loop_.PostAfter(options_.watch_end_grace, [this, request, sink = std::move(sink)] {
     if (stopping_) return;
-    ClusterJob* job =
-        WatchedBy(request.job_id(), request.generation(), request.host(), sink.get());
+    ClusterJob* job = WatchedBy(request.job_id(), request.generation(), request.host(), sink.get());
     if (job == nullptr) return;  // it left, or the job ended or was aborted meanwhile
     Abort(request.job_id(),
           absl::UnavailableError(absl::StrCat("host ", request.host(), " stopped watching job ",
