@@ -1,6 +1,6 @@
 // The coordinator when a host's WatchJob stream ends (OnWatchEnded): its job is aborted after the
-// grace, naming the host, unless the host reported `left` or a failure; refused second streams,
-// ended jobs and a stopping coordinator abort nothing. The loop runs here, so the grace timer
+// grace, naming the host, unless the host reported `left` or a failure; a refused second stream,
+// another generation's and a stopping coordinator abort nothing. The loop runs here, so the grace timer
 // fires; every check runs on the loop after a delay no shorter than the grace (timers run in due
 // order), never after a sleep.
 #include <functional>
