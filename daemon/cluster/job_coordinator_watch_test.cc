@@ -1,8 +1,8 @@
 // The coordinator when a host's WatchJob stream ends (OnWatchEnded): its job is aborted after the
 // grace, naming the host, unless the host reported `left` or a failure; a refused second stream,
-// another generation's and a stopping coordinator abort nothing. The loop runs here, so the grace timer
-// fires; every check runs on the loop after a delay no shorter than the grace (timers run in due
-// order), never after a sleep.
+// another generation's and a stopping coordinator abort nothing. The loop runs here, so the grace
+// timer fires; every check runs on the loop after a delay no shorter than the grace (timers run in
+// due order), never after a sleep.
 #include <functional>
 #include <memory>
 
