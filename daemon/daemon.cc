@@ -272,6 +272,8 @@ void Daemon::Shutdown() {
   if (data_listener_ != nullptr) data_listener_->Stop();
   absl::Notification jobs_done;
   loop_->Post([this, &jobs_done] {
+    // Event streams the server cancels on its way down are not hosts that stopped watching.
+    if (job_coordinator_ != nullptr) job_coordinator_->Stop();
     jobs_->Shutdown();
     jobs_done.Notify();
   });

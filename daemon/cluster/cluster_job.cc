@@ -41,6 +41,11 @@ absl::Status ClusterJob::Watch(const std::string& host, std::shared_ptr<JobEvent
   return absl::OkStatus();
 }
 
+bool ClusterJob::WatchedBy(const std::string& host, const JobEventSink* sink) const {
+  auto it = sinks_.find(host);
+  return it != sinks_.end() && it->second.get() == sink;
+}
+
 ClusterJob::Outcome ClusterJob::Negotiate(const NegotiateRequest& request, absl::Time now) {
   const std::string& host = request.host();
   // Malformed metadata is refused to the caller; the job cannot go on without that host's

@@ -53,6 +53,8 @@ class ClusterJob {
 
   // Subscribes `host` (a member; checked by the caller); a second stream is AlreadyExists.
   absl::Status Watch(const std::string& host, std::shared_ptr<JobEventSink> sink);
+  // Whether `sink` is the stream `host` watches the job with (not a refused second one).
+  bool WatchedBy(const std::string& host, const JobEventSink* sink) const;
 
   struct Outcome {
     absl::Status reply;  // the caller's answer

@@ -111,6 +111,38 @@ void JobCoordinator::OnHostDown(const std::string& host, const std::string& reas
   formation_.OnHostDown(host);
 }
 
+ClusterJob* JobCoordinator::WatchedBy(uint64_t id, uint64_t generation, const std::string& host,
+                                      const JobEventSink* sink) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return nullptr;
+  ClusterJob& job = *it->second;
+  if (job.generation() != generation || !job.Active(host) || !job.WatchedBy(host, sink)) {
+    return nullptr;
+  }
+  return &job;
+}
+
+void JobCoordinator::OnWatchEnded(const WatchJobRequest& request,
+                                  std::shared_ptr<JobEventSink> sink) {
+  // Ended, aborted, or left (the host's ranks are done): nothing to do.
+  if (stopping_ || !WatchedBy(request.job_id(), request.generation(), request.host(), sink.get())) {
+    return;
+  }
+  Logger("negotiation")
+      ->debug("watch stream ended id={} host={}; waiting {} for its left", request.job_id(),
+              request.host(), absl::FormatDuration(options_.watch_end_grace));
+  // `sink` is held until then, so it cannot be confused with a later stream at its address.
+  loop_.PostAfter(options_.watch_end_grace, [this, request, sink = std::move(sink)] {
+    if (stopping_) return;
+    ClusterJob* job = WatchedBy(request.job_id(), request.generation(), request.host(), sink.get());
+    if (job == nullptr) return;  // it left, or the job ended or was aborted meanwhile
+    Abort(request.job_id(),
+          absl::UnavailableError(absl::StrCat("host ", request.host(), " stopped watching job ",
+                                              job->layout().job(),
+                                              " (its daemon exited or lost the coordinator)")));
+  });
+}
+
 void JobCoordinator::InspectStalls(absl::Time now) {
   std::vector<std::pair<uint64_t, std::string>> doomed;
   for (auto& [id, job] : jobs_) {

@@ -1,8 +1,9 @@
 // The coordinator's half of cross-host jobs (DESIGN.md "Jobs", "Negotiation"): forms jobs whose
 // ranks live on several daemons (JobFormation), runs each formed job's negotiation (ClusterJob:
 // readiness table, validation, fusion, response cache, GPU layout, event streams), and aborts a
-// job when one of its hosts reports a failure, goes DOWN, or a tensor stalls past
-// stall_shutdown. Jobs that ended stay visible in Summaries for a while (JobHistory).
+// job when one of its hosts reports a failure, goes DOWN, stops watching it (its WatchJob stream
+// ends: its daemon exited), or a tensor stalls past stall_shutdown. Jobs that ended stay visible
+// in Summaries for a while (JobHistory).
 // Every call about a formed job names its id and generation: an unknown id is NOT_FOUND, a
 // generation other than the job's current one ABORTED ("stale generation").
 //
@@ -11,8 +12,8 @@
 // Lifecycle: 1. constructed by the Daemon on the coordinator (the stall inspection timer is
 // scheduled then); 2. RegisterRanks calls wait until their job formed (or timed out); 3. Watch
 // subscribes a host to its job's events (events made before it subscribed are kept for it);
-// 4. a job ends when aborted or when every host left, and moves to the history; 5. destroyed
-// after the loop stopped (timers capture `this`).
+// 4. a job ends when aborted or when every host left, and moves to the history; 5. Stop when the
+// daemon shuts down; destroyed after the loop stopped (timers capture `this`).
 #pragma once
 
 #include <functional>
@@ -45,6 +46,10 @@ struct JobCoordinatorOptions {
   // Ended jobs shown in Summaries: the last this many, for at most this long.
   size_t ended_jobs_kept = 32;
   absl::Duration ended_jobs_max_age = absl::Hours(1);
+  // How long a host whose WatchJob stream ended may still report `left` (a follower ending
+  // normally sends Negotiate(left) and then cancels its stream: the two may arrive either way
+  // round) before its job is aborted.
+  absl::Duration watch_end_grace = absl::Milliseconds(500);
 };
 
 class JobCoordinator {
@@ -58,6 +63,14 @@ class JobCoordinator {
   absl::Status Watch(const WatchJobRequest& request, std::shared_ptr<JobEventSink> sink);
   // A host went DOWN or left: every job it takes part in is aborted, naming it.
   void OnHostDown(const std::string& host, const std::string& reason);
+  // The rpc layer: the stream `sink` that Watch subscribed for `request` ended without the
+  // coordinator ending it (the host cancelled it, or its connection broke: its daemon exited).
+  // Unless that host reports `left` or a failure within watch_end_grace, its job is aborted,
+  // naming it; long before the host would go DOWN for missed heartbeats.
+  void OnWatchEnded(const WatchJobRequest& request, std::shared_ptr<JobEventSink> sink);
+  // The daemon is stopping: streams that end from now on (its gRPC server cancels them) abort
+  // nothing.
+  void Stop() { stopping_ = true; }
 
   // The stall inspection (also run by the coordinator's own timer, every
   // max(50 ms, min(5 s, stall_warning / 4))): logs each newly stalled tensor once and aborts
@@ -83,12 +96,17 @@ class JobCoordinator {
   void Abort(uint64_t id, const absl::Status& status);
   // Every host left: the job ends (state "ended" in the history).
   void End(uint64_t id);
+  // The running job `id` of `generation`, if `sink` is still `host`'s stream of it and the host
+  // has not left; else null.
+  ClusterJob* WatchedBy(uint64_t id, uint64_t generation, const std::string& host,
+                        const JobEventSink* sink);
 
   EventLoop& loop_;
   const JobCoordinatorOptions options_;
   JobFormation formation_;
   std::map<uint64_t, std::unique_ptr<ClusterJob>> jobs_;  // by job id
   JobHistory history_;
+  bool stopping_ = false;
 };
 
 }  // namespace ard::cluster

@@ -1,6 +1,7 @@
 #include "daemon/rpc/negotiation_service.h"
 
 #include <deque>
+#include <functional>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,8 @@ namespace {
 
 // Writes one host's job events in order, one write in flight at a time. The JobCoordinator holds
 // the Sink (shared); the reactor is owned by gRPC until OnDone, after which sends are dropped.
+// When the host cancels the stream or its connection breaks, `on_cancel` gets the Sink (on a
+// gRPC thread) and the call ends.
 class JobEventWriter : public grpc::ServerWriteReactor<JobEvent> {
  public:
   class Sink : public cluster::JobEventSink {
@@ -35,7 +38,9 @@ class JobEventWriter : public grpc::ServerWriteReactor<JobEvent> {
     JobEventWriter* writer_ ABSL_GUARDED_BY(mu_);
   };
 
-  JobEventWriter() : sink_(std::make_shared<Sink>(this)) {}
+  using OnCancelled = std::function<void(std::shared_ptr<cluster::JobEventSink>)>;
+  explicit JobEventWriter(OnCancelled on_cancel)
+      : sink_(std::make_shared<Sink>(this)), on_cancel_(std::move(on_cancel)) {}
   std::shared_ptr<Sink> sink() { return sink_; }
 
   // gRPC may run a reaction inline: never call StartWrite/Finish with mu_ held.
@@ -91,6 +96,12 @@ class JobEventWriter : public grpc::ServerWriteReactor<JobEvent> {
     if (finish) Finish(status);
   }
 
+  void OnCancel() override {
+    if (on_cancel_) on_cancel_(sink_);
+    // A cancelled call still needs Finish before gRPC calls OnDone.
+    FinishWhenDrained(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+  }
+
   void OnDone() override {
     sink_->Detach();
     delete this;
@@ -98,6 +109,7 @@ class JobEventWriter : public grpc::ServerWriteReactor<JobEvent> {
 
  private:
   std::shared_ptr<Sink> sink_;
+  const OnCancelled on_cancel_;
   absl::Mutex mu_;
   std::deque<JobEvent> queue_;  // front() is being written while writing_
   bool writing_ = false;
@@ -148,11 +160,17 @@ grpc::ServerUnaryReactor* NegotiationService::Negotiate(grpc::CallbackServerCont
 
 grpc::ServerWriteReactor<JobEvent>* NegotiationService::WatchJob(
     grpc::CallbackServerContext* context, const WatchJobRequest* request) {
-  auto* writer = new JobEventWriter();
   if (coordinator_ == nullptr) {
+    auto* writer = new JobEventWriter(nullptr);
     writer->FinishWhenDrained(ToGrpcStatus(NotCoordinator()));
     return writer;
   }
+  // OnCancel runs only once this handler returned: its post follows the Watch posted below.
+  auto* writer = new JobEventWriter([this, request = *request](auto sink) {
+    loop_.Post([this, request, sink = std::move(sink)]() mutable {
+      coordinator_->OnWatchEnded(request, std::move(sink));
+    });
+  });
   loop_.Post([this, request = *request, sink = writer->sink()] {
     absl::Status s = coordinator_->Watch(request, sink);
     if (!s.ok()) sink->Finish(s);

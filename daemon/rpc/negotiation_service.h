@@ -1,7 +1,8 @@
 // gRPC bindings of the Negotiation service (proto/negotiation.proto): unary RegisterRanks and
 // Negotiate are posted to the control loop, where the JobCoordinator runs; WatchJob is a server
-// stream whose writer is the JobCoordinator's event sink for that host. On a daemon that is not
-// the coordinator every call fails with FAILED_PRECONDITION naming the coordinator.
+// stream whose writer is the JobCoordinator's event sink for that host; when the host cancels it
+// or its connection breaks, the JobCoordinator hears it (OnWatchEnded, posted). On a daemon that
+// is not the coordinator every call fails with FAILED_PRECONDITION naming the coordinator.
 #pragma once
 
 #include <string>

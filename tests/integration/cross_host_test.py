@@ -3,7 +3,8 @@ across them: every collective x op x dtype checked against a reference that foll
 documented order (ranks within a host, then hosts) and bit-identical across ranks; 1,000 tensors a
 step fused across hosts; two jobs at once; a trainer killed and a daemon SIGKILLed mid-step (the
 others get errors naming them; the next job works after the daemon restarts); status and stalls;
-a job that failed shows as failed in the coordinator's status at once."""
+a job that failed shows as failed in the coordinator's status at once; a daemon SIGKILLed between
+collectives fails its job long before the host timeout, and a normal end fails nothing."""
 import signal
 import threading
 import time
@@ -13,6 +14,7 @@ import pytest
 from harness import (Cluster, ctl, lines_with, status_json, wait_until, workers_across)
 
 HOST_TIMEOUT_MS = 1000
+LONG_HOST_TIMEOUT_MS = 30000  # the `pair` fixture's: heartbeats cannot be what fails a job
 
 
 @pytest.fixture
@@ -25,6 +27,17 @@ def cluster():
     c.close()
 
 
+@pytest.fixture
+def pair():
+    """h-a (the coordinator) and h-b, with a 30 s host timeout."""
+    c = Cluster(heartbeat_ms=100, host_timeout_ms=LONG_HOST_TIMEOUT_MS)
+    for name in ("h-a", "h-b"):
+        c.add(name)
+    wait_until(lambda: all_up(c), 10, "two hosts UP")
+    yield c
+    c.close()
+
+
 def all_up(c):
     s = status_json(c.daemons["h-a"].address)
     return s and sum(h["state"] == "UP" for h in s["hosts"]) == len(c.daemons)
@@ -32,6 +45,23 @@ def all_up(c):
 
 def sockets(c, names=("h-a", "h-b", "h-c")):
     return [c.daemons[n].socket for n in names]
+
+
+def read_lines(workers):
+    """Each process's output lines so far, filled in by reader threads as they come."""
+    lines = [[] for _ in workers.procs]
+
+    def read(i):
+        for line in workers.procs[i].stdout:
+            lines[i].append(line.rstrip("\n"))
+    for i in range(len(workers.procs)):
+        threading.Thread(target=read, args=(i,), daemon=True).start()
+    return lines
+
+
+def job_entry(cluster, job):
+    s = status_json(cluster.daemons["h-a"].address)
+    return next((j for j in (s or {}).get("jobs", []) if j["name"] == job), None)
 
 
 def assert_all_ok(results):
@@ -127,8 +157,11 @@ def test_killed_daemon_is_named_and_rejoins(cluster):
     hanging.kill()
     hanging.communicate()
     for rank, (rc, out) in enumerate(results):
+        # The coordinator sees h-c's job stream end (0.5 s grace) or h-c DOWN, whichever first.
         error = lines_with(out, "ERROR stuck")
-        assert error and "host h-c is DOWN" in error[0], f"rank {rank}:\n" + "\n".join(out)
+        assert error and ("host h-c is DOWN" in error[0] or
+                          "host h-c stopped watching job xdown" in error[0]), \
+            f"rank {rank}:\n" + "\n".join(out)
     assert elapsed < HOST_TIMEOUT_MS / 1000 + 3, f"errors after {elapsed:.2f}s"
     victim.start()
     wait_until(lambda: all_up(cluster), 10, "h-c UP again")
@@ -157,15 +190,7 @@ def test_job_of_a_killed_daemon_shows_failed_at_once(cluster):
     on h-a got their error, the coordinator's status shows the job failed with the reason within
     2 s (not `running` from h-b's last report until h-b times out), and still after h-b is DOWN."""
     workers = workers_across(sockets(cluster, ("h-a", "h-b")), "xfail", 2, "steps")
-    lines = [[] for _ in workers.procs]
-
-    def read(i):
-        for line in workers.procs[i].stdout:
-            lines[i].append(line.rstrip("\n"))
-    readers = [threading.Thread(target=read, args=(i,), daemon=True)
-               for i in range(len(workers.procs))]
-    for t in readers:
-        t.start()
+    lines = read_lines(workers)
     try:
         wait_until(lambda: all("STEPPING" in out for out in lines), 30, "every rank stepping")
         cluster.daemons["h-b"].proc.kill()
@@ -191,3 +216,45 @@ def test_job_of_a_killed_daemon_shows_failed_at_once(cluster):
         assert failed(), status_json(cluster.daemons["h-a"].address)
     finally:
         workers.kill()
+
+
+def test_daemon_killed_between_collectives_fails_the_job_at_once(pair):
+    """h-b's daemon is SIGKILLed while a 2x2 job sits between two collectives (h-a's ranks wait on
+    "second", h-b's ranks pause; the data plane is idle): the coordinator sees h-b's event stream
+    end and aborts the job, so h-a's ranks get an error naming h-b within a few seconds, long
+    before the 30 s host timeout, and status shows the job failed with that reason."""
+    workers = workers_across(sockets(pair, ("h-a", "h-b")), "xbetween", 2, "between")
+    lines = read_lines(workers)
+    try:
+        wait_until(lambda: all("SUBMITTED second" in out for out in lines[:2]) and
+                   all("PAUSED" in out for out in lines[2:]), 30, "the job between collectives")
+        pair.daemons["h-b"].proc.kill()
+        pair.daemons["h-b"].proc.wait()
+        errors = wait_until(lambda: all(lines_with(out, "ERROR second") for out in lines[:2]) and
+                            [lines_with(out, "ERROR second")[0] for out in lines[:2]],
+                            LONG_HOST_TIMEOUT_MS / 1000 / 3, "h-a's ranks to get their error")
+        for error in errors:
+            assert "host h-b stopped watching job xbetween" in error, errors
+        job = wait_until(lambda: (j := job_entry(pair, "xbetween")) and
+                         j["state"] == "failed" and j, 5, "job xbetween failed in status")
+        assert "host h-b stopped watching" in job["failure"], job
+    finally:
+        workers.kill()
+
+
+def test_normal_end_of_a_two_host_job_fails_nothing(pair):
+    """Both hosts' ranks finish their steps and exit; h-a's linger 1.5 s after h-b's left (longer
+    than the coordinator's grace for a stream that ends before its host's `left`). The job ends
+    cleanly: status shows it ended with no failure, and no daemon logged an abort."""
+    workers = workers_across(sockets(pair, ("h-a", "h-b")), "xclean", 2, "steps",
+                             extra_env={"ARD_STEPS": "20"},
+                             host_env=[{"ARD_LINGER_MS": "1500"}, {}])
+    results = workers.wait(timeout_s=60)
+    for rank, (rc, out) in enumerate(results):
+        assert rc == 0 and lines_with(out, "DONE 20"), f"rank {rank}:\n" + "\n".join(out)
+    job = wait_until(lambda: (j := job_entry(pair, "xclean")) and j["state"] != "running" and j,
+                     10, "job xclean over in status")
+    assert job["state"] == "ended" and not job.get("failure"), job
+    for name, daemon in pair.daemons.items():
+        log = daemon.read_log()
+        assert "aborted" not in log and "stopped watching" not in log, f"{name}:\n{log}"

@@ -200,13 +200,15 @@ def lines_with(output_lines, prefix):
     return [line for line in output_lines if line.startswith(prefix)]
 
 
-def workers_across(sockets, job, per_host, mode, seed=12345, extra_env=None):
+def workers_across(sockets, job, per_host, mode, seed=12345, extra_env=None, host_env=None):
     """`per_host` collective_worker processes on each daemon socket, forming one job of
-    len(sockets) * per_host ranks (the daemons assign ranks: host order, then local rank)."""
+    len(sockets) * per_host ranks (the daemons assign ranks: host order, then local rank).
+    `host_env`: more variables for the processes of each socket, in the order of `sockets`."""
     size = len(sockets) * per_host
     procs = []
-    for sock in sockets:
-        w = Workers(sock, job, per_host, mode, seed=seed, extra_env=extra_env,
+    for i, sock in enumerate(sockets):
+        env = dict(extra_env or {}, **(host_env[i] if host_env else {}))
+        w = Workers(sock, job, per_host, mode, seed=seed, extra_env=env,
                     env_for_rank=lambda l: {"ALLREDUCED_SIZE": str(size),
                                             "ALLREDUCED_LOCAL_SIZE": str(per_host),
                                             "ALLREDUCED_LOCAL_RANK": str(l)})

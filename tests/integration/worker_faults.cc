@@ -1,18 +1,23 @@
 // Fault scenarios of collective_worker. Output lines (besides collective_worker's):
 //   STEPPING                       the first step completed (steps)
+//   PAUSED                         this rank stopped between collectives (between)
 //   SUBMITTED <tensor>             this rank's submit went out
 //   RESULT_OK <tensor>             the tensor completed with the right values
 //   ERROR <tensor> <code> <message>  the tensor failed (what fault tests expect)
 //
 // Modes and their environment:
 //   steps   ARD_STEPS (default: until an error), ARD_ELEMS (float32 elements, default 256Ki):
-//           one allreduce "step" after another, each checked, until an error or ARD_STEPS.
+//           one allreduce "step" after another, each checked, until an error or ARD_STEPS;
+//           then the rank lingers ARD_LINGER_MS (default 0) before exiting cleanly.
 //   slow    rank ARD_SLOW_RANK sleeps ARD_SLOW_MS before submitting "slow"; the others submit
 //           at once. Everyone waits for the result.
 //   uneven  every rank allreduces "common"; then the last rank submits "extra", which no other
 //           rank ever submits, while the others linger ARD_LINGER_MS and exit cleanly.
 //   after   the last rank submits "held" and then sleeps (until the test kills it); rank 0
 //           submits only once the file ARD_GO_FILE exists; the others submit at once.
+//   between every rank allreduces "first"; then the ranks of the last host (cross rank) print
+//           PAUSED and sleep until killed, while the others allreduce "second" (it waits for
+//           them): a job between two collectives, its data plane idle.
 #include "tests/integration/worker_faults.h"
 
 #include <unistd.h>
@@ -116,6 +121,8 @@ int Steps(ard_client* client, const ard_topology& t) {
     }
   }
   std::printf("DONE %lld\n", static_cast<long long>(done));
+  std::fflush(stdout);
+  SleepMs(EnvInt("ARD_LINGER_MS", 0));
   return 0;
 }
 
@@ -160,6 +167,18 @@ int After(ard_client* client, const ard_topology& t) {
   return 0;
 }
 
+int Between(ard_client* client, const ard_topology& t) {
+  if (OneAllreduce(client, t, "first", 16, 1.0f) != 0) return 1;
+  if (t.cross_rank == t.cross_size - 1) {
+    std::printf("PAUSED\n");
+    std::fflush(stdout);
+    for (;;) pause();  // between collectives; waits to be killed
+  }
+  if (OneAllreduce(client, t, "second", 16, 2.0f) == 1) return 1;
+  std::printf("DONE 1\n");
+  return 0;
+}
+
 }  // namespace
 
 int RunFaultMode(const std::string& mode, ard_client* client, const ard_topology& topo) {
@@ -167,6 +186,7 @@ int RunFaultMode(const std::string& mode, ard_client* client, const ard_topology
   if (mode == "slow") return Slow(client, topo);
   if (mode == "uneven") return Uneven(client, topo);
   if (mode == "after") return After(client, topo);
+  if (mode == "between") return Between(client, topo);
   return -1;
 }
 
