@@ -13,9 +13,9 @@
  *      exactly once: through its callback (on the receiver thread) or through ard_wait.
  *   3. ard_release once per completed handle (the result's memory stays readable until then).
  *   4. ard_client_destroy: cancels what is still pending and frees everything.
- * Errors: every fallible call returns a code (ARD_OK = 0, else another ARD_* code: absl's numbering)
- * and, where it takes an `err` buffer, a one-line message (NUL-terminated, truncated to err_len;
- * err may be NULL). No call throws, logs, or touches global state.
+ * Errors: every fallible call returns a code (ARD_OK = 0, else another ARD_* code, absl's
+ * numbering) and, where it takes an `err` buffer, a one-line message (NUL-terminated, truncated to
+ * err_len; err may be NULL). No call throws, logs, or touches global state.
  */
 #pragma once
 
