@@ -113,7 +113,7 @@ Status ResolveConfig(const ard_options& options, const EnvLookup& env, ClientCon
   JobName job;
   ARD_CLIENT_RETURN_IF_ERROR(ResolveJobName(options.job, env, config.ranks, &job));
   if (!IsValidJobName(job.name)) {
-    return InvalidArgument("job name '" + job.name + "' (from " + job.source + ") must be 1-" +
+    return InvalidArgument("job name '" + job.name + "' from " + job.source + " must be 1-" +
                            std::to_string(wire::kJobNameBytes - 1) + " of [A-Za-z0-9._-]");
   }
   config.job = std::move(job.name);

@@ -162,7 +162,7 @@ Status ResolveJobName(const char* option, const EnvLookup& env, const RankInfo& 
   }
   if (LauncherJobName(ranks.family, env, out)) return OkStatus();
   if (!MultiRank(ranks)) {
-    *out = {kDefaultJob, "the default"};
+    *out = {kDefaultJob, ""};
     return OkStatus();
   }
   std::string what = "its ranks come from ard_options, with no launcher variables";

@@ -21,7 +21,9 @@ inline constexpr size_t kMaxDerivedJobBytes = 48;
 
 struct JobName {
   std::string name;
-  std::string source;  // where the name came from, for messages: "ALLREDUCED_JOB", "PMIX_NAMESPACE"
+  // Where the name came from, for messages: "ALLREDUCED_JOB", "PMIX_NAMESPACE", ...; empty for
+  // the default.
+  std::string source;
 };
 
 // `option` is ard_options.job (nullptr: not set); `ranks` the resolved ranks, whose `family` names

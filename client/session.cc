@@ -99,9 +99,10 @@ Status Session::AwaitWelcome() {
     Status status = connection_->Receive(left, &frame);
     if (status.code() == wire::Code::kDeadlineExceeded) {
       return {wire::Code::kDeadlineExceeded,
-              "job '" + config_.job + "' (from " + config_.job_source + ") did not form within " +
-                  std::to_string(config_.timeout_ms) + " ms: the allreduced daemon at " +
-                  config_.socket_path +
+              "job '" + config_.job + "'" +
+                  (config_.job_source.empty() ? "" : " (from " + config_.job_source + ")") +
+                  " did not form within " + std::to_string(config_.timeout_ms) +
+                  " ms: the allreduced daemon at " + config_.socket_path +
                   " is still waiting for other ranks (ALLREDUCED_INIT_TIMEOUT_MS)"};
     }
     if (status.code() == wire::Code::kUnavailable) {
@@ -126,7 +127,8 @@ Status Session::AcceptWelcome(Frame& frame) {
   wire::Welcome welcome;
   if (!ReadPayload(frame, &welcome)) return Internal("WELCOME frame of the wrong length");
   if (welcome.result_segment_bytes > 0) {
-    ARD_CLIENT_RETURN_IF_ERROR(results_.Map(0, std::move(frame.fd), welcome.result_segment_bytes));
+    ARD_CLIENT_RETURN_IF_ERROR(
+        results_.Map(0, std::move(frame.fd), welcome.result_segment_bytes));
   }
   topology_ = {welcome.rank,       welcome.size,       welcome.local_rank,
                welcome.local_size, welcome.cross_rank, welcome.cross_size};
