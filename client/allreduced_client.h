@@ -13,9 +13,9 @@
  *      exactly once: through its callback (on the receiver thread) or through ard_wait.
  *   3. ard_release once per completed handle (the result's memory stays readable until then).
  *   4. ard_client_destroy: cancels what is still pending and frees everything.
- * Errors: every fallible call returns a code (0 = OK, else a wire::Code value, absl's numbering)
- * and, where it takes an `err` buffer, a one-line message (NUL-terminated, truncated to err_len;
- * err may be NULL). No call throws, logs, or touches global state.
+ * Errors: every fallible call returns a code (ARD_OK = 0, else another ARD_* code, absl's
+ * numbering) and, where it takes an `err` buffer, a one-line message (NUL-terminated, truncated to
+ * err_len; err may be NULL). No call throws, logs, or touches global state.
  */
 #pragma once
 
@@ -35,7 +35,10 @@ extern "C" {
 /* An opaque connected client. Thread-safe except where a function says otherwise. */
 typedef struct ard_client ard_client;
 
-/* Codes (same numbers as wire::Code / absl::StatusCode). */
+/* The numbers a caller passes in ard_request or reads in results. Each list is the wire's enum of
+ * the same meaning (client/local_wire.h; client.cc checks at compile time that they agree). */
+
+/* Status codes (wire::Code, i.e. absl::StatusCode's numbering). */
 enum {
   ARD_OK = 0,
   ARD_CANCELLED = 1,
@@ -56,9 +59,45 @@ enum {
   ARD_PENDING = -1,
 };
 
+/* ard_request.collective (wire::Collective). */
+enum {
+  ARD_ALLREDUCE = 1,
+  ARD_ALLGATHER = 2,
+  ARD_BROADCAST = 3,
+  ARD_ALLTOALL = 4,
+  ARD_REDUCESCATTER = 5,
+  ARD_BARRIER = 6,
+  ARD_JOIN = 7,
+};
+
+/* ard_request.dtype (wire::DataType). */
+enum {
+  ARD_UINT8 = 1,
+  ARD_INT8 = 2,
+  ARD_UINT16 = 3,
+  ARD_INT16 = 4,
+  ARD_INT32 = 5,
+  ARD_INT64 = 6,
+  ARD_FLOAT16 = 7,
+  ARD_BFLOAT16 = 8,
+  ARD_FLOAT32 = 9,
+  ARD_FLOAT64 = 10,
+  ARD_BOOL = 11,
+};
+
+/* ard_request.reduce_op (wire::ReduceOp). */
+enum {
+  ARD_SUM = 1,
+  ARD_AVERAGE = 2,
+  ARD_MIN = 3,
+  ARD_MAX = 4,
+  ARD_PRODUCT = 5,
+};
+
 /* How to connect. Fields left at their ard_options_init value come from the environment:
  *   socket_path  NULL -> $ALLREDUCED_SOCKET, else "/run/allreduced/allreduced.sock"
- *   job          NULL -> $ALLREDUCED_JOB, else "default" ([A-Za-z0-9._-], at most 63 bytes)
+ *   job          NULL -> $ALLREDUCED_JOB, else the launcher's name for this launch, else "default"
+ *                (see ard_client_create; [A-Za-z0-9._-], at most 63 bytes)
  *   rank, size, local_rank, local_size   -1 -> the first launcher family with a rank or size set,
  *                taken as a whole: ALLREDUCED_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE};
  *                OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}; PMI_RANK/PMI_SIZE with
@@ -92,9 +131,25 @@ ARD_API void ard_options_init(ard_options* options);
  * (free with ard_client_destroy). Otherwise returns the code (e.g. ARD_UNAVAILABLE when no daemon
  * listens, ARD_DEADLINE_EXCEEDED when the job did not form, the daemon's code when it refused),
  * stores NULL and writes a message to err. Reads the environment (getenv): do not call it while
- * another thread calls setenv. */
+ * another thread calls setenv.
+ * The job name is what keeps two jobs on one daemon apart: options->job, else $ALLREDUCED_JOB,
+ * else the identity of the launch, from the launcher whose rank variables were read (every rank of
+ * one launch gets the same name, two launches different ones):
+ *   Slurm     "slurm-<SLURM_JOB_ID>.<SLURM_STEP_ID>"
+ *   Open MPI  "ompi-<PMIX_NAMESPACE>" (else OMPI_MCA_ess_base_jobid, OMPI_MCA_orte_ess_jobid)
+ *   PMI       "pmi-<PMI_JOBID or PMI_KVSNAME>", else the Slurm step srun started; MPICH's and
+ *             Intel MPI's Hydra export neither: set ALLREDUCED_JOB with them
+ *   Horovod   "horovod-<HOROVOD_GLOO_RENDEZVOUS_ADDR>-<HOROVOD_GLOO_RENDEZVOUS_PORT>"
+ * (at most 48 bytes: an id with other characters or a longer one is shortened and its hash added).
+ * Without any of these a process alone in its job (no size, rank or local rank above one process)
+ * uses "default"; a process of a multi-rank job is refused with ARD_INVALID_ARGUMENT, naming the
+ * launcher found and asking for ALLREDUCED_JOB. ard_client_job returns the name in use. */
 ARD_API int ard_client_create(const ard_options* options, ard_client** out, char* err,
                               size_t err_len);
+
+/* The job name this client registered with (see ard_client_create), e.g. for the process-set
+ * sub-jobs "<job>.ps<id>" of the TensorFlow plugin. Valid until ard_client_destroy. Any thread. */
+ARD_API const char* ard_client_job(const ard_client* client);
 
 /* This process's place in the job, as the daemon assigned it (cross_* = among hosts). */
 typedef struct {
@@ -105,8 +160,8 @@ typedef struct {
 ARD_API void ard_client_topology(const ard_client* client, ard_topology* out);
 
 /* One collective on one tensor. Initialise with ard_request_init, then set what applies.
- *   collective   wire::Collective (1 allreduce .. 7 join); dtype wire::DataType;
- *   reduce_op    wire::ReduceOp (allreduce, reducescatter); root_rank: broadcast;
+ *   collective   ARD_ALLREDUCE .. ARD_JOIN; dtype ARD_UINT8 .. ARD_BOOL;
+ *   reduce_op    ARD_SUM .. ARD_PRODUCT (allreduce, reducescatter); root_rank: broadcast;
  *   prescale/postscale  allreduce/reducescatter factors (1.0: none);
  *   name         non-empty, < 256 bytes, unique among this rank's requests in flight; the same
  *                name on every rank identifies the tensor;

@@ -13,6 +13,10 @@ int main(void) {
   ard_request_init(&request);
   if (options.rank != -1 || request.group_id != -1 || request.prescale != 1.0) return 1;
   if (strcmp(ard_code_name(ARD_UNAVAILABLE), "UNAVAILABLE") != 0) return 1;
+  if (strcmp(ard_client_job(NULL), "") != 0) return 1;
+  request.collective = ARD_REDUCESCATTER; /* the named constants are plain C enumerators */
+  request.dtype = ARD_BFLOAT16;
+  request.reduce_op = ARD_PRODUCT;
   options.socket_path = "/tmp/ard-c-header-test-none.sock";
   options.rank = 0;
   options.size = 1;

@@ -19,6 +19,46 @@ namespace {
 using ard::client::Status;
 using ard::wire::Code;
 
+// The public header's numbers are the wire's: a caller's value goes onto the wire unchanged.
+template <typename Enum>
+constexpr bool Same(int api, Enum wire) {
+  return api == static_cast<int>(wire);
+}
+using ard::wire::Collective;
+using ard::wire::DataType;
+using ard::wire::ReduceOp;
+static_assert(Same(ARD_OK, Code::kOk) && Same(ARD_CANCELLED, Code::kCancelled) &&
+                  Same(ARD_INVALID_ARGUMENT, Code::kInvalidArgument) &&
+                  Same(ARD_DEADLINE_EXCEEDED, Code::kDeadlineExceeded) &&
+                  Same(ARD_NOT_FOUND, Code::kNotFound) &&
+                  Same(ARD_ALREADY_EXISTS, Code::kAlreadyExists) &&
+                  Same(ARD_PERMISSION_DENIED, Code::kPermissionDenied) &&
+                  Same(ARD_RESOURCE_EXHAUSTED, Code::kResourceExhausted) &&
+                  Same(ARD_FAILED_PRECONDITION, Code::kFailedPrecondition) &&
+                  Same(ARD_ABORTED, Code::kAborted) && Same(ARD_OUT_OF_RANGE, Code::kOutOfRange) &&
+                  Same(ARD_UNIMPLEMENTED, Code::kUnimplemented) &&
+                  Same(ARD_INTERNAL, Code::kInternal) && Same(ARD_UNAVAILABLE, Code::kUnavailable),
+              "ARD_* codes != wire::Code");
+static_assert(Same(ARD_ALLREDUCE, Collective::kAllreduce) &&
+                  Same(ARD_ALLGATHER, Collective::kAllgather) &&
+                  Same(ARD_BROADCAST, Collective::kBroadcast) &&
+                  Same(ARD_ALLTOALL, Collective::kAlltoall) &&
+                  Same(ARD_REDUCESCATTER, Collective::kReducescatter) &&
+                  Same(ARD_BARRIER, Collective::kBarrier) && Same(ARD_JOIN, Collective::kJoin),
+              "ARD_* collectives != wire::Collective");
+static_assert(Same(ARD_UINT8, DataType::kUint8) && Same(ARD_INT8, DataType::kInt8) &&
+                  Same(ARD_UINT16, DataType::kUint16) && Same(ARD_INT16, DataType::kInt16) &&
+                  Same(ARD_INT32, DataType::kInt32) && Same(ARD_INT64, DataType::kInt64) &&
+                  Same(ARD_FLOAT16, DataType::kFloat16) &&
+                  Same(ARD_BFLOAT16, DataType::kBfloat16) &&
+                  Same(ARD_FLOAT32, DataType::kFloat32) && Same(ARD_FLOAT64, DataType::kFloat64) &&
+                  Same(ARD_BOOL, DataType::kBool),
+              "ARD_* dtypes != wire::DataType");
+static_assert(Same(ARD_SUM, ReduceOp::kSum) && Same(ARD_AVERAGE, ReduceOp::kAverage) &&
+                  Same(ARD_MIN, ReduceOp::kMin) && Same(ARD_MAX, ReduceOp::kMax) &&
+                  Same(ARD_PRODUCT, ReduceOp::kProduct),
+              "ARD_* reduce ops != wire::ReduceOp");
+
 int Report(const Status& status, char* err, size_t err_len) {
   if (err != nullptr && err_len > 0) std::snprintf(err, err_len, "%s", status.message().c_str());
   return status.raw_code();
@@ -69,6 +109,10 @@ ARD_API int ard_client_create(const ard_options* options, ard_client** out, char
 ARD_API void ard_client_topology(const ard_client* client, ard_topology* out) {
   if (client == nullptr || out == nullptr) return;
   *out = client->session->topology();
+}
+
+ARD_API const char* ard_client_job(const ard_client* client) {
+  return client == nullptr ? "" : client->session->job().c_str();
 }
 
 ARD_API void ard_request_init(ard_request* request) {
@@ -129,22 +173,22 @@ ARD_API void ard_client_destroy(ard_client* client) { delete client; }
 
 ARD_API const char* ard_code_name(int code) {
   switch (code) {
-    case -1: return "PENDING";
-    case 0: return "OK";
-    case 1: return "CANCELLED";
-    case 2: return "UNKNOWN";
-    case 3: return "INVALID_ARGUMENT";
-    case 4: return "DEADLINE_EXCEEDED";
-    case 5: return "NOT_FOUND";
-    case 6: return "ALREADY_EXISTS";
-    case 7: return "PERMISSION_DENIED";
-    case 8: return "RESOURCE_EXHAUSTED";
-    case 9: return "FAILED_PRECONDITION";
-    case 10: return "ABORTED";
-    case 11: return "OUT_OF_RANGE";
-    case 12: return "UNIMPLEMENTED";
-    case 13: return "INTERNAL";
-    case 14: return "UNAVAILABLE";
+    case ARD_PENDING: return "PENDING";
+    case ARD_OK: return "OK";
+    case ARD_CANCELLED: return "CANCELLED";
+    case ARD_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case ARD_DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case ARD_NOT_FOUND: return "NOT_FOUND";
+    case ARD_ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case ARD_PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case ARD_RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case ARD_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case ARD_ABORTED: return "ABORTED";
+    case ARD_OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case ARD_UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case ARD_INTERNAL: return "INTERNAL";
+    case ARD_UNAVAILABLE: return "UNAVAILABLE";
+    // absl codes the daemon never sends, named for completeness.
     case 15: return "DATA_LOSS";
     case 16: return "UNAUTHENTICATED";
     default: return "UNKNOWN";

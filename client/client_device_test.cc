@@ -25,7 +25,7 @@ TEST_CASE("ard_submit_device without a GPU: a clear error, and host submits stil
 
   // Alltoall is not served for device tensors: refused as misuse, whatever the machine has.
   FloatTensor b("a2a", {1.0f, 2.0f});
-  b.request.collective = 4;  // alltoall
+  b.request.collective = ARD_ALLTOALL;
   CHECK(ard_submit_device(client, &b.request, 0, out, nullptr, nullptr, nullptr, &handle, err,
                           sizeof(err)) == ARD_INVALID_ARGUMENT);
   CHECK(std::string(err).find("only allreduce, broadcast, allgather and reducescatter") !=

@@ -62,7 +62,8 @@ TEST_CASE("create times out when the job does not form") {
   char err[512] = "";
   ard_client* client = nullptr;
   CHECK(ard_client_create(&options, &client, err, sizeof(err)) == ARD_DEADLINE_EXCEEDED);
-  CHECK(std::string(err).find("did not form within 100 ms") != std::string::npos);
+  CHECK(std::string(err).find("job 'testjob' (from ard_options.job) did not form within 100 ms") !=
+        std::string::npos);
   // The abandoned connection says goodbye.
   CHECK(daemon.WaitFor([](const FakeDaemonState& s) { return s.disconnects == 1; }));
 }
@@ -75,6 +76,27 @@ TEST_CASE("create rejects a bad job name before connecting") {
   ard_client* client = nullptr;
   CHECK(ard_client_create(&options, &client, err, sizeof(err)) == ARD_INVALID_ARGUMENT);
   CHECK(daemon.State().connections == 0);
+}
+
+TEST_CASE("create refuses a rank of a multi-rank job that no name identifies") {
+  FakeDaemon daemon;
+  ard_options options = TestOptions(daemon);
+  options.job = nullptr;  // and the test's environment sets neither ALLREDUCED_JOB nor a launcher
+  options.rank = options.local_rank = 1;
+  options.size = options.local_size = 2;
+  char err[512] = "";
+  ard_client* client = nullptr;
+  CHECK(ard_client_create(&options, &client, err, sizeof(err)) == ARD_INVALID_ARGUMENT);
+  CHECK(std::string(err).find("set ALLREDUCED_JOB") != std::string::npos);
+  CHECK(client == nullptr);
+  CHECK(daemon.State().connections == 0);
+  // Alone in its job, the same process keeps the default name.
+  options.rank = options.local_rank = 0;
+  options.size = options.local_size = 1;
+  client = MustCreate(options);
+  CHECK(std::string(ard_client_job(client)) == "default");
+  CHECK(std::string(daemon.State().hello.job) == "default");
+  ard_client_destroy(client);
 }
 
 TEST_CASE("ERROR for one request fails only that request") {

@@ -130,8 +130,8 @@ TEST_CASE("a tensor larger than the first segment and the default 64 MiB round-t
   int64_t shape[1] = {static_cast<int64_t>(big.size())};
   ard_request request;
   ard_request_init(&request);
-  request.collective = 3;  // broadcast: the fake copies
-  request.dtype = 1;       // uint8
+  request.collective = ARD_BROADCAST;  // the fake copies
+  request.dtype = ARD_UINT8;
   request.name = "embedding";
   request.ndims = 1;
   request.shape = shape;

@@ -39,6 +39,7 @@ TEST_CASE("create registers with HELLO and reports WELCOME's topology") {
   FakeDaemonState s = daemon.State();
   CHECK(s.hellos == 1);
   CHECK(std::string(s.hello.job) == "testjob");
+  CHECK(std::string(ard_client_job(client)) == "testjob");
   CHECK(s.hello.rank == 3);
   CHECK(s.hello.size == 8);
   CHECK(s.hello.local_rank == 1);
@@ -157,7 +158,7 @@ TEST_CASE("a 0-byte barrier needs no slot and no RELEASE") {
   ard_client* client = MustCreate(TestOptions(daemon));
   ard_request barrier;
   ard_request_init(&barrier);
-  barrier.collective = 6;
+  barrier.collective = ARD_BARRIER;
   barrier.name = "barrier.0";
   uint64_t h = MustSubmit(client, barrier);
   ard_result r;
@@ -231,7 +232,7 @@ TEST_CASE("alltoall splits travel both ways; results may live in a RESULT_SEGMEN
   daemon.AddResultSegment(1 << 20);  // the fake then places results in segment 1
   FloatTensor t("a2a", Ramp(6, 0));
   int64_t splits[3] = {1, 2, 3};
-  t.request.collective = 4;
+  t.request.collective = ARD_ALLTOALL;
   t.request.num_splits = 3;
   t.request.splits = splits;
   uint64_t h = MustSubmit(client, t.request);

@@ -94,16 +94,6 @@ Status ResolveGpu(const EnvLookup& env, ClientConfig* out) {
 
 }  // namespace
 
-bool IsValidJobName(const std::string& job) {
-  if (job.empty() || job.size() >= wire::kJobNameBytes) return false;
-  for (char c : job) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 Status ResolveConfig(const ard_options& options, const EnvLookup& env, ClientConfig* out) {
   ClientConfig config;
   config.socket_path =
@@ -111,11 +101,6 @@ Status ResolveConfig(const ard_options& options, const EnvLookup& env, ClientCon
   if (config.socket_path.empty() || config.socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
     return InvalidArgument("socket path '" + config.socket_path + "' is empty or longer than " +
                            std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
-  }
-  config.job = StringOption(options.job, env, "ALLREDUCED_JOB", kDefaultJob);
-  if (!IsValidJobName(config.job)) {
-    return InvalidArgument("job name '" + config.job + "' must be 1-" +
-                           std::to_string(wire::kJobNameBytes - 1) + " of [A-Za-z0-9._-]");
   }
   bool all_explicit = options.rank != -1 && options.size != -1 && options.local_rank != -1 &&
                       options.local_size != -1;
@@ -125,6 +110,14 @@ Status ResolveConfig(const ard_options& options, const EnvLookup& env, ClientCon
   Override(options.local_rank, &config.ranks.local_rank);
   Override(options.local_size, &config.ranks.local_size);
   ARD_CLIENT_RETURN_IF_ERROR(ValidateRanks(config.ranks));
+  JobName job;
+  ARD_CLIENT_RETURN_IF_ERROR(ResolveJobName(options.job, env, config.ranks, &job));
+  if (!IsValidJobName(job.name)) {
+    return InvalidArgument("job name '" + job.name + "' from " + job.source + " must be 1-" +
+                           std::to_string(wire::kJobNameBytes - 1) + " of [A-Za-z0-9._-]");
+  }
+  config.job = std::move(job.name);
+  config.job_source = std::move(job.source);
   ARD_CLIENT_RETURN_IF_ERROR(ResolveTimeout(options.timeout_ms, env, &config.timeout_ms));
   ARD_CLIENT_RETURN_IF_ERROR(ResolveArena(options, env, &config));
   ARD_CLIENT_RETURN_IF_ERROR(ResolveGpu(env, &config));

@@ -7,13 +7,13 @@
 #include <string>
 
 #include "client/allreduced_client.h"
+#include "client/env_job.h"
 #include "client/env_ranks.h"
 #include "client/status.h"
 
 namespace ard::client {
 
 inline constexpr char kDefaultSocketPath[] = "/run/allreduced/allreduced.sock";
-inline constexpr char kDefaultJob[] = "default";
 inline constexpr int kDefaultInitTimeoutMs = 60000;
 inline constexpr uint64_t kDefaultSegmentBytes = 64ull << 20;
 inline constexpr uint64_t kDefaultArenaMaxBytes = 16ull << 30;
@@ -25,6 +25,7 @@ inline constexpr uint32_t kDefaultGpuEvents = 64;
 struct ClientConfig {
   std::string socket_path;
   std::string job;
+  std::string job_source;  // where the name came from (env_job.h), for messages
   RankInfo ranks;
   int timeout_ms = kDefaultInitTimeoutMs;  // < 0: wait forever
   uint64_t arena_segment_bytes = kDefaultSegmentBytes;  // page multiple, <= arena_max_bytes
@@ -36,10 +37,7 @@ struct ClientConfig {
 };
 
 // InvalidArgument (naming the option or variable) for a bad job name, socket path, rank value or
-// size; otherwise a complete config.
+// size, or a multi-rank job without a name (env_job.h); otherwise a complete config.
 Status ResolveConfig(const ard_options& options, const EnvLookup& env, ClientConfig* out);
-
-// [A-Za-z0-9._-]+ and shorter than wire::kJobNameBytes.
-bool IsValidJobName(const std::string& job);
 
 }  // namespace ard::client

@@ -53,9 +53,9 @@ TEST_CASE("libard_client.so works through dlopen/dlsym alone") {
   int64_t shape[1] = {4};
   ard_request request;
   request_init(&request);
-  request.collective = 1;
-  request.dtype = 9;
-  request.reduce_op = 1;
+  request.collective = ARD_ALLREDUCE;
+  request.dtype = ARD_FLOAT32;
+  request.reduce_op = ARD_SUM;
   request.name = "dl";
   request.ndims = 1;
   request.shape = shape;

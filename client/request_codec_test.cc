@@ -12,9 +12,9 @@ namespace {
 struct Tensor {
   Tensor() {
     ard_request_init(&r);
-    r.collective = 1;
-    r.dtype = 9;
-    r.reduce_op = 2;
+    r.collective = ARD_ALLREDUCE;
+    r.dtype = ARD_FLOAT32;
+    r.reduce_op = ARD_AVERAGE;
     r.name = "layer1/kernel";
     r.ndims = 2;
     r.shape = shape;
@@ -46,10 +46,10 @@ TEST_CASE("valid requests pass, including scalars, empty tensors, barrier and jo
   CHECK(Validate(empty) == wire::Code::kOk);
   ard_request barrier;
   ard_request_init(&barrier);
-  barrier.collective = 6;
+  barrier.collective = ARD_BARRIER;
   barrier.name = "b";
   CHECK(Validate(barrier) == wire::Code::kOk);
-  barrier.collective = 7;
+  barrier.collective = ARD_JOIN;
   CHECK(Validate(barrier) == wire::Code::kOk);
   barrier.bytes = 4;
   barrier.data = t.data;
@@ -78,7 +78,7 @@ TEST_CASE("tensors up to the limit pass; above it they fail") {
 
 TEST_CASE("alltoall splits must be non-negative and sum to the first dimension") {
   Tensor t;
-  t.r.collective = 4;
+  t.r.collective = ARD_ALLTOALL;
   int64_t splits[2] = {1, 1};
   t.r.splits = splits;
   t.r.num_splits = 2;
@@ -94,7 +94,7 @@ TEST_CASE("alltoall splits must be non-negative and sum to the first dimension")
 
 TEST_CASE("broadcast needs a root; grouped allreduce needs a size; scales are finite") {
   Tensor t;
-  t.r.collective = 3;
+  t.r.collective = ARD_BROADCAST;
   t.r.root_rank = -1;
   CHECK(Validate(t.r) == wire::Code::kInvalidArgument);
   t.r.root_rank = 0;
@@ -162,7 +162,7 @@ TEST_CASE("DecodeError reads code and message") {
   int32_t code;
   std::string message;
   REQUIRE(DecodeError(payload.data(), payload.size(), &code, &message).ok());
-  CHECK(code == 10);
+  CHECK(code == ARD_ABORTED);
   CHECK(message == "dead");
   CHECK_FALSE(DecodeError(payload.data(), payload.size() + 0 - 1, &code, &message).ok());
 }

@@ -99,9 +99,10 @@ Status Session::AwaitWelcome() {
     Status status = connection_->Receive(left, &frame);
     if (status.code() == wire::Code::kDeadlineExceeded) {
       return {wire::Code::kDeadlineExceeded,
-              "job '" + config_.job + "' did not form within " +
-                  std::to_string(config_.timeout_ms) + " ms: the allreduced daemon at " +
-                  config_.socket_path +
+              "job '" + config_.job + "'" +
+                  (config_.job_source.empty() ? "" : " (from " + config_.job_source + ")") +
+                  " did not form within " + std::to_string(config_.timeout_ms) +
+                  " ms: the allreduced daemon at " + config_.socket_path +
                   " is still waiting for other ranks (ALLREDUCED_INIT_TIMEOUT_MS)"};
     }
     if (status.code() == wire::Code::kUnavailable) {

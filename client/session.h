@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -42,6 +43,7 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   const ard_topology& topology() const { return topology_; }
+  const std::string& job() const { return config_.job; }
 
   // ard_submit / ard_wait / ard_release semantics (allreduced_client.h).
   Status Submit(const ard_request& request, ard_done_fn done, void* user, uint64_t* handle);

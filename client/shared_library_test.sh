@@ -10,8 +10,8 @@ bad=$(grep -v '^ard_' <<<"$exports" || true)
 if [[ -n "$bad" ]]; then
   echo "non-API symbols exported:"; echo "$bad"; exit 1
 fi
-for sym in ard_options_init ard_client_create ard_client_topology ard_request_init ard_submit \
-    ard_wait ard_release ard_client_destroy ard_code_name ard_gpu_probe; do
+for sym in ard_options_init ard_client_create ard_client_job ard_client_topology ard_request_init \
+    ard_submit ard_wait ard_release ard_client_destroy ard_code_name ard_gpu_probe; do
   grep -qx "$sym" <<<"$exports" || { echo "missing export $sym"; exit 1; }
 done
 

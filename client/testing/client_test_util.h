@@ -50,9 +50,9 @@ struct FloatTensor {
       : name(std::move(tensor_name)), values(std::move(tensor_values)) {
     shape[0] = static_cast<int64_t>(values.size());
     ard_request_init(&request);
-    request.collective = 1;  // allreduce
-    request.dtype = 9;       // float32
-    request.reduce_op = 1;   // sum
+    request.collective = ARD_ALLREDUCE;
+    request.dtype = ARD_FLOAT32;
+    request.reduce_op = ARD_SUM;
     request.name = name.c_str();
     request.ndims = 1;
     request.shape = shape;

@@ -5,6 +5,7 @@
 //
 // Output (stdout), one line each, for the Python test to parse:
 //   TOPOLOGY rank size local_rank local_size cross_rank cross_size
+//   JOB <name>                                        (ALLREDUCED_JOB or the launcher's name)
 //   RESULT <case> <fnv1a-64 of the result bytes>     (compared across ranks: bit-identical)
 //   ERROR <case> <code> <message>                     (scenarios that expect errors)
 //   DONE <cases checked>
@@ -231,7 +232,7 @@ int Join(ard_client* client, const ard_topology& topo, uint64_t seed) {
   }
   ard_request req;
   ard_request_init(&req);
-  req.collective = 7;  // join
+  req.collective = ARD_JOIN;
   req.name = "join";
   char err[512];
   uint64_t handle;
@@ -299,9 +300,9 @@ int Latency(ard_client* client, const ard_topology& topo, int iterations) {
   for (int i = 0; i < iterations; ++i) {
     ard_request req;
     ard_request_init(&req);
-    req.collective = 1;
-    req.dtype = 9;
-    req.reduce_op = 1;
+    req.collective = ARD_ALLREDUCE;
+    req.dtype = ARD_FLOAT32;
+    req.reduce_op = ARD_SUM;
     req.name = "latency";
     req.ndims = 1;
     req.shape = shape;
@@ -370,6 +371,7 @@ int main(int argc, char** argv) {
   const ard_topology& t = worker.topo();
   std::printf("TOPOLOGY %d %d %d %d %d %d\n", t.rank, t.size, t.local_rank, t.local_size,
               t.cross_rank, t.cross_size);
+  std::printf("JOB %s\n", ard_client_job(client));
   std::fflush(stdout);
   int rc = 2;
   if (mode == "matrix") rc = Matrix(worker);

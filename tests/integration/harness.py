@@ -160,12 +160,17 @@ def host_states(daemon_address):
 
 class Workers:
     """N collective_worker processes of one job on one daemon (ranks from ALLREDUCED_* unless
-    `env_for_rank` provides another launcher's variables)."""
+    `env_for_rank` provides another launcher's variables). job=None: no ALLREDUCED_JOB, the client
+    library names the job from the launcher's variables."""
 
     def __init__(self, socket_path, job, size, mode, seed=12345, env_for_rank=None, extra_env=None):
         self.procs = []
         for rank in range(size):
-            env = dict(os.environ, ALLREDUCED_SOCKET=socket_path, ALLREDUCED_JOB=job)
+            env = dict(os.environ, ALLREDUCED_SOCKET=socket_path)
+            if job is None:
+                env.pop("ALLREDUCED_JOB", None)
+            else:
+                env["ALLREDUCED_JOB"] = job
             if env_for_rank is None:
                 env.update(ALLREDUCED_RANK=str(rank), ALLREDUCED_SIZE=str(size))
             else:

@@ -1,7 +1,8 @@
 """One daemon, several real client processes (collective_worker, through the real client library):
 every collective x reduce op x dtype checked against a reference on every rank and bit-identical
 across ranks; 1,000 small tensors a step in different orders; two jobs at once; Horovod-shaped
-mismatch errors; join; a process killed mid-step; job formation and launcher variables."""
+mismatch errors; join; a process killed mid-step; job formation and launcher variables; jobs named
+by their launcher when ALLREDUCED_JOB is unset."""
 import os
 import signal
 import time
@@ -138,6 +139,60 @@ def test_launcher_environment_families(daemon, family):
     assert_all_ok(results)
     for rank, (_, out) in enumerate(results):
         assert lines_with(out, "TOPOLOGY")[0].split()[1:3] == [str(rank), "2"]
+
+
+# One launch of 2 ranks per launcher family, as the launcher would set its variables: `launch` is
+# what tells two launches apart (a Slurm job, an mpirun's PMIx namespace, ...).
+LAUNCHES = {
+    "slurm": lambda launch, r: ({"SLURM_PROCID": str(r), "SLURM_NTASKS": "2",
+                                 "SLURM_LOCALID": str(r), "SLURM_NTASKS_PER_NODE": "2",
+                                 "SLURM_JOB_ID": launch, "SLURM_STEP_ID": "0"},
+                                f"slurm-{launch}.0"),
+    "openmpi": lambda launch, r: ({"OMPI_COMM_WORLD_RANK": str(r), "OMPI_COMM_WORLD_SIZE": "2",
+                                   "OMPI_COMM_WORLD_LOCAL_RANK": str(r),
+                                   "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "PMIX_NAMESPACE": launch,
+                                   "OMPI_MCA_ess_base_jobid": launch}, f"ompi-{launch}"),
+    "pmi": lambda launch, r: ({"PMI_RANK": str(r), "PMI_SIZE": "2", "MPI_LOCALRANKID": str(r),
+                               "MPI_LOCALNRANKS": "2", "PMI_JOBID": launch}, f"pmi-{launch}"),
+    "horovod": lambda launch, r: ({"HOROVOD_RANK": str(r), "HOROVOD_SIZE": "2",
+                                   "HOROVOD_LOCAL_RANK": str(r), "HOROVOD_LOCAL_SIZE": "2",
+                                   "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
+                                   "HOROVOD_GLOO_RENDEZVOUS_PORT": launch},
+                                  f"horovod-127.0.0.1-{launch}"),
+}
+
+
+@pytest.mark.parametrize("family", sorted(LAUNCHES))
+def test_two_launches_at_once_without_allreduced_job_stay_apart(daemon, family):
+    """Two 2-rank launches started together on one daemon, ALLREDUCED_JOB unset: each forms its own
+    job, named after its launch. Their inputs come from different seeds, so a rank reducing with a
+    rank of the other launch would see wrong results (MISMATCH) or a refused registration."""
+    launches = {"4101": 111, "4202": 222}
+    workers = {launch: Workers(daemon.socket, None, 2, "many", seed=seed,
+                               env_for_rank=lambda r, l=launch: LAUNCHES[family](l, r)[0])
+               for launch, seed in launches.items()}
+    for launch, w in workers.items():
+        results = w.wait()
+        assert_all_ok(results)
+        name = LAUNCHES[family](launch, 0)[1]
+        for rank, (_, out) in enumerate(results):
+            assert lines_with(out, "JOB ") == [f"JOB {name}"], out
+            assert lines_with(out, "TOPOLOGY")[0].split()[1:3] == [str(rank), "2"]
+
+
+def test_a_two_rank_launch_with_no_job_identity_is_refused(daemon):
+    """Hydra (MPICH's mpiexec) exports no job id: without ALLREDUCED_JOB both ranks are refused
+    before registering, with a message naming the launcher and ALLREDUCED_JOB."""
+    hydra = lambda r: {"PMI_RANK": str(r), "PMI_SIZE": "2", "PMI_FD": "9",
+                       "MPI_LOCALRANKID": str(r), "MPI_LOCALNRANKS": "2"}
+    for rank, (rc, out) in enumerate(Workers(daemon.socket, None, 2, "many",
+                                             env_for_rank=hydra).wait(timeout_s=30)):
+        assert rc == 3, out
+        init = lines_with(out, "INIT_ERROR")[0]
+        assert init.startswith("INIT_ERROR INVALID_ARGUMENT"), init
+        assert f"rank {rank} of 2" in init and "PMI (MPICH/Hydra" in init, init
+        assert "set ALLREDUCED_JOB" in init, init
+    assert status_json(daemon.address)["jobs"] == []
 
 
 def test_status_lists_running_job_with_ranks(daemon):

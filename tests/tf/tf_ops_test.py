@@ -2,7 +2,9 @@
 (Sum, Average, Max), allgather with different first dimensions, broadcast, broadcast_variables,
 an allreduce inside tf.function, its gradient, and a mismatch surfacing as FailedPreconditionError
 with Horovod's message."""
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,16 +22,25 @@ from harness import Cluster  # noqa: E402
 PACKAGE_DIR = os.path.join(HERE, "..", "..", "tfplugin", "python")
 
 
-def run_workers(sockets, per_host, scenario, extra_env=None):
+def run_workers(sockets, per_host, scenario, extra_env=None, launcher=None):
+    """`per_host` tf_worker processes per daemon socket. By default they carry ALLREDUCED_JOB and
+    ALLREDUCED_SIZE/LOCAL_SIZE/LOCAL_RANK; `launcher(rank, local_rank, size, per_host)` gives
+    another launcher's variables instead, without ALLREDUCED_JOB (the job is named from them)."""
     size = len(sockets) * per_host
     env_base = dict(os.environ, ALLREDUCED_JOB=f"tf-{scenario}-{size}", **(extra_env or {}),
                     PYTHONPATH=PACKAGE_DIR, TF_CPP_MIN_LOG_LEVEL="3",
                     ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"])
+    if launcher is not None:
+        del env_base["ALLREDUCED_JOB"]
     procs = []
-    for sock in sockets:
+    for host, sock in enumerate(sockets):
         for local in range(per_host):
-            env = dict(env_base, ALLREDUCED_SOCKET=sock, ALLREDUCED_SIZE=str(size),
-                       ALLREDUCED_LOCAL_SIZE=str(per_host), ALLREDUCED_LOCAL_RANK=str(local))
+            if launcher is None:
+                ranks = dict(ALLREDUCED_SIZE=str(size), ALLREDUCED_LOCAL_SIZE=str(per_host),
+                             ALLREDUCED_LOCAL_RANK=str(local))
+            else:
+                ranks = launcher(host * per_host + local, local, size, per_host)
+            env = dict(env_base, ALLREDUCED_SOCKET=sock, **ranks)
             procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "tf_worker.py"),
                                            scenario], env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True))
@@ -44,11 +55,11 @@ def run_workers(sockets, per_host, scenario, extra_env=None):
     return outputs
 
 
-def run_on_two_hosts(scenario, extra_env=None):
+def run_on_two_hosts(scenario, extra_env=None, launcher=None):
     cluster = Cluster(host_timeout_ms=10000)
     try:
         daemons = [cluster.add(f"{scenario}-{i}") for i in range(2)]
-        return run_workers([d.socket for d in daemons], 2, scenario, extra_env)
+        return run_workers([d.socket for d in daemons], 2, scenario, extra_env, launcher)
     finally:
         cluster.close()
 
@@ -79,6 +90,57 @@ def test_keras_fit_with_distributed_optimizer_and_callbacks():
 def test_process_sets_spanning_hosts_and_within_one():
     for rc, out in run_on_two_hosts("process_sets"):
         assert rc == 0 and "OK process_sets" in out, out
+
+
+def open_mpi(rank, local, size, per_host):
+    """What mpirun (Open MPI 4.1) sets for one rank, its PMIx namespace included."""
+    return {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(size),
+            "OMPI_COMM_WORLD_LOCAL_RANK": str(local), "OMPI_COMM_WORLD_LOCAL_SIZE": str(per_host),
+            "PMIX_NAMESPACE": "1938292737"}
+
+
+def test_process_sets_in_a_job_named_by_its_launcher():
+    """No ALLREDUCED_JOB: init() names the job from mpirun's PMIx namespace, and the process sets'
+    sub-jobs follow that name."""
+    for rc, out in run_on_two_hosts("process_sets", launcher=open_mpi):
+        assert rc == 0 and "OK process_sets" in out, out
+
+
+def test_init_refuses_a_multi_rank_launch_that_names_no_job():
+    def hydra(rank, local, size, per_host):
+        return {"PMI_RANK": str(rank), "PMI_SIZE": str(size), "MPI_LOCALRANKID": str(local),
+                "MPI_LOCALNRANKS": str(per_host)}
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        d = cluster.add("tf-refused")
+        for rc, out in run_workers([d.socket], 2, "ops", launcher=hydra):
+            assert rc != 0, out
+            assert "allreduced init failed: cannot tell which job" in out, out
+            assert "PMI (MPICH/Hydra" in out and "set ALLREDUCED_JOB" in out, out
+    finally:
+        cluster.close()
+
+
+def test_python_constants_are_the_client_headers():
+    """hvd.Sum ... and ops_library.constants() are the ARD_* values of client/allreduced_client.h,
+    every one of them, read from the op library rather than written down again in Python."""
+    header = open(os.path.join(HERE, "..", "..", "client", "allreduced_client.h")).read()
+    expected = {m.group(1): int(m.group(2))
+                for m in re.finditer(r"^\s*(ARD_[A-Z0-9_]+) = (-?\d+),", header, re.M)}
+    assert len(expected) > 30 and expected["ARD_SUM"] == 1
+    script = ("import json, allreduced.tensorflow as hvd\n"
+              "from allreduced.tensorflow.ops_library import constants\n"
+              "print(json.dumps([constants(), [hvd.Sum, hvd.Average, hvd.Min, hvd.Max,"
+              " hvd.Product]]))")
+    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, TF_CPP_MIN_LOG_LEVEL="3",
+               ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"])
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    constants, reduce_ops = json.loads(r.stdout.strip().splitlines()[-1])
+    assert constants == expected
+    assert reduce_ops == [expected[f"ARD_{op}"] for op in ("SUM", "AVERAGE", "MIN", "MAX",
+                                                            "PRODUCT")]
 
 
 def test_distributed_optimizer_matches_single_process_training():

@@ -35,7 +35,7 @@ struct PendingVariable {
 void OnVariableBroadcast(void* user, uint64_t handle, const ard_result* result) {
   std::unique_ptr<PendingVariable> p(static_cast<PendingVariable*>(user));
   OpKernelContext* ctx = p->ctx;
-  if (result->code != 0) {
+  if (result->code != ARD_OK) {
     ctx->SetStatus(ClientStatus(result->code, result->message));
   } else {
     ::tensorflow::mutex_lock lock(*p->var->mu());
@@ -100,7 +100,7 @@ class BroadcastInplaceOp : public AsyncOpKernel {
         ::tensorflow::tf_shared_lock lock(*pending->var->mu());
         snapshot = *pending->var->tensor();
       }
-      FillRequest(snapshot, kBroadcast, name, &shape, &req);
+      FillRequest(snapshot, ARD_BROADCAST, name, &shape, &req);
       req.root_rank = root_rank_;
       if (req.dtype == 0) {
         code = ARD_INVALID_ARGUMENT;
@@ -109,7 +109,7 @@ class BroadcastInplaceOp : public AsyncOpKernel {
         uint64_t handle = 0;
         code = ard_submit(client, &req, &OnVariableBroadcast, pending, &handle, err, sizeof(err));
       }
-      if (code != 0) {
+      if (code != ARD_OK) {
         delete pending;
         ctx->SetStatus(ClientStatus(code, err));
         if (remaining->fetch_sub(n - i) == n - i) done();

@@ -36,14 +36,14 @@ struct Pending {
 void OnComplete(void* user, uint64_t handle, const ard_result* result) {
   std::unique_ptr<Pending> p(static_cast<Pending*>(user));
   OpKernelContext* ctx = p->ctx;
-  if (result->code != 0) {
+  if (result->code != ARD_OK) {
     ctx->SetStatus(ClientStatus(result->code, result->message));
-  } else if (p->collective == kJoin) {
+  } else if (p->collective == ARD_JOIN) {
     Tensor* out = nullptr;
     absl::Status s = ctx->allocate_output(0, TensorShape({}), &out);
     if (s.ok()) out->scalar<int32_t>()() = result->join_last_rank;
     if (!s.ok()) ctx->SetStatus(s);
-  } else if (p->collective != kBarrier) {
+  } else if (p->collective != ARD_BARRIER) {
     Tensor* out = nullptr;
     TensorShape shape;
     for (int d = 0; d < result->ndims; ++d) shape.AddDim(result->shape[d]);
@@ -54,7 +54,7 @@ void OnComplete(void* user, uint64_t handle, const ard_result* result) {
     if (s.ok() && result->bytes > 0) {
       std::memcpy(const_cast<char*>(out->tensor_data().data()), result->data, result->bytes);
     }
-    if (s.ok() && p->collective == kAlltoall) {
+    if (s.ok() && p->collective == ARD_ALLTOALL) {
       Tensor* splits = nullptr;
       s = ctx->allocate_output(1, TensorShape({result->num_splits}), &splits);
       for (int i = 0; s.ok() && i < result->num_splits; ++i) {
@@ -74,12 +74,12 @@ class CollectiveOp : public AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
     OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_));
     if (tensor_name_.empty()) tensor_name_ = name();
-    if (collective == kAllreduce || collective == kReducescatter) {
+    if (collective == ARD_ALLREDUCE || collective == ARD_REDUCESCATTER) {
       OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
       OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
       OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
     }
-    if (collective == kBroadcast) OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_rank_));
+    if (collective == ARD_BROADCAST) OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_rank_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -89,7 +89,7 @@ class CollectiveOp : public AsyncOpKernel {
     std::vector<int64_t> shape;
     std::vector<int64_t> splits;
     ard_request req;
-    const bool tensorless = collective_ == kBarrier || collective_ == kJoin;
+    const bool tensorless = collective_ == ARD_BARRIER || collective_ == ARD_JOIN;
     if (tensorless) {
       ard_request_init(&req);
       req.collective = collective_;
@@ -104,7 +104,7 @@ class CollectiveOp : public AsyncOpKernel {
     req.root_rank = root_rank_;
     req.prescale = prescale_;
     req.postscale = postscale_;
-    if (collective_ == kAlltoall && ctx->num_inputs() > 1 && ctx->input(1).NumElements() > 0) {
+    if (collective_ == ARD_ALLTOALL && ctx->num_inputs() > 1 && ctx->input(1).NumElements() > 0) {
       const Tensor& s = ctx->input(1);
       for (int64_t i = 0; i < s.NumElements(); ++i) {
         splits.push_back(s.dtype() == ::tensorflow::DT_INT32 ? s.flat<int32_t>()(i)
@@ -117,7 +117,7 @@ class CollectiveOp : public AsyncOpKernel {
     char err[512] = {};
     uint64_t handle = 0;
     const int code = ard_submit(client, &req, &OnComplete, pending, &handle, err, sizeof(err));
-    if (code != 0) {
+    if (code != ARD_OK) {
       delete pending;
       ctx->SetStatus(ClientStatus(code, err));
       done();
@@ -128,7 +128,7 @@ class CollectiveOp : public AsyncOpKernel {
   const int collective_;
   std::string tensor_name_;
   int process_set_ = 0;
-  int reduce_op_ = 1;
+  int reduce_op_ = ARD_SUM;
   int root_rank_ = 0;
   float prescale_ = 1.0f;
   float postscale_ = 1.0f;
@@ -148,7 +148,7 @@ template <int kCollective>
 class GroupedOp : public AsyncOpKernel {
  public:
   explicit GroupedOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
-    if (kCollective != kAllgather) {
+    if (kCollective != ARD_ALLGATHER) {
       OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
       OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
       OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
@@ -185,7 +185,7 @@ class GroupedOp : public AsyncOpKernel {
       char err[512] = {};
       uint64_t handle = 0;
       const int code = ard_submit(client, &req, &OnComplete, pending, &handle, err, sizeof(err));
-      if (code != 0) {
+      if (code != ARD_OK) {
         // The group can never complete; fail the op (requests already sent complete on their own
         // with the job's next error, or linger until shutdown).
         delete pending;
@@ -197,7 +197,7 @@ class GroupedOp : public AsyncOpKernel {
   }
 
  private:
-  int reduce_op_ = 1;
+  int reduce_op_ = ARD_SUM;
   float prescale_ = 1.0f, postscale_ = 1.0f;
   int group_id_ = -1;
   int process_set_ = 0;
@@ -231,25 +231,24 @@ class TopologyOp : public ::tensorflow::OpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("AllreducedTopology").Device(::tensorflow::DEVICE_CPU), TopologyOp);
 REGISTER_KERNEL_BUILDER(Name("AllreducedAllreduce").Device(::tensorflow::DEVICE_CPU),
-                        Op<kAllreduce>);
+                        Op<ARD_ALLREDUCE>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedAllgather").Device(::tensorflow::DEVICE_CPU),
-                        Op<kAllgather>);
+                        Op<ARD_ALLGATHER>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedBroadcast").Device(::tensorflow::DEVICE_CPU),
-                        Op<kBroadcast>);
+                        Op<ARD_BROADCAST>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedAlltoall").Device(::tensorflow::DEVICE_CPU),
-                        Op<kAlltoall>);
+                        Op<ARD_ALLTOALL>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedReducescatter").Device(::tensorflow::DEVICE_CPU),
-                        Op<kReducescatter>);
+                        Op<ARD_REDUCESCATTER>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedBarrier").Device(::tensorflow::DEVICE_CPU),
-                        Op<kBarrier>);
-REGISTER_KERNEL_BUILDER(Name("AllreducedJoin").Device(::tensorflow::DEVICE_CPU),
-                        Op<kJoin>);
+                        Op<ARD_BARRIER>);
+REGISTER_KERNEL_BUILDER(Name("AllreducedJoin").Device(::tensorflow::DEVICE_CPU), Op<ARD_JOIN>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedGroupedAllreduce").Device(::tensorflow::DEVICE_CPU),
-                        GroupedOp<kAllreduce>);
+                        GroupedOp<ARD_ALLREDUCE>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedGroupedAllgather").Device(::tensorflow::DEVICE_CPU),
-                        GroupedOp<kAllgather>);
+                        GroupedOp<ARD_ALLGATHER>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedGroupedReducescatter").Device(::tensorflow::DEVICE_CPU),
-                        GroupedOp<kReducescatter>);
+                        GroupedOp<ARD_REDUCESCATTER>);
 
 #ifdef ARD_TF_GPU_KERNELS
 // GPU placements of the ops without a device path: TensorFlow stages their tensors through host
@@ -260,22 +259,22 @@ REGISTER_KERNEL_BUILDER(Name("AllreducedGroupedReducescatter").Device(::tensorfl
 using ::tensorflow::DEVICE_GPU;
 REGISTER_KERNEL_BUILDER(
     Name("AllreducedAllgather").Device(DEVICE_GPU).HostMemory("tensor").HostMemory("gathered"),
-    Op<kAllgather>);
+    Op<ARD_ALLGATHER>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedAlltoall")
                             .Device(DEVICE_GPU)
                             .HostMemory("tensor")
                             .HostMemory("splits")
                             .HostMemory("output")
                             .HostMemory("received_splits"),
-                        Op<kAlltoall>);
+                        Op<ARD_ALLTOALL>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedGroupedAllgather")
                             .Device(DEVICE_GPU)
                             .HostMemory("tensors")
                             .HostMemory("gathered"),
-                        GroupedOp<kAllgather>);
-REGISTER_KERNEL_BUILDER(Name("AllreducedBarrier").Device(DEVICE_GPU), Op<kBarrier>);
+                        GroupedOp<ARD_ALLGATHER>);
+REGISTER_KERNEL_BUILDER(Name("AllreducedBarrier").Device(DEVICE_GPU), Op<ARD_BARRIER>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedJoin").Device(DEVICE_GPU).HostMemory("last_joined_rank"),
-                        Op<kJoin>);
+                        Op<ARD_JOIN>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedTopology").Device(DEVICE_GPU).HostMemory("value"),
                         TopologyOp);
 #endif  // ARD_TF_GPU_KERNELS

@@ -1,7 +1,6 @@
 #include "tfplugin/ops/global_client.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -63,6 +62,7 @@ extern "C" void allreduced_tf_topology(int* out6) {
 
 extern "C" int allreduced_tf_add_process_set(int id, int rank, int size, int local_rank,
                                              int local_size, char* err, size_t err_len) {
+  std::string name;  // the global job's name (ALLREDUCED_JOB, the launcher's, ...) + ".ps<id>"
   {
     std::lock_guard<std::mutex> lock(mu);
     if (clients.count(0) == 0) {
@@ -73,10 +73,8 @@ extern "C" int allreduced_tf_add_process_set(int id, int rank, int size, int loc
       std::snprintf(err, err_len, "process set id %d is invalid or already connected", id);
       return ARD_INVALID_ARGUMENT;
     }
+    name = std::string(ard_client_job(clients[0])) + ".ps" + std::to_string(id);
   }
-  const char* job = std::getenv("ALLREDUCED_JOB");
-  const std::string name =
-      std::string(job != nullptr && *job != '\0' ? job : "default") + ".ps" + std::to_string(id);
   ard_options options;
   ard_options_init(&options);
   options.job = name.c_str();

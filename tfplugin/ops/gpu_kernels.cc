@@ -43,7 +43,7 @@ struct DevicePending {
 
 void OnDeviceComplete(void* user, uint64_t handle, const ard_result* result) {
   std::unique_ptr<DevicePending> p(static_cast<DevicePending*>(user));
-  if (result->code != 0) p->ctx->SetStatus(ClientStatus(result->code, result->message));
+  if (result->code != ARD_OK) p->ctx->SetStatus(ClientStatus(result->code, result->message));
   ard_release(p->client, handle);
   if (p->remaining->fetch_sub(1) == 1) p->done();
 }
@@ -58,7 +58,7 @@ int DeviceOrdinal(OpKernelContext* ctx) {
 // of the first dimension (the first shape[0] % size ranks get one row more, as the daemon splits).
 TensorShape OutputShape(int collective, const Tensor& input, const ard_topology& t) {
   TensorShape shape = input.shape();
-  if (collective == kReducescatter && shape.dims() > 0 && t.size > 0) {
+  if (collective == ARD_REDUCESCATTER && shape.dims() > 0 && t.size > 0) {
     const int64_t rows = shape.dim_size(0);
     shape.set_dim(0, rows / t.size + (t.rank < rows % t.size ? 1 : 0));
   }
@@ -75,7 +75,7 @@ template <int kCollective, bool kGrouped>
 class GpuCollectiveOp : public AsyncOpKernel {
  public:
   explicit GpuCollectiveOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
-    if (kCollective == kBroadcast) {
+    if (kCollective == ARD_BROADCAST) {
       OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_rank_));
     } else {
       OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
@@ -105,10 +105,10 @@ class GpuCollectiveOp : public AsyncOpKernel {
       const Tensor& input = ctx->input(i);
       OP_REQUIRES_ASYNC(ctx, WireDtype(input.dtype()) != 0,
                         absl::InvalidArgumentError("allreduced does not support this dtype"), done);
-      OP_REQUIRES_ASYNC(ctx, kCollective != kReducescatter || input.dims() > 0,
+      OP_REQUIRES_ASYNC(ctx, kCollective != ARD_REDUCESCATTER || input.dims() > 0,
                         absl::InvalidArgumentError("reducescatter needs at least one dimension"),
                         done);
-      if (kCollective == kReducescatter) {
+      if (kCollective == ARD_REDUCESCATTER) {
         OP_REQUIRES_OK_ASYNC(
             ctx, ctx->allocate_output(i, OutputShape(kCollective, input, topology), &outputs[i]),
             done);
@@ -148,7 +148,7 @@ class GpuCollectiveOp : public AsyncOpKernel {
                       : const_cast<char*>(ctx->input(i).tensor_data().data());
       const int code = ard_submit_device(client, &req, device, out, stream, &OnDeviceComplete,
                                          pending, &handle, err, sizeof(err));
-      if (code != 0) {
+      if (code != ARD_OK) {
         // As on the CPU: the group can never complete; requests already sent complete on their
         // own with the job's next error, or at shutdown.
         delete pending;
@@ -160,7 +160,7 @@ class GpuCollectiveOp : public AsyncOpKernel {
   }
 
  private:
-  int reduce_op_ = 1;
+  int reduce_op_ = ARD_SUM;
   int root_rank_ = 0;
   float prescale_ = 1.0f, postscale_ = 1.0f;
   int group_id_ = -1;
@@ -170,15 +170,15 @@ class GpuCollectiveOp : public AsyncOpKernel {
 
 using ::tensorflow::DEVICE_GPU;
 REGISTER_KERNEL_BUILDER(Name("AllreducedAllreduce").Device(DEVICE_GPU),
-                        GpuCollectiveOp<kAllreduce, false>);
+                        GpuCollectiveOp<ARD_ALLREDUCE, false>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedGroupedAllreduce").Device(DEVICE_GPU),
-                        GpuCollectiveOp<kAllreduce, true>);
+                        GpuCollectiveOp<ARD_ALLREDUCE, true>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedBroadcast").Device(DEVICE_GPU),
-                        GpuCollectiveOp<kBroadcast, false>);
+                        GpuCollectiveOp<ARD_BROADCAST, false>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedReducescatter").Device(DEVICE_GPU),
-                        GpuCollectiveOp<kReducescatter, false>);
+                        GpuCollectiveOp<ARD_REDUCESCATTER, false>);
 REGISTER_KERNEL_BUILDER(Name("AllreducedGroupedReducescatter").Device(DEVICE_GPU),
-                        GpuCollectiveOp<kReducescatter, true>);
+                        GpuCollectiveOp<ARD_REDUCESCATTER, true>);
 
 }  // namespace
 }  // namespace ard::tf

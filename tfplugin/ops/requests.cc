@@ -4,17 +4,17 @@ namespace ard::tf {
 
 int WireDtype(::tensorflow::DataType t) {
   switch (t) {
-    case ::tensorflow::DT_UINT8: return 1;
-    case ::tensorflow::DT_INT8: return 2;
-    case ::tensorflow::DT_UINT16: return 3;
-    case ::tensorflow::DT_INT16: return 4;
-    case ::tensorflow::DT_INT32: return 5;
-    case ::tensorflow::DT_INT64: return 6;
-    case ::tensorflow::DT_HALF: return 7;
-    case ::tensorflow::DT_BFLOAT16: return 8;
-    case ::tensorflow::DT_FLOAT: return 9;
-    case ::tensorflow::DT_DOUBLE: return 10;
-    case ::tensorflow::DT_BOOL: return 11;
+    case ::tensorflow::DT_UINT8: return ARD_UINT8;
+    case ::tensorflow::DT_INT8: return ARD_INT8;
+    case ::tensorflow::DT_UINT16: return ARD_UINT16;
+    case ::tensorflow::DT_INT16: return ARD_INT16;
+    case ::tensorflow::DT_INT32: return ARD_INT32;
+    case ::tensorflow::DT_INT64: return ARD_INT64;
+    case ::tensorflow::DT_HALF: return ARD_FLOAT16;
+    case ::tensorflow::DT_BFLOAT16: return ARD_BFLOAT16;
+    case ::tensorflow::DT_FLOAT: return ARD_FLOAT32;
+    case ::tensorflow::DT_DOUBLE: return ARD_FLOAT64;
+    case ::tensorflow::DT_BOOL: return ARD_BOOL;
     default: return 0;
   }
 }

@@ -1,4 +1,6 @@
-// What the op kernels share: the wire numbers of collectives and dtypes, and filling a request.
+// What the op kernels share: the client library's dtype of a TensorFlow dtype, its codes as
+// TensorFlow statuses, and filling a request. Collectives, dtypes and reduce ops are the ARD_*
+// constants of client/allreduced_client.h.
 #pragma once
 
 #include <string>
@@ -10,21 +12,20 @@
 
 namespace ard::tf {
 
-// wire::Collective numbers.
-constexpr int kAllreduce = 1, kAllgather = 2, kBroadcast = 3, kAlltoall = 4, kReducescatter = 5,
-              kBarrier = 6, kJoin = 7;
-
-// wire::DataType of a TensorFlow dtype; 0 when the daemon does not support it.
+// The ARD_* dtype of a TensorFlow dtype (ARD_UINT8 .. ARD_BOOL); 0 when the daemon does not
+// support it.
 int WireDtype(::tensorflow::DataType t);
 
 // A client library code and message as a TensorFlow status (the codes are absl's).
 inline absl::Status ClientStatus(int code, const char* message) {
-  return code == 0 ? absl::OkStatus()
-                   : absl::Status(static_cast<absl::StatusCode>(code),
-                                  message != nullptr && *message ? message : "allreduced error");
+  return code == ARD_OK
+             ? absl::OkStatus()
+             : absl::Status(static_cast<absl::StatusCode>(code),
+                            message != nullptr && *message ? message : "allreduced error");
 }
 
-// Fills the request fields common to every op: collective, dtype, name, shape, data. `shape` and
+// Fills the request fields common to every op: collective (ARD_ALLREDUCE ..), dtype, name, shape,
+// data. `shape` and
 // `name` must outlive the request.
 void FillRequest(const ::tensorflow::Tensor& input, int collective, const std::string& name,
                  std::vector<int64_t>* shape, ard_request* req);

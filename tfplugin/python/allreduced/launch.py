@@ -6,7 +6,8 @@ others, exits with the failing process's code) when one process fails.
 
 Ranks are host-major (socket i, local rank l -> rank i * np + l). On a real cluster use your
 launcher instead (`mpirun -np N -npernode K python train.py`, `srun ...`): the client library reads
-OMPI_COMM_WORLD_*, PMI_*, SLURM_* and HOROVOD_* variables itself; each node's daemon listens on
+OMPI_COMM_WORLD_*, PMI_*, SLURM_* and HOROVOD_* variables itself and names the job after the launch
+(ALLREDUCED_JOB overrides; MPICH's mpiexec needs it); each node's daemon listens on
 /run/allreduced/allreduced.sock.
 """
 import argparse

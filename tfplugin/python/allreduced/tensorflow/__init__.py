@@ -2,9 +2,9 @@
 runs after `import horovod.tensorflow as hvd` becomes `import allreduced.tensorflow as hvd`.
 
 Each process connects to its host's daemon (ALLREDUCED_SOCKET) and registers with its job
-(ALLREDUCED_JOB, ranks from the launcher's environment) in init(). Collectives are TensorFlow ops
-(tfplugin/ops) that hand tensors to the daemon through shared memory; their gradients are
-registered as Horovod defines them.
+(ALLREDUCED_JOB or the launcher's name for the launch, ranks from the launcher's environment) in
+init(). Collectives are TensorFlow ops (tfplugin/ops) that hand tensors to the daemon through
+shared memory; their gradients are registered as Horovod defines them.
 """
 from allreduced.tensorflow import gradients as _gradients  # noqa: F401 (registers gradients)
 from allreduced.tensorflow.basics import (Adasum, Average, Max, Min, Product, Sum, ccl_built,

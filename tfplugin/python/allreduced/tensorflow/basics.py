@@ -1,16 +1,17 @@
 """Connecting to the daemon and this process's place in the job (Horovod's init/rank/size...)."""
 import ctypes
 
-from allreduced.tensorflow.ops_library import library, ops
+from allreduced.tensorflow.ops_library import constants, library, ops
 
-# Horovod's reduce-op objects; the values are the daemon's wire::ReduceOp numbers.
-Sum = 1
-Average = 2
-Min = 3
-Max = 4
-Product = 5
-# Adasum is not implemented by allreduced; collectives given it raise NotImplementedError.
-Adasum = 6
+# Horovod's reduce-op objects: the client library's ARD_* reduce ops (read from the op library).
+Sum = constants()["ARD_SUM"]
+Average = constants()["ARD_AVERAGE"]
+Min = constants()["ARD_MIN"]
+Max = constants()["ARD_MAX"]
+Product = constants()["ARD_PRODUCT"]
+# Adasum is not implemented by allreduced (no reduce op has this value); collectives given it raise
+# NotImplementedError.
+Adasum = -1
 
 _initialized = [False]
 

@@ -1,5 +1,5 @@
 """Finds and loads _allreduced_ops.so: once as a TensorFlow op library (registers the ops) and
-once through ctypes (init, shutdown, topology)."""
+once through ctypes (init, shutdown, topology, the client library's named constants)."""
 import ctypes
 import functools
 import os
@@ -40,4 +40,18 @@ def library():
     lib.allreduced_tf_add_process_set.restype = ctypes.c_int
     lib.allreduced_tf_remove_process_set.argtypes = [ctypes.c_int]
     lib.allreduced_tf_gpu_kernels.restype = ctypes.c_int
+    lib.allreduced_tf_constants.argtypes = [ctypes.POINTER(ctypes.POINTER(ctypes.c_char_p)),
+                                            ctypes.POINTER(ctypes.POINTER(ctypes.c_int))]
+    lib.allreduced_tf_constants.restype = ctypes.c_int
     return lib
+
+
+@functools.lru_cache(maxsize=None)
+def constants():
+    """{"ARD_SUM": 1, "ARD_FLOAT32": 9, ...}: every ARD_* constant of client/allreduced_client.h
+    (collectives, dtypes, reduce ops, codes) as compiled into the op library, so Python never
+    keeps its own copy of the wire's numbers."""
+    names = ctypes.POINTER(ctypes.c_char_p)()
+    values = ctypes.POINTER(ctypes.c_int)()
+    count = library().allreduced_tf_constants(ctypes.byref(names), ctypes.byref(values))
+    return {names[i].decode(): values[i] for i in range(count)}
