@@ -1,13 +1,16 @@
-// GpuJob and IpcCache on the host test double: handle caching, event ordering, fusion offsets,
-// group calls, hierarchical mode, abort on a failed rank, and bad input.
-#include "daemon/gpu/gpu_job.h"
-
-#include <functional>
+// GpuJob and IpcCache on one host of the host test double: handle caching, event ordering,
+// fusion offsets and group calls, every collective with shared and own GPUs, dtypes that need care
+// (float16, bool), and bad input refused to that process only.
 #include <future>
-#include <thread>
+#include <memory>
+#include <string>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "catch2/catch.hpp"
 #include "daemon/collectives/half_float.h"
+#include "daemon/gpu/gpu_job.h"
+#include "daemon/gpu/gpu_job_fixtures.h"
 #include "daemon/gpu/ipc_cache.h"
 #include "daemon/gpu/testing/fake_process.h"
 #include "daemon/gpu/testing/host_device.h"
@@ -18,12 +21,10 @@ namespace {
 using testing::FakeProcess;
 using testing::HostDevice;
 using testing::HostWorld;
+using testing::OneHost;
+using testing::Tensor;
 using wire::DataType;
 using wire::ReduceOp;
-
-GpuTensor Tensor(DataType dtype, ReduceOp op, size_t count, std::vector<GpuTensorInput> inputs) {
-  return GpuTensor{FusionTensor{dtype, op, count}, std::move(inputs)};
-}
 
 TEST_CASE("IpcCache opens each (pid, device, handle) once and closes it when the process leaves") {
   HostWorld world;
@@ -124,194 +125,6 @@ TEST_CASE("the daemon's work waits for the process's event, the process's read f
   CHECK(p.Result<float>(0, 2, 2) == std::vector<float>{2.5f, -1.0f});
 }
 
-struct TwoHosts {
-  HostWorld world;
-  HostDevice da{world, "a", 1, 2}, db{world, "b", 2, 2};
-  IpcCache ca{da}, cb{db};
-  std::unique_ptr<GpuJob> ja, jb;
-  std::vector<std::unique_ptr<FakeProcess>> procs;  // rank r on host r / 2, GPU r % 2
-  UniqueId id{};
-
-  TwoHosts(GpuMode mode, testing::TwoHostExchange* exchange, bool known_comm_ranks = false) {
-    GpuJobOptions oa, ob;
-    oa.mode = ob.mode = mode;
-    oa.world_ranks = ob.world_ranks = 4;
-    if (mode == GpuMode::kNccl) {
-      if (known_comm_ranks) oa.comm_rank_of = ob.comm_rank_of = {0, 1, 2, 3};
-      oa.comm_size = ob.comm_size = 4;
-      oa.local_comm_ranks = {{0, 0}, {1, 1}};
-      ob.local_comm_ranks = {{2, 0}, {3, 1}};
-    } else {
-      oa.comm_size = ob.comm_size = 2;
-      oa.local_comm_ranks = ob.local_comm_ranks = {{0, 0}, {1, 1}};
-      oa.cross_host = exchange->For(0);
-      ob.cross_host = exchange->For(1);
-    }
-    oa.init_timeout = ob.init_timeout = absl::Seconds(5);
-    ja = std::make_unique<GpuJob>(da, ca, oa);
-    jb = std::make_unique<GpuJob>(db, cb, ob);
-    for (int r = 0; r < 4; ++r) {
-      procs.push_back(
-          std::make_unique<FakeProcess>(world, r < 2 ? "a" : "b", 100 + r, 2, r % 2, r));
-      REQUIRE((r < 2 ? ja : jb)->RegisterRank(procs[r]->Registration()).ok());
-    }
-    UniqueId ida = *da.NewUniqueId(), idb = mode == GpuMode::kNccl ? ida : *db.NewUniqueId();
-    auto fb = std::async(std::launch::async, [&] { return jb->Init(idb); });
-    REQUIRE(ja->Init(ida).ok());
-    REQUIRE(fb.get().ok());
-    id = ida;
-  }
-
-  // Every rank submits {r + 1, 2 * (r + 1)} and both hosts run the allreduce.
-  void RunAllreduce(ReduceOp op) {
-    for (int r = 0; r < 4; ++r) procs[r]->Submit<float>(64, {1.0f + r, 2.0f + 2 * r}, 3);
-    auto run = [&](GpuJob& job, int first) {
-      return job.Allreduce(
-          {Tensor(DataType::kFloat32, op, 2, {{first, 64, 3}, {first + 1, 64, 3}})});
-    };
-    auto fb = std::async(std::launch::async, [&] { return run(*jb, 2); });
-    REQUIRE(run(*ja, 0).ok());
-    REQUIRE(fb.get().ok());
-  }
-
-  // Runs `op(job, first local rank)` on both hosts at once.
-  void Both(const std::function<absl::Status(GpuJob&, int)>& op) {
-    auto fb = std::async(std::launch::async, [&] { return op(*jb, 2); });
-    absl::Status a = op(*ja, 0);
-    absl::Status b = fb.get();
-    REQUIRE(a.ok());
-    REQUIRE(b.ok());
-  }
-  static std::vector<GpuTensorInput> Local(int first, uint64_t offset, uint32_t event) {
-    return {{first, offset, event}, {first + 1, offset, event}};
-  }
-  int Calls(const std::string& kind) {
-    return da.collective_calls(kind) + db.collective_calls(kind);
-  }
-};
-
-TEST_CASE("two hosts: broadcast, allgather, reducescatter, scaled allreduce in every mode") {
-  struct Mode {
-    const char* name;
-    GpuMode mode;
-    bool known;
-  };
-  for (Mode m : {Mode{"nccl, communicator ranks unknown", GpuMode::kNccl, false},
-                 Mode{"nccl, communicator ranks known", GpuMode::kNccl, true},
-                 Mode{"hierarchical", GpuMode::kHierarchical, false}}) {
-    CAPTURE(m.name);
-    testing::TwoHostExchange exchange;
-    TwoHosts hosts(m.mode, &exchange, m.known);
-    auto& procs = hosts.procs;
-    // Broadcast from rank 3 (host b) of 3 int64.
-    for (int r = 0; r < 4; ++r) procs[r]->Submit<int64_t>(0, {r * 10, -r, int64_t(1) << 40}, 0);
-    hosts.Both([](GpuJob& job, int first) {
-      return job.Broadcast(
-          Tensor(DataType::kInt64, ReduceOp::kSum, 3, TwoHosts::Local(first, 0, 0)), 3);
-    });
-    for (auto& p : procs) {
-      CHECK(p->Result<int64_t>(0, 3, 0) == std::vector<int64_t>{30, -3, int64_t(1) << 40});
-    }
-    // Allgather of one float per rank.
-    for (int r = 0; r < 4; ++r) procs[r]->Submit<float>(256, {r * 1.5f}, 1);
-    hosts.Both([](GpuJob& job, int first) {
-      return job.Allgather(
-          Tensor(DataType::kFloat32, ReduceOp::kSum, 1, TwoHosts::Local(first, 256, 1)));
-    });
-    for (auto& p : procs)
-      CHECK(p->Result<float>(256, 4, 1) == std::vector<float>{0, 1.5f, 3, 4.5f});
-    // Reducescatter, even (4 rows of 1) then uneven (6 rows of 1: 2, 2, 1, 1), sum.
-    for (size_t rows : {4, 6}) {
-      CAPTURE(rows);
-      std::vector<size_t> blocks =
-          rows == 4 ? std::vector<size_t>{1, 1, 1, 1} : std::vector<size_t>{2, 2, 1, 1};
-      for (int r = 0; r < 4; ++r) {
-        std::vector<int32_t> v;
-        for (size_t i = 0; i < rows; ++i) v.push_back(static_cast<int32_t>(i * 100 + r));
-        procs[r]->Submit<int32_t>(512, v, 2);
-      }
-      hosts.Both([&](GpuJob& job, int first) {
-        return job.Reducescatter(
-            Tensor(DataType::kInt32, ReduceOp::kSum, rows, TwoHosts::Local(first, 512, 2)), blocks);
-      });
-      size_t start = 0;
-      for (int r = 0; r < 4; ++r) {
-        std::vector<int32_t> want;
-        for (size_t i = start; i < start + blocks[r]; ++i) want.push_back(int32_t(i * 400 + 6));
-        CHECK(procs[r]->Result<int32_t>(512, blocks[r], 2) == want);
-        start += blocks[r];
-      }
-    }
-    // Allreduce with prescale and postscale (average: (1 + 2 + 3 + 4) / 4 * 2 * 0.25).
-    for (int r = 0; r < 4; ++r) procs[r]->Submit<double>(1024, {1.0 + r}, 3);
-    hosts.Both([](GpuJob& job, int first) {
-      GpuTensor t =
-          Tensor(DataType::kFloat64, ReduceOp::kAverage, 1, TwoHosts::Local(first, 1024, 3));
-      t.prescale = 2;
-      t.postscale = 0.25;
-      return job.Allreduce({t});
-    });
-    for (auto& p : procs) CHECK(p->Result<double>(1024, 1, 3) == std::vector<double>{1.25});
-    const bool native = m.known;
-    // Hierarchical: no native call crosses hosts; each of its 3 reducing collectives broadcasts
-    // the host's result back to both GPUs of both hosts.
-    CHECK(hosts.Calls("broadcast") == (native ? 4 : m.mode == GpuMode::kHierarchical ? 12 : 0));
-    CHECK(hosts.Calls("allgather") == (native ? 4 : 0));
-    CHECK(hosts.Calls("reducescatter") == (native ? 4 : 0));             // the even one only
-    if (m.mode == GpuMode::kHierarchical) CHECK(exchange.calls() == 5);  // one per collective
-    CHECK(hosts.ja->CheckHealth().ok());
-    CHECK(hosts.jb->CheckHealth().ok());
-  }
-}
-
-TEST_CASE("two hosts, one communicator spanning all four GPUs") {
-  TwoHosts hosts(GpuMode::kNccl, nullptr);
-  hosts.RunAllreduce(ReduceOp::kSum);
-  for (auto& p : hosts.procs) CHECK(p->Result<float>(64, 2, 3) == std::vector<float>{10, 20});
-  hosts.RunAllreduce(ReduceOp::kAverage);
-  for (auto& p : hosts.procs) CHECK(p->Result<float>(64, 2, 3) == std::vector<float>{2.5f, 5});
-}
-
-TEST_CASE("hierarchical: reduce within the host, exchange between hosts, broadcast back") {
-  testing::TwoHostExchange exchange;
-  TwoHosts hosts(GpuMode::kHierarchical, &exchange);
-  hosts.RunAllreduce(ReduceOp::kAverage);
-  for (auto& p : hosts.procs) CHECK(p->Result<float>(64, 2, 3) == std::vector<float>{2.5f, 5});
-  hosts.RunAllreduce(ReduceOp::kMax);
-  for (auto& p : hosts.procs) CHECK(p->Result<float>(64, 2, 3) == std::vector<float>{4, 8});
-  CHECK(exchange.calls() == 2);  // one host exchange per fused allreduce, not per GPU
-}
-
-// Several processes on one host; `share` puts ranks 0 and 2 on GPU 0 (not one rank per GPU).
-struct OneHost {
-  HostWorld world;
-  HostDevice daemon{world, "h", 1, 3};
-  IpcCache cache{daemon};
-  std::unique_ptr<GpuJob> job;
-  std::vector<std::unique_ptr<FakeProcess>> procs;
-
-  OneHost(int ranks, bool share) {
-    GpuJobOptions options;
-    options.world_ranks = ranks;
-    const int gpus = share ? ranks - 1 : ranks;
-    options.comm_size = gpus;
-    for (int g = 0; g < gpus; ++g) options.local_comm_ranks.push_back({g, g});
-    options.initial_fusion_bytes = 64;
-    job = std::make_unique<GpuJob>(daemon, cache, options);
-    for (int r = 0; r < ranks; ++r) {
-      const int gpu = share && r == ranks - 1 ? 0 : r;
-      procs.push_back(std::make_unique<FakeProcess>(world, "h", 100 + r, 3, gpu, r));
-      REQUIRE(job->RegisterRank(procs[r]->Registration()).ok());
-    }
-    REQUIRE(job->Init(*daemon.NewUniqueId()).ok());
-  }
-  std::vector<GpuTensorInput> Inputs(uint64_t offset, uint32_t event) {
-    std::vector<GpuTensorInput> in;
-    for (int r = 0; r < static_cast<int>(procs.size()); ++r) in.push_back({r, offset, event});
-    return in;
-  }
-};
-
 TEST_CASE("one host: broadcast, allgather, reducescatter and pre/postscale, shared and own GPUs") {
   for (bool share : {true, false}) {
     CAPTURE(share);
@@ -409,35 +222,6 @@ TEST_CASE("bad broadcast root and unchecked ranges are refused without touching 
   CHECK(h.job->Allgather(big).code() == absl::StatusCode::kInternal);
   CHECK(h.daemon.group_ends() == before);
   CHECK(h.job->CheckHealth().ok());  // nothing aborted: refused before any GPU work
-}
-
-TEST_CASE("a failed rank: the asynchronous error aborts the job; later work fails fast") {
-  TwoHosts hosts(GpuMode::kNccl, nullptr);
-  // Host b never issues its half: host a's collective stays pending on the GPU (Allreduce itself
-  // returned: the host does not wait). Host b's process dies.
-  for (int r = 0; r < 2; ++r) hosts.procs[r]->Submit<float>(64, {1, 1}, 3);
-  REQUIRE(
-      hosts.ja->Allreduce({Tensor(DataType::kFloat32, ReduceOp::kSum, 2, {{0, 64, 3}, {1, 64, 3}})})
-          .ok());
-  hosts.world.FailCommunicator(hosts.id, absl::UnavailableError("rank 2 exited"));
-  absl::Status health = hosts.ja->CheckHealth();
-  CHECK(health.code() == absl::StatusCode::kUnavailable);
-  CHECK(std::string(health.message()).find("rank 2 exited") != std::string::npos);
-  absl::Status later = hosts.ja->Allreduce(
-      {Tensor(DataType::kFloat32, ReduceOp::kSum, 2, {{0, 64, 3}, {1, 64, 3}})});
-  CHECK(later.code() == absl::StatusCode::kUnavailable);
-}
-
-TEST_CASE("abort from the control loop unblocks a collective waiting for a silent peer") {
-  TwoHosts hosts(GpuMode::kHierarchical, nullptr);  // no exchange: local communicator of 2 GPUs
-  // Only GPU 0's rank gets work: GPU 1's rank is silent; the job is aborted (host went DOWN).
-  hosts.ja->Abort(absl::UnavailableError("host b is DOWN"));
-  absl::Status status = hosts.ja->Allreduce(
-      {Tensor(DataType::kFloat32, ReduceOp::kSum, 2, {{0, 64, 3}, {1, 64, 3}})});
-  CHECK(status.code() == absl::StatusCode::kUnavailable);
-  CHECK(hosts.ja->CheckHealth().code() == absl::StatusCode::kUnavailable);
-  // Host b's job is unaffected.
-  CHECK(hosts.jb->CheckHealth().ok());
 }
 
 TEST_CASE("bad input is refused to that process only") {
