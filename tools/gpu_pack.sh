@@ -1,22 +1,31 @@
 #!/bin/bash
-# The GPU suite for a GPU machine that cannot build: no Bazel, no Debian packages, no network —
-# only the NVIDIA driver, python3 with pytest, and libnccl.so.2 (e.g. the nvidia-nccl-cu13 pip
-# package). Run here, on a build host with the CUDA toolkit + NCCL (tools/gpu_suite.sh's needs):
+# Packs the GPU suite for a machine with NVIDIA GPUs. Run on a build host with the CUDA toolkit +
+# NCCL under $CUDA_PATH (default /usr/local/cuda):
 #   tools/gpu_pack.sh DIR
-# builds the GPU test binaries, allreduced and allreducectl, and writes DIR/payload.tar.xz (the
-# stripped binaries, every shared library they load except glibc, libstdc++, libgcc_s, libcuda
-# and libnccl, and the Python GPU tests with their harness) and DIR/run.sh (tools/gpu_pack_run.sh).
-# Copy DIR to the GPU machine and run `bash DIR/run.sh` there (see that script). The carried
-# libraries are this host's (Debian): the GPU machine's glibc and libstdc++ must be as new.
+# builds the binaries that tools/gpu_pack_run.sh's steps run (`--binaries`: the GPU tests,
+# allreduced, allreducectl) and writes DIR/payload.tar.xz (those binaries stripped, every shared
+# library they load except glibc, libstdc++, libgcc_s, libcuda and libnccl, and the Python GPU
+# tests with their harness) and DIR/run.sh (tools/gpu_pack_run.sh). Fails when the build found no
+# CUDA + NCCL, or when a test in //tests/gpu/... or //daemon/gpu/... is not one of the runner's
+# steps. Run `bash DIR/run.sh` on the GPU machine (see that script) after copying DIR there; the
+# GPU machine's glibc and libstdc++ must be as new as this host's (the carried libraries are
+# Debian's). tools/gpu_suite.sh packs and runs it on this host.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 out=${1:?usage: tools/gpu_pack.sh DIR}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+cd "$(dirname "$0")/.."
 
-bazel build //tests/gpu/... //daemon/gpu:cuda_device_test //client:gpu_staging_test \
-  //client:client_device_test //client/cli:bench_nccl_test //daemon:allreduced \
-  //client/cli:allreducectl
+mapfile -t binaries < <(bash tools/gpu_pack_run.sh --binaries)
+all_tests=$(bazel query 'tests(//tests/gpu/... + //daemon/gpu/...)' 2>/dev/null)
+unlisted=$(comm -23 <(sort <<<"$all_tests") <(bash tools/gpu_pack_run.sh --tests | sort))
+if [ -n "$unlisted" ]; then
+  echo "gpu_pack: not a step of tools/gpu_pack_run.sh (add it there): $(tr '\n' ' ' <<<"$unlisted")" >&2
+  exit 1
+fi
+labels=()
+for b in "${binaries[@]}"; do labels+=("//$(dirname "$b"):$(basename "$b")"); done
+bazel build "${labels[@]}"
 if grep -q "CUDA_ENABLED = False" "$(bazel info output_base)/external/local_config_cuda/defs.bzl"; then
   echo "gpu_pack: this build found no CUDA toolkit + NCCL (set CUDA_PATH)" >&2
   exit 1
@@ -26,10 +35,6 @@ stage=$(mktemp -d /tmp/ard-gpu-pack.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/ard/bin" "$stage/ard/lib" "$stage/ard/py/tests/gpu" \
   "$stage/ard/py/tests/integration"
-binaries=(tests/gpu/real_device_test tests/gpu/ipc_end_to_end_test
-  tests/gpu/daemon_device_submit_test tests/gpu/daemon_device_collectives_test
-  daemon/gpu/cuda_device_test client/gpu_staging_test client/client_device_test
-  client/cli/bench_nccl_test daemon/allreduced client/cli/allreducectl)
 for b in "${binaries[@]}"; do
   cp "$bin/$b" "$stage/ard/bin/"
   chmod u+w "$stage/ard/bin/$(basename "$b")"

@@ -1,44 +1,98 @@
 #!/bin/bash
-# Runs the GPU suite from tools/gpu_pack.sh's payload on a GPU machine that cannot build (copied
-# there as DIR/run.sh beside DIR/payload.tar.xz). Usage, on that machine:
-#   bash DIR/run.sh [BUDGET_S]   (default 540: every step ends within it; later steps are skipped)
-# Needs the NVIDIA driver (nvidia-smi), python3 with pytest, and libnccl.so.2: from
-# $LD_LIBRARY_PATH, else python3's nvidia.nccl package (pip nvidia-nccl-cu*), else
-# /usr/local/cuda/lib64. Prints what it found (GPU, driver, NCCL version and path), then runs, each
-# under a time limit: the C++ GPU tests (real CUDA/NCCL device, CUDA IPC between processes, real
-# daemons serving ard_submit_device), one daemon with `allreducectl bench --device gpu --check`
-# next to NCCL (one process, then two sharing GPU 0), and the Python GPU tests
-# (bench_device_test, two_daemons_hierarchical_test). Not run: TensorFlow's GPU kernels
-# (//tests/tf:tf_gpu_test needs Bazel and TensorFlow's GPU wheel). Exit 0 only when every step
-# passed and none skipped for want of a GPU; the last lines are a one-line-per-step summary.
+# The GPU suite, defined once: its steps in order, the rule that a GPU test that skips fails, and
+# the benchmark rows. Runs tools/gpu_pack.sh's payload (DIR/payload.tar.xz beside this script,
+# copied as DIR/run.sh) on a machine with NVIDIA GPUs: a bare one that cannot build, after copying
+# DIR there, or the build host itself (tools/gpu_suite.sh). Usage:
+#   bash DIR/run.sh [BUDGET_S [NAME COMMAND...]]
+#   tools/gpu_pack_run.sh --check | --binaries | --tests
+# BUDGET_S (default 540): every step ends within it; a step that would start with under 20 s left
+# is NOT RUN, which fails the suite. The time limits below are for 540 s and grow in proportion
+# with a larger budget. NAME COMMAND...: one more step, run last from the caller's directory with
+# what is left of the budget (tools/gpu_suite.sh adds TensorFlow's GPU test so). --check: exit 2
+# with a message unless nvidia-smi lists a GPU. --binaries, --tests: the binaries (paths under
+# bazel-bin) and Bazel test labels of the steps, for tools/gpu_pack.sh.
+# Needs the NVIDIA driver (nvidia-smi), python3 with pytest ($ARD_PYTHON if set), and libnccl.so.2:
+# from $ARD_NCCL_DIR, else $LD_LIBRARY_PATH, else python3's nvidia.nccl package (pip
+# nvidia-nccl-cu*), else /usr/local/cuda/lib64. Prints what it found (GPU, driver, NCCL version and path), runs each step
+# under its time limit, and ends with one summary line per step. Exit 0 only when every step
+# passed; a step whose output says "SKIPPED (no GPU)" or "no GPU here" failed (on a GPU machine a
+# skip means the GPU was not usable).
 set -u
-budget=${1:-540}
-t0=$(date +%s)
-here=$(cd "$(dirname "$0")" && pwd)
+
+# The steps, in run order. C++ tests: path under bazel-bin and time limit (s) at the default budget.
+# //daemon/gpu/... runs too: in a CUDA build gpu_plan_test queries the real GPUs.
+cc_tests=(
+  daemon/gpu/cuda_device_test 30
+  daemon/gpu/fusion_layout_test 30
+  daemon/gpu/gpu_plan_test 30
+  daemon/gpu/gpu_job_test 30
+  daemon/gpu/testing/host_device_test 30
+  client/gpu_staging_test 30
+  client/client_device_test 30
+  client/cli/bench_nccl_test 30
+  tests/gpu/real_device_test 90
+  tests/gpu/ipc_end_to_end_test 60
+  tests/gpu/daemon_device_submit_test 60
+  tests/gpu/daemon_device_collectives_test 90
+)
+# Then suite_bench (below), then the Python tests in tests/gpu (real daemons and allreducectl).
+bench_limit=150
+py_tests=(bench_device_test 200 two_daemons_hierarchical_test 150)
+tools=(daemon/allreduced client/cli/allreducectl)
+
+case "${1:-}" in
+  --binaries)
+    for ((i = 0; i < ${#cc_tests[@]}; i += 2)); do echo "${cc_tests[i]}"; done
+    printf '%s\n' "${tools[@]}"
+    exit 0
+    ;;
+  --tests)
+    for ((i = 0; i < ${#cc_tests[@]}; i += 2)); do
+      echo "//$(dirname "${cc_tests[i]}"):$(basename "${cc_tests[i]}")"
+    done
+    for ((i = 0; i < ${#py_tests[@]}; i += 2)); do echo "//tests/gpu:${py_tests[i]}"; done
+    exit 0
+    ;;
+esac
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L; then
-  echo "gpu_pack_run: no NVIDIA GPU/driver visible (nvidia-smi -L failed); nothing to run" >&2
+  echo "GPU suite: no NVIDIA GPU/driver visible (nvidia-smi -L failed); nothing to run" >&2
   exit 2
 fi
-A=$(mktemp -d /tmp/ard-gpu-run.XXXXXX)
-tar -xJf "$here/payload.tar.xz" -C "$A" || exit 1
-A=$A/ard
+[ "${1:-}" = --check ] && exit 0
+budget=${1:-540}
+if ! [[ "$budget" =~ ^[0-9]+$ ]]; then
+  echo "usage: bash DIR/run.sh [BUDGET_S [NAME COMMAND...]] (BUDGET_S in seconds, not '$budget')" >&2
+  exit 1
+fi
+[ $# -gt 0 ] && shift
+t0=$(date +%s)
+python=${ARD_PYTHON:-python3}
+origin=$PWD
+here=$(cd "$(dirname "$0")" && pwd)
+gpus=$(nvidia-smi -L | grep -c '^GPU ')
+top=$(mktemp -d /tmp/ard-gpu-run.XXXXXX)
+trap 'rm -rf "$top"' EXIT
+tar -xJf "$here/payload.tar.xz" -C "$top" || exit 1
+A=$top/ard
 echo "== built from: $(tr '\n' ' ' <"$A/BUILT")"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 echo "$(head -1 /etc/os-release 2>/dev/null), $(ldd --version | head -1), kernel $(uname -r)"
 
 nccl_dir=
-for d in ${LD_LIBRARY_PATH:+${LD_LIBRARY_PATH//:/ }}; do
+lib_path=${LD_LIBRARY_PATH:-}
+for d in ${ARD_NCCL_DIR:-} ${lib_path//:/ }; do
   [ -e "$d/libnccl.so.2" ] && nccl_dir=$d && break
 done
-[ -n "$nccl_dir" ] || nccl_dir=$(python3 -c 'import os, nvidia.nccl as n
+[ -e "$nccl_dir/libnccl.so.2" ] || nccl_dir=$("$python" -c 'import os, nvidia.nccl as n
 print(os.path.join(list(n.__path__)[0], "lib"))' 2>/dev/null) || true
 [ -e "$nccl_dir/libnccl.so.2" ] || nccl_dir=/usr/local/cuda/lib64
 if [ ! -e "$nccl_dir/libnccl.so.2" ]; then
-  echo "gpu_pack_run: no libnccl.so.2 (LD_LIBRARY_PATH, python3's nvidia.nccl, /usr/local/cuda)" >&2
+  echo "gpu_pack_run: no libnccl.so.2 (ARD_NCCL_DIR, LD_LIBRARY_PATH, $python's nvidia.nccl," \
+    "/usr/local/cuda/lib64)" >&2
   exit 1
 fi
-echo "== NCCL: $(python3 -c "import ctypes; v = ctypes.c_int(); ctypes.CDLL('$nccl_dir/libnccl.so.2').ncclGetVersion(ctypes.byref(v)); print(f'{v.value // 10000}.{v.value // 100 % 100}.{v.value % 100}')") at $nccl_dir"
-# The carried libraries only for our binaries (python3 keeps the machine's own).
+echo "== NCCL: $("$python" -c "import ctypes; v = ctypes.c_int(); ctypes.CDLL('$nccl_dir/libnccl.so.2').ncclGetVersion(ctypes.byref(v)); print(f'{v.value // 10000}.{v.value // 100 % 100}.{v.value % 100}')") at $nccl_dir"
+# The carried libraries only for our binaries (python and the extra step keep the machine's own).
 export ARD_LD="$A/lib:$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$A/wrap"
 for b in allreduced allreducectl; do
@@ -61,6 +115,7 @@ step() {  # name limit_s command...: runs it with its output in the log and a li
     failed=1
     return
   fi
+  [ "$budget" -gt 540 ] && limit=$((limit * budget / 540))
   [ "$limit" -gt $((left - 10)) ] && limit=$((left - 10))
   echo
   echo "=== $name (limit ${limit}s)"
@@ -75,17 +130,27 @@ step() {  # name limit_s command...: runs it with its output in the log and a li
   [ "$verdict" = passed ] || failed=1
   summary+=("$name: $verdict in $((SECONDS - start))s")
 }
-suite_bench() {  # one daemon; bench --device gpu next to NCCL, 1 then 2 processes on the GPUs
-  local d st=0 pid
+# One daemon; `allreducectl bench --device gpu --check` next to NCCL's own allreduce on the same
+# GPUs, float32 sum, 4 B to 64 MiB, for each process count given. Runs in `bash -c` under step.
+# shellcheck disable=SC2317
+suite_bench() {
+  local d st=0 pid np
   d=$(mktemp -d /tmp/ard-sb.XXXXXX)
-  "$A/wrap/allreduced" --cluster_address=127.0.0.1:0 --host_name=gpu-pack \
+  "$A/wrap/allreduced" --cluster_address=127.0.0.1:0 --host_name=gpu-suite \
     --local_socket="$d/d.sock" --port_file="$d/d.port" >"$d/daemon.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 100); do
     [ -s "$d/d.port" ] && break
     sleep 0.1
   done
-  for np in 1 2; do
+  if [ ! -s "$d/d.port" ]; then
+    echo "the daemon did not start:"
+    cat "$d/daemon.log"
+    kill -KILL "$pid" 2>/dev/null
+    rm -rf "$d"
+    return 1
+  fi
+  for np in "$@"; do
     echo "-- allreducectl bench --device gpu --peer nccl --np $np --sizes 4:64M --warmup 5 --iters 20 --check"
     "$A/wrap/allreducectl" bench --device gpu --peer nccl --sockets "$d/d.sock" --np "$np" \
       --sizes 4:64M --warmup 5 --iters 20 --check --timeout_ms 900000 || st=1
@@ -94,27 +159,33 @@ suite_bench() {  # one daemon; bench --device gpu next to NCCL, 1 then 2 process
   wait "$pid" || { echo "the daemon exited $?" && st=1; }
   echo "-- daemon log"
   cat "$d/daemon.log"
-  return $st
+  rm -rf "$d"
+  return "$st"
 }
 export -f suite_bench
 export A
-cd "$A/bin"
+cd "$A/bin" || exit 1
 L=(env "LD_LIBRARY_PATH=$ARD_LD")
-step cuda_device_test 30 "${L[@]}" ./cuda_device_test --durations yes
-step gpu_staging_test 30 "${L[@]}" ./gpu_staging_test --durations yes
-step client_device_test 30 "${L[@]}" ./client_device_test --durations yes
-step bench_nccl_test 30 "${L[@]}" ./bench_nccl_test --durations yes
-step real_device_test 90 "${L[@]}" ./real_device_test --durations yes
-step ipc_end_to_end_test 60 "${L[@]}" ./ipc_end_to_end_test --durations yes
-step daemon_device_submit_test 60 "${L[@]}" ./daemon_device_submit_test --durations yes
-step daemon_device_collectives_test 90 "${L[@]}" ./daemon_device_collectives_test --durations yes
-step suite_bench 150 bash -c suite_bench
-py=(env PYTHONUNBUFFERED=1 python3 "$A/py/tests/pytest_main.py" "allreduced=$A/wrap/allreduced"
+for ((i = 0; i < ${#cc_tests[@]}; i += 2)); do
+  t=$(basename "${cc_tests[i]}")
+  step "$t" "${cc_tests[i + 1]}" "${L[@]}" "./$t" --durations yes
+done
+# One process; two (sharing GPU 0 on a one-GPU machine); one per GPU where there are more.
+nps=(1 2)
+[ "$gpus" -gt 2 ] && nps+=("$gpus")
+step suite_bench "$bench_limit" bash -c 'suite_bench "$@"' suite_bench "${nps[@]}"
+py=(env PYTHONUNBUFFERED=1 "$python" "$A/py/tests/pytest_main.py" "allreduced=$A/wrap/allreduced"
   "allreducectl=$A/wrap/allreducectl")
-step bench_device_test 200 "${py[@]}" "$A/py/tests/gpu/bench_device_test.py" -v
-step two_daemons_hierarchical_test 150 "${py[@]}" \
-  "$A/py/tests/gpu/two_daemons_hierarchical_test.py" -v
+for ((i = 0; i < ${#py_tests[@]}; i += 2)); do
+  step "${py_tests[i]}" "${py_tests[i + 1]}" "${py[@]}" "$A/py/tests/gpu/${py_tests[i]}.py" -v
+done
+extra=${1:-}
+if [ -n "$extra" ]; then
+  shift
+  step "$extra" "$budget" env -C "$origin" "$@"
+fi
 echo
-echo "=== summary ($(($(date +%s) - t0))s; TensorFlow's GPU test not run: needs Bazel and its wheel)"
+echo "=== summary ($(($(date +%s) - t0))s, $gpus GPU(s)$([ -n "$extra" ] ||
+  echo "; TensorFlow's GPU test not run: tools/gpu_suite.sh runs it on a host that builds"))"
 printf '%s\n' "${summary[@]}"
 exit $failed
