@@ -200,9 +200,10 @@ TEST_CASE("A formation for a member list that changed meanwhile is not applied",
 
   h.OnLoop([&] { n.CompleteForm(0, OneHostFormation({0, 1}, "h-test")); });  // for [a, b]
   CHECK(c.Quiet());  // not welcomed by a formation that never included it
+  const size_t failures = n.failures.size();  // the stale round may be reported
   h.OnLoop([&] { n.CompleteForm(1, OneHostFormation({0, 1}, "h-test")); });  // for [a, c]
   CHECK(h.state() == JobState::kRunning);
-  CHECK(n.failures.empty());  // a job running here is not reported as failed
+  CHECK(n.failures.size() == failures);  // a job running here is not reported as failed
   CHECK(a.Next().type == wire::MsgType::kWelcome);
 }
 
