@@ -86,32 +86,28 @@ void Job::Form() {
   for (const auto& m : members_) {
     infos.push_back({m->rank, m->local_rank, static_cast<uint32_t>(m->creds().pid)});
   }
+  formation_in_flight_ = true;
   negotiator_->FormAsync(infos, [this, alive = std::weak_ptr<bool>(alive_)](
                                     absl::StatusOr<Formation> formation) {
-    if (!alive.expired()) OnFormed(std::move(formation));
+    if (alive.expired()) return;
+    formation_in_flight_ = false;
+    OnFormed(std::move(formation));
   });
 }
 
 void Job::OnFormed(absl::StatusOr<Formation> formation) {
-  if (state() != JobState::kForming || connected() != local_size_) {
-    // A local rank left (or the formation timed out) while the job formed: the other hosts must
-    // not wait for us.
-    if (formation.ok()) {
-      negotiator_->ReportFailure(absl::AbortedError(absl::StrCat(
-          "a rank of job ", name_, " on host ", options_.host_name, " exited while the job formed")));
-    }
+  if (state() != JobState::kForming) {
+    // A local rank left (or the formation timed out) while the job formed: the other hosts of the
+    // formed job must not wait for us.
+    if (formation.ok()) negotiator_->ReportFailure(absl::AbortedError(lifecycle_.failure()));
     return;
   }
   auto arena = formation.ok() ? shm::ResultArena::Create(name_, options_.result_segment_bytes,
                                                          options_.max_result_bytes)
                               : formation.status();
   if (!arena.ok()) {
-    for (auto& m : members_) m->Reject(0, arena.status());
-    negotiator_->ReportFailure(arena.status());
-    lifecycle_.Fail(arena.status()).IgnoreError();
-    for (auto& m : members_) m->job.clear();
-    members_.clear();
-    return EndIfDetached();
+    if (formation.ok()) negotiator_->ReportFailure(arena.status());
+    return AbandonForming(arena.status());
   }
   cluster_job_id_ = formation->job_id;
   std::vector<std::shared_ptr<Session>> by_rank(size_);
@@ -190,6 +186,10 @@ void Job::FormTimeout() {
       have.empty() ? "" : absl::StrCat(" (ranks ", absl::StrJoin(have, ", "), ")"),
       "; check ALLREDUCED_JOB / the launcher's rank and size variables"));
   Logger("local")->warn("{}", status.message());
+  AbandonForming(status);
+}
+
+void Job::AbandonForming(const absl::Status& status) {
   lifecycle_.Fail(status).IgnoreError();
   for (auto& m : members_) {
     m->Reject(0, status);
@@ -204,7 +204,14 @@ void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful,
                          const std::string& why) {
   if (state() == JobState::kForming) {
     members_.erase(std::remove(members_.begin(), members_.end(), s), members_.end());
-  } else if (state() == JobState::kRunning && connected() > 0) {
+    if (formation_in_flight_) {
+      // The other hosts are being formed into a job with this rank in it: it cannot run. The
+      // formation's answer tells them (OnFormed); the ranks here hear it now.
+      return AbandonForming(absl::AbortedError(
+          absl::StrCat("rank ", s->rank, " (pid ", s->creds().pid, ") on host ", options_.host_name,
+                       " ", why, " while job ", name_, " formed")));
+    }
+  } else if (state() == JobState::kRunning) {
     absl::Status gone = absl::AbortedError(absl::StrCat(
         "rank ", s->rank, " (pid ", s->creds().pid, ") on host ", options_.host_name, " ", why,
         "; job ", name_, " cannot continue"));

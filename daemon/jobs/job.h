@@ -92,6 +92,8 @@ class Job : private NegotiationSink {
 
   void Form();
   void OnFormed(absl::StatusOr<Formation> formation);
+  // Forming failed (timeout, a rank left, no result arena): every member is told and detached.
+  void AbandonForming(const absl::Status& status);
   void StartGpu(absl::StatusOr<gpu::CrossHostGpuPlan> plan);
   void FailGpuForming(const absl::Status& status);
   void EndIfDetached();
@@ -123,6 +125,7 @@ class Job : private NegotiationSink {
   absl::Status departed_;  // a rank left cleanly: the job fails at the next submit
   bool pending_cap_logged_ = false;  // max_pending_tensors was hit (logged once)
   bool finished_ = false;            // ended: on_finished_ posted
+  bool formation_in_flight_ = false;  // FormAsync was called and has not answered
   negotiation::StallInspector stall_inspector_;
   std::vector<JobSummary::StalledTensor> stalled_;  // from the last stall inspection
 

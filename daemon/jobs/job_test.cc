@@ -170,7 +170,7 @@ TEST_CASE("A member that leaves while the job forms is removed from it") {
     CHECK(n.forms[0][2].pid == 1003);
     CHECK(h.finished() == 0);
   }
-  SECTION("while the negotiator forms it: the late formation is reported as failed") {
+  SECTION("while the negotiator forms it: the job fails, and the late formation is reported") {
     JobHarness h(2);
     TestClient& a = h.Add();
     TestClient& b = h.Add();
@@ -178,18 +178,19 @@ TEST_CASE("A member that leaves while the job forms is removed from it") {
     REQUIRE(n.forms.size() == 1);
     b.Exit();
     h.Close(b, /*graceful=*/false, "exited");
-    CHECK(h.Summary().registered_ranks() == 1);
-    h.OnLoop([&] { n.CompleteForm(0, OneHostFormation({0, 1}, "h-test")); });
-    REQUIRE(n.failures.size() == 1);
-    CHECK(n.failures[0].code() == Code::kAborted);
-    CHECK(absl::StrContains(n.failures[0].message(), "exited while the job formed"));
-    CHECK(n.starts == 0);
-    CHECK(h.state() == JobState::kForming);
-    CHECK(a.Quiet());  // no WELCOME
-    h.OnLoop([&] { h.job().FormTimeout(); });
-    Expect(a, wire::MsgType::kError, Code::kDeadlineExceeded);
+    // The other hosts are being formed into a job with b in it: a hears at once why it cannot run.
+    const std::string why = Expect(a, wire::MsgType::kError, Code::kAborted);
+    CHECK(absl::StrContains(why, "exited while job"));
     CHECK(h.state() == JobState::kEnded);
     CHECK(h.finished() == 1);
+    CHECK(n.failures.empty());
+    h.OnLoop([&] { n.CompleteForm(0, OneHostFormation({0, 1}, "h-test")); });
+    REQUIRE(n.failures.size() == 1);  // the formed job's other hosts must not wait for this one
+    CHECK(n.failures[0].code() == Code::kAborted);
+    CHECK(n.failures[0].message() == why);
+    CHECK(n.starts == 0);
+    CHECK(a.Quiet());  // no WELCOME
+    CHECK(h.state() == JobState::kEnded);
   }
 }
 
@@ -364,14 +365,9 @@ TEST_CASE("A clean leave while a tensor waits for the leaving rank fails the job
   CHECK(h.negotiator().failures.size() == 1);
 }
 
-// Known gap (reported, not fixed here): OnMemberClosed fails a running job only while another
-// member is still attached, so the last local rank exiting without BYE (or with a tensor pending)
-// ends the job as if it left cleanly: ReportLeft, not ReportFailure. On one host nobody else is
-// left to tell; in a cross-host job with one rank on this host (local_size 1) the coordinator
-// records a clean leave, and the other hosts fail only once a tensor needs this host, with
-// "...which ended (their processes exited)" instead of this rank's exit at once.
-TEST_CASE("The last member exiting without BYE fails the job rather than leaving it",
-          "[!mayfail]") {
+// In a cross-host job with one rank on this host, the other hosts must learn of its crash at once
+// (ReportFailure), not as a clean leave.
+TEST_CASE("The last member exiting without BYE fails the job rather than leaving it") {
   JobHarness h(1);
   h.FormInOrder();
   h.Submit(h.client(0), 1, Barrier("b"));

@@ -1,4 +1,5 @@
 """Connecting to the daemon and this process's place in the job (Horovod's init/rank/size...)."""
+import atexit
 import ctypes
 
 from allreduced.tensorflow.ops_library import constants, library, ops
@@ -30,6 +31,10 @@ def init(comm=None, process_sets=None):
                                   "come from the launcher's environment (see README)")
     err = ctypes.create_string_buffer(512)
     _check_call(library().allreduced_tf_init(err, ctypes.c_size_t(len(err))), err, "init")
+    if not _initialized[0]:
+        # A process that ends without shutdown() still says goodbye (BYE): the daemon then takes
+        # its exit as the job's normal end rather than a crash that fails the other ranks.
+        atexit.register(_shutdown_at_exit)
     _initialized[0] = True
     if process_sets:
         from allreduced.tensorflow import process_sets as _ps
@@ -42,6 +47,11 @@ def shutdown():
     library().allreduced_tf_shutdown()
     _ps._forget_all()
     _initialized[0] = False
+
+
+def _shutdown_at_exit():
+    if _initialized[0]:
+        shutdown()
 
 
 def is_initialized():
