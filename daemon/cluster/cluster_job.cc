@@ -105,6 +105,10 @@ void ClusterJob::Respond(std::vector<Response> ready) {
     out->set_error(std::string(r.error.message()));
     out->set_join_last_rank(r.join_last_rank);
     for (const auto& t : r.tensors) {
+      if (r.error.ok() && r.collective != wire::Collective::kJoin) {
+        ++committed_tensors_;
+        committed_bytes_ += t.first().meta.bytes;
+      }
       auto* tensor = out->add_tensors();
       tensor->set_name(t.name);
       for (const auto& rank : t.ranks) {
@@ -211,7 +215,11 @@ JobSummary ClusterJob::Summary(absl::Time now, absl::Duration stall_warning) con
   s.set_job_id(id());
   s.set_size(layout_.size());
   s.set_state("running");
+  s.set_generation(generation());
   s.set_age_s(absl::ToDoubleSeconds(now - formed_));
+  // What the job committed (each host executes every one; they report their own counts too).
+  s.set_collectives_completed(committed_tensors_);
+  s.set_bytes_reduced(committed_bytes_);
   for (const auto& h : layout_.hosts()) {
     s.add_hosts(h.name());
     auto* hr = s.add_ranks();

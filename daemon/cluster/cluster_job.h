@@ -102,6 +102,8 @@ class ClusterJob {
   // GPU path: each host's GPUs (NegotiateRequest.gpu) until all sent; then the layout went out.
   std::map<std::string, GpuHost> gpu_hosts_;
   bool gpu_layout_sent_ = false;
+  uint64_t committed_tensors_ = 0;  // tensors of committed, successful responses
+  uint64_t committed_bytes_ = 0;    // their input bytes of one rank
 };
 
 }  // namespace ard::cluster

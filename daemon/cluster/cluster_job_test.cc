@@ -53,6 +53,17 @@ TEST_CASE("events wait for a host that does not watch yet, stamped with id and g
   CHECK(job.Watch("b", std::make_shared<FakeSink>()).code() == absl::StatusCode::kAlreadyExists);
 }
 
+TEST_CASE("the status entry counts what the job committed and carries its generation") {
+  ClusterJob job(Layout(), 1 << 20, 16, kFormed);
+  CHECK(job.Summary(kFormed, absl::Seconds(60)).collectives_completed() == 0);
+  job.Negotiate(Ready(5, "a", "x", {0, 1}), kFormed);
+  job.Negotiate(Ready(5, "b", "x", {2}), kFormed);
+  const JobSummary s = job.Summary(kFormed, absl::Seconds(60));
+  CHECK(s.collectives_completed() == 1);
+  CHECK(s.bytes_reduced() == Ready(5, "a", "x", {0}).ready(0).ranks(0).bytes());
+  CHECK(s.generation() == 1);
+}
+
 TEST_CASE("a host's failure or malformed metadata asks for the job's abort") {
   ClusterJob job(Layout(), 1 << 20, 16, kFormed);
   NegotiateRequest failure;

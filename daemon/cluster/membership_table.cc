@@ -33,6 +33,7 @@ void MergeJob(JobSummary* into, const JobSummary& from) {
   into->set_collectives_completed(std::max(into->collectives_completed(),
                                            from.collectives_completed()));
   into->set_bytes_reduced(std::max(into->bytes_reduced(), from.bytes_reduced()));
+  into->set_generation(std::max(into->generation(), from.generation()));
   into->set_pending_tensors(std::max(into->pending_tensors(), from.pending_tensors()));
   into->set_age_s(std::max(into->age_s(), from.age_s()));
   if (into->gpu_plan().empty()) into->set_gpu_plan(from.gpu_plan());
