@@ -144,8 +144,9 @@ std::string RankGroup::Wait(Clock::time_point deadline, Listener& listener) {
       break;
     }
     for (size_t k = 0; ready > 0 && k < fds.size() && failure.empty(); ++k) {
-      if (fds[k].revents != 0 && reports[k] >= 0)
-        failure = ReadReports(reports[k], listener, false);
+      if (fds[k].revents != 0 && reports[k] >= 0) {
+        failure = ReadReports(reports[k], listener, /*to_end=*/false);
+      }
     }
   }
   if (!failure.empty()) KillAll();

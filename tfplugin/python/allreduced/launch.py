@@ -185,7 +185,9 @@ class RankGroup:
             self._ended(rank)
         self._join_readers(ranks)
         for rank in self._ranks(ranks):
-            self.procs[rank].stdout.close()
+            reader = self._readers.get(rank)
+            if reader is None or not reader.is_alive():  # else a process of the rank's holds it
+                self.procs[rank].stdout.close()
 
     def _join_readers(self, ranks=None, timeout_s=5):
         for rank in self._ranks(ranks):
