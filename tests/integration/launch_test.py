@@ -90,6 +90,15 @@ def alive(pid):
         return False
 
 
+def test_launcher_names_a_command_it_cannot_start():
+    r = subprocess.run([sys.executable, "-m", "allreduced.launch", "--sockets", "/a.sock", "--",
+                        "/nonexistent/trainer"], env=dict(os.environ, PYTHONPATH=PACKAGE_DIR),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 127, r.stderr
+    assert r.stderr == ("allreduced.launch: cannot start /nonexistent/trainer: "
+                        "No such file or directory\n")
+
+
 def test_launcher_prefixes_output_and_fails_fast(tmp_path):
     # Rank 2 fails once every rank has started; the others would sleep for a minute.
     p = start_launcher(tmp_path, 2, 'if [ "$ALLREDUCED_RANK" = 2 ]; then '
@@ -122,7 +131,8 @@ def test_a_signal_to_the_launcher_stops_every_rank(tmp_path, signo, ignore_term)
         out, err = p.communicate(timeout=60)
         assert p.returncode == 128 + signo, out + err
         assert f"{signal.Signals(signo).name}; stopping every rank" in err
-        assert not [pid for pid in pids if alive(pid)]
+        left = [pid for pid in pids if alive(pid)]
+        assert not left, (left, [open(f"/proc/{p}/stat").read() for p in left], out, err)
         assert time.monotonic() - start < 30
     finally:
         p.kill()

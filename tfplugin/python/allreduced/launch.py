@@ -93,11 +93,11 @@ class RankGroup:
                 self.procs.append(subprocess.Popen(
                     command, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                     text=text, start_new_session=new_session))
+            if on_line is not None:
+                self.read_lines(on_line)
         except BaseException:  # a rank that cannot start, or Ctrl-C meanwhile: none is left over
             self.kill()
             raise
-        if on_line is not None:
-            self.read_lines(on_line)
 
     def read_lines(self, on_line, ranks=None):
         """Starts a thread per rank (of `ranks`, default all) that reads the rest of its output,
@@ -229,16 +229,22 @@ def main(argv=None):
             sys.stdout.buffer.write(f"[{rank}] ".encode() + line)
             sys.stdout.buffer.flush()
 
+    group = None
+    received = []
+
     def on_signal(signo, frame):
-        raise _Stopped(signo)
+        received.append(signo)
+        if group is not None:  # else raised once `group` holds every rank started
+            raise _Stopped(signo)
 
     for signo in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signo) != signal.SIG_IGN:  # as under nohup, or `cmd &` in a script
             signal.signal(signo, on_signal)
-    group = None
     try:
         group = RankGroup(sockets, args.np, command, job=args.job, new_session=True,
                           on_line=pump)
+        if received:
+            raise _Stopped(received[0])
         failure = group.wait(fail_fast=True)
         if failure is None:
             return 0
@@ -247,6 +253,9 @@ def main(argv=None):
                          "stopping the others\n")
         _stop(group)
         return code if code > 0 else 128 - code
+    except OSError as e:  # from Popen: the ranks started before it were killed
+        sys.stderr.write(f"allreduced.launch: cannot start {command[0]}: {e.strerror}\n")
+        return 127
     except _Stopped as e:
         # The ranks have sessions of their own: a terminal's Ctrl-C reached only this process.
         sys.stderr.write(f"allreduced.launch: {signal.Signals(e.signo).name}; "
