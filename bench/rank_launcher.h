@@ -2,10 +2,11 @@
 // does for MPI), for bench/gloo_allreduce_bench. Owned by the launcher process's main thread.
 //
 // Lifecycle:
-//   1. The launcher creates a private directory (the ranks' rendezvous store) and a pipe, then
-//      fork/execs /proc/self/exe with the same arguments and ARD_BENCH_RANK, ARD_BENCH_SIZE,
-//      ARD_BENCH_STORE, ARD_BENCH_DONE_FD in the environment. Ranks die with the launcher
-//      (PR_SET_PDEATHSIG). Ranks share the launcher's stdout and stderr.
+//   1. The launcher creates a private directory (the ranks' rendezvous store), then starts
+//      /proc/self/exe with the same arguments and ARD_BENCH_RANK, ARD_BENCH_SIZE, ARD_BENCH_STORE
+//      and ARD_BENCH_DONE_FD (the write end of a pipe of the rank's own) in the environment,
+//      through client/launch/rank_group.h. Ranks die with the launcher (PR_SET_PDEATHSIG). Ranks
+//      share the launcher's stdout and stderr.
 //   2. A rank calls ReportDone once its output is complete (flushed), before tearing down.
 //   3. The launcher reaps every rank, reporting on stdout (as "#" lines) ranks that died after
 //      ReportDone: Gloo may abort at teardown on loopback (shared/MEASUREMENTS.md), and such a

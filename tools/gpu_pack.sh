@@ -45,6 +45,9 @@ done | sort -u |
   while read -r lib; do cp -L "$lib" "$stage/ard/lib/"; done
 cp tests/gpu/*.py "$stage/ard/py/tests/gpu/"
 cp tests/integration/harness.py "$stage/ard/py/tests/integration/"
+mkdir -p "$stage/ard/py/tfplugin/python/allreduced"  # harness.py imports allreduced.launch
+cp tfplugin/python/allreduced/__init__.py tfplugin/python/allreduced/launch.py \
+  "$stage/ard/py/tfplugin/python/allreduced/"
 cp tests/pytest_main.py "$stage/ard/py/tests/"
 {
   git rev-parse HEAD

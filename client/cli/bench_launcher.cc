@@ -1,16 +1,12 @@
 #include "client/cli/bench_launcher.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -22,34 +18,28 @@
 #include "client/cli/bench_nccl.h"
 #include "client/cli/bench_report.h"
 #include "client/cli/bench_worker_lines.h"
+#include "client/launch/rank_group.h"
+#include "client/launch/socket_ranks.h"
 #include "client/local_wire.h"
-
-extern char** environ;
 
 namespace ard::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using launch::RankGroup;
 
 // Time the workers get past --timeout_ms to report their own, more precise, timeout.
 constexpr std::chrono::milliseconds kGrace{2000};
 
-constexpr const char* kRankVariables[] = {
-    "ALLREDUCED_SOCKET=", "ALLREDUCED_JOB=",        "ALLREDUCED_RANK=",
-    "ALLREDUCED_SIZE=",   "ALLREDUCED_LOCAL_RANK=", "ALLREDUCED_LOCAL_SIZE="};
-
 struct Child {
-  int rank = 0, local_rank = 0, socket_index = 0;
-  pid_t pid = -1;
-  int fd = -1;             // read end of the worker's stdout+stderr pipe; -1 after EOF
-  std::string buffer;      // bytes after the last '\n'
+  int rank = 0, socket_index = 0;
   std::string last_other;  // the last unrecognised line (a crash message, say)
-  bool ready = false, done = false, reaped = false;
+  bool ready = false, done = false;
 };
 
 // Runs one set of children to the end: the daemon's workers (`bench-worker`, one per rank) or,
-// with `peer`, the NCCL peer (`bench-nccl`, one process for info.ranks GPUs).
-class Launcher {
+// with `peer`, the NCCL peer (`bench-nccl`, one process for info.ranks GPUs). Judges their report
+// lines and exits for the RankGroup that starts, watches and reaps them.
+class Launcher : public RankGroup::Listener {
  public:
   Launcher(const BenchOptions& o, std::vector<BenchLayout> layouts, BenchRunInfo info, bool peer)
       : o_(o),
@@ -57,7 +47,8 @@ class Launcher {
         layouts_(std::move(layouts)),
         info_(std::move(info)),
         rows_(layouts_.size()),
-        reports_(layouts_.size(), 0) {
+        reports_(layouts_.size(), 0),
+        group_(RankGroup::Options{}) {
     for (size_t i = 0; i < layouts_.size(); ++i) rows_[i].layout = layouts_[i];
   }
 
@@ -68,20 +59,72 @@ class Launcher {
     std::fflush(stdout);
     children_.resize(peer_ ? 1 : o_.ranks());
     for (int r = 0; r < static_cast<int>(children_.size()); ++r) {
-      Child& c = children_[r];
-      c.rank = r;
-      c.socket_index = r / o_.np;
-      c.local_rank = r % o_.np;
-      if (!Spawn(&c)) break;
+      const launch::SocketRank place = launch::SocketRankOf(r, o_.np);
+      children_[r].rank = r;
+      children_[r].socket_index = place.socket_index;
+      std::string failure = Spawn(r);
+      if (!failure.empty()) {
+        group_.KillAll();
+        return failure;
+      }
     }
-    Loop();
-    if (!failure_.empty()) KillAll();
-    ReapAll();
+    std::string failure = group_.Wait(
+        RankGroup::Clock::now() + std::chrono::milliseconds(o_.timeout_ms) + kGrace, *this);
     std::fflush(stdout);
-    return failure_;
+    return failure;
   }
 
   const std::vector<BenchRow>& rows() const { return rows_; }
+
+  std::string OnLine(int index, const std::string& line) override {
+    Child& c = children_[index];
+    const WorkerLine w = ParseWorkerLine(line);
+    switch (w.kind) {
+      case WorkerLine::Kind::kReady:
+        c.ready = true;
+        if (w.size != info_.ranks) {
+          return absl::StrCat(Who(c), ": the daemon formed a job of ", w.size, " ranks, expected ",
+                              info_.ranks);
+        }
+        return "";
+      case WorkerLine::Kind::kRow:
+        if (w.index < 0 || w.index >= static_cast<int>(rows_.size())) {
+          return absl::StrCat(Who(c), ": reported an unknown size index ", w.index);
+        }
+        rows_[w.index].time_us = std::max(rows_[w.index].time_us, w.time_us);
+        rows_[w.index].wrong += w.wrong;
+        ++reports_[w.index];
+        PrintFinishedRows();
+        return "";
+      case WorkerLine::Kind::kDone:
+        c.done = true;
+        return "";
+      case WorkerLine::Kind::kError:
+        return absl::StrCat(Who(c), ": ", w.message);
+      case WorkerLine::Kind::kOther:
+        if (!line.empty()) c.last_other = line;
+        return "";
+    }
+    return "";
+  }
+
+  std::string OnExit(int index, int status) override {
+    const Child& c = children_[index];
+    if (c.done && WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+    return absl::StrCat(Who(c), WIFSIGNALED(status) ? " was " : " ",
+                        launch::DescribeWaitStatus(status),
+                        c.done ? " after finishing" : " before finishing",
+                        c.last_other.empty() ? "" : ": " + c.last_other);
+  }
+
+  std::string OnDeadline() override {
+    int ready = 0;
+    for (const Child& c : children_) ready += c.ready ? 1 : 0;
+    return absl::StrCat(peer_ ? "nccl peer: " : "", "timed out after ", o_.timeout_ms,
+                        " ms (--timeout_ms): ", ready, " of ", children_.size(),
+                        peer_ ? " peer processes started, " : " ranks joined the job, ",
+                        next_print_, " of ", rows_.size(), " sizes done");
+  }
 
  private:
   std::string Who(const Child& c) const {
@@ -89,160 +132,24 @@ class Launcher {
     return absl::StrCat("rank ", c.rank, " (socket ", o_.sockets[c.socket_index], ")");
   }
 
-  void Fail(const std::string& message) {
-    if (failure_.empty()) failure_ = message;
-  }
-
-  bool Spawn(Child* c) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-      Fail(absl::StrCat("pipe: ", std::strerror(errno)));
-      return false;
-    }
+  // Starts child `r` through /proc/self/exe (this binary); returns "" or why it could not start.
+  std::string Spawn(int r) {
     std::vector<std::string> args = {"allreducectl", peer_ ? "bench-nccl" : "bench-worker"};
     for (std::string& a : WorkerArgs(o_)) args.push_back(std::move(a));
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const bool ours =
-          std::any_of(std::begin(kRankVariables), std::end(kRankVariables),
-                      [e](const char* v) { return std::strncmp(*e, v, std::strlen(v)) == 0; });
-      if (!ours) env.push_back(*e);
-    }
+    std::vector<std::string> vars;
     if (!peer_) {
-      env.push_back("ALLREDUCED_SOCKET=" + o_.sockets[c->socket_index]);
-      env.push_back("ALLREDUCED_JOB=" + o_.job);
-      env.push_back(absl::StrCat("ALLREDUCED_RANK=", c->rank));
-      env.push_back(absl::StrCat("ALLREDUCED_SIZE=", o_.ranks()));
-      env.push_back(absl::StrCat("ALLREDUCED_LOCAL_RANK=", c->local_rank));
-      env.push_back(absl::StrCat("ALLREDUCED_LOCAL_SIZE=", o_.np));
+      vars = launch::SocketRankEnv(o_.sockets, o_.np, o_.job, r);
       if (o_.gpu && std::getenv("ALLREDUCED_GPU_ARENA_BYTES") == nullptr) {
         // One device submit in flight per worker: the staging arena needs the largest size.
         const uint64_t largest = *std::max_element(o_.sizes.begin(), o_.sizes.end());
-        env.push_back(absl::StrCat("ALLREDUCED_GPU_ARENA_BYTES=",
-                                   std::max<uint64_t>(64ull << 20, largest + 4096)));
+        vars.push_back(absl::StrCat("ALLREDUCED_GPU_ARENA_BYTES=",
+                                    std::max<uint64_t>(64ull << 20, largest + 4096)));
       }
     }
-    auto pointers = [](std::vector<std::string>& v) {
-      std::vector<char*> p;
-      for (std::string& s : v) p.push_back(s.data());
-      p.push_back(nullptr);
-      return p;
-    };
-    std::vector<char*> argv = pointers(args), envp = pointers(env);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
-    const int rc =
-        posix_spawn(&c->pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    close(fds[1]);
-    if (rc != 0) {
-      close(fds[0]);
-      c->pid = -1;
-      c->reaped = true;
-      Fail(absl::StrCat("cannot start the worker for ", Who(*c), ": ", std::strerror(rc)));
-      return false;
-    }
-    c->fd = fds[0];
-    return true;
-  }
-
-  // Reads the pipes until every worker hung up, one failed, or the deadline passed.
-  void Loop() {
-    const Clock::time_point deadline =
-        Clock::now() + std::chrono::milliseconds(o_.timeout_ms) + kGrace;
-    while (failure_.empty()) {
-      std::vector<pollfd> fds;
-      std::vector<Child*> owners;
-      for (Child& c : children_) {
-        if (c.fd < 0) continue;
-        fds.push_back({c.fd, POLLIN, 0});
-        owners.push_back(&c);
-      }
-      if (fds.empty()) return;
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return Fail(TimeoutMessage());
-      const int n = poll(fds.data(), fds.size(), static_cast<int>(left));
-      if (n < 0 && errno != EINTR) return Fail(absl::StrCat("poll: ", std::strerror(errno)));
-      for (size_t i = 0; n > 0 && i < fds.size() && failure_.empty(); ++i) {
-        if (fds[i].revents != 0) Read(*owners[i]);
-      }
-    }
-  }
-
-  void Read(Child& c) {
-    char buf[65536];
-    const ssize_t n = read(c.fd, buf, sizeof(buf));
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
-    if (n <= 0) {
-      close(c.fd);
-      c.fd = -1;
-      if (!c.buffer.empty()) HandleLine(c, c.buffer);
-      return HandleExit(c);
-    }
-    c.buffer.append(buf, n);
-    size_t newline;
-    while (failure_.empty() && (newline = c.buffer.find('\n')) != std::string::npos) {
-      std::string line = c.buffer.substr(0, newline);
-      c.buffer.erase(0, newline + 1);
-      HandleLine(c, line);
-    }
-  }
-
-  void HandleLine(Child& c, const std::string& line) {
-    const WorkerLine w = ParseWorkerLine(line);
-    switch (w.kind) {
-      case WorkerLine::Kind::kReady:
-        c.ready = true;
-        if (w.size != info_.ranks) {
-          Fail(absl::StrCat(Who(c), ": the daemon formed a job of ", w.size, " ranks, expected ",
-                            info_.ranks));
-        }
-        return;
-      case WorkerLine::Kind::kRow:
-        if (w.index < 0 || w.index >= static_cast<int>(rows_.size())) {
-          return Fail(absl::StrCat(Who(c), ": reported an unknown size index ", w.index));
-        }
-        rows_[w.index].time_us = std::max(rows_[w.index].time_us, w.time_us);
-        rows_[w.index].wrong += w.wrong;
-        ++reports_[w.index];
-        return PrintFinishedRows();
-      case WorkerLine::Kind::kDone:
-        c.done = true;
-        return;
-      case WorkerLine::Kind::kError:
-        return Fail(absl::StrCat(Who(c), ": ", w.message));
-      case WorkerLine::Kind::kOther:
-        if (!line.empty()) c.last_other = line;
-        return;
-    }
-  }
-
-  // The worker closed its pipe: it is exiting; reap it and judge how it ended.
-  void HandleExit(Child& c) {
-    int status = 0;
-    while (waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    c.reaped = true;
-    if (c.done && WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
-    std::string how = WIFSIGNALED(status)
-                          ? absl::StrCat("was killed by signal ", WTERMSIG(status), " (",
-                                         strsignal(WTERMSIG(status)), ")")
-                          : absl::StrCat("exited with status ", WEXITSTATUS(status));
-    Fail(absl::StrCat(Who(c), " ", how, c.done ? " after finishing" : " before finishing",
-                      c.last_other.empty() ? "" : ": " + c.last_other));
-  }
-
-  std::string TimeoutMessage() const {
-    int ready = 0;
-    for (const Child& c : children_) ready += c.ready ? 1 : 0;
-    return absl::StrCat(peer_ ? "nccl peer: " : "", "timed out after ", o_.timeout_ms,
-                        " ms (--timeout_ms): ", ready, " of ", children_.size(),
-                        peer_ ? " peer processes started, " : " ranks joined the job, ",
-                        next_print_, " of ", rows_.size(), " sizes done");
+    const int rc = group_.Spawn("/proc/self/exe", args,
+                                launch::EnvironWith(vars, launch::SocketRankVariables()));
+    if (rc == 0) return "";
+    return absl::StrCat("cannot start the worker for ", Who(children_[r]), ": ", std::strerror(rc));
   }
 
   void PrintFinishedRows() {
@@ -254,23 +161,6 @@ class Launcher {
     }
   }
 
-  void KillAll() {
-    for (Child& c : children_) {
-      if (c.pid > 0 && !c.reaped) kill(c.pid, SIGKILL);
-    }
-  }
-
-  void ReapAll() {
-    for (Child& c : children_) {
-      if (c.fd >= 0) close(c.fd);
-      c.fd = -1;
-      if (c.pid <= 0 || c.reaped) continue;
-      while (waitpid(c.pid, nullptr, 0) < 0 && errno == EINTR) {
-      }
-      c.reaped = true;
-    }
-  }
-
   const BenchOptions& o_;
   const bool peer_;
   const std::vector<BenchLayout> layouts_;
@@ -279,7 +169,7 @@ class Launcher {
   std::vector<BenchRow> rows_;
   std::vector<int> reports_;  // ROW lines received per size
   size_t next_print_ = 0;     // sizes complete and printed so far
-  std::string failure_;       // the first failure; ends the run
+  RankGroup group_;           // last: destroyed (children killed and reaped) first
 };
 
 // Measures the NCCL peer on `gpus` GPUs; fills *info and *rows, returns "" or why it failed.

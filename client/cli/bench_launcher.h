@@ -7,12 +7,13 @@
 // Lifecycle of a run:
 //   1. Layouts are computed once here; the workers get the resulting sizes as an explicit list.
 //   2. Ranks are socket_index * np + local_rank; each worker gets ALLREDUCED_SOCKET, _JOB (one
-//      name per run), _RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE.
+//      name per run), _RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (client/launch/socket_ranks.h).
 //   3. The first failure (an ERROR line, or a worker exiting without DONE) ends the run: the other
 //      workers are killed (SIGKILL, by pid), and the failing rank's message is printed as one
 //      line on stderr. Past --timeout_ms (plus a short grace for the workers' own timeout
 //      message) everything is killed the same way. Every child is reaped before returning.
-// Single-threaded (poll over the pipes).
+//      client/launch/rank_group.h starts, watches and ends the workers; this file judges them.
+// Single-threaded.
 #pragma once
 
 #include "client/cli/bench_options.h"

@@ -3,7 +3,6 @@ whose output is read as it comes (so a test can act at a known point of the work
 on the errors ranks report. Builds on tests/integration/harness.py."""
 import os
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
@@ -44,36 +43,21 @@ def host_state(c, via, name):
 
 
 class Procs:
-    """collective_worker processes forming one job across daemon sockets (`per_host` each; ranks
-    by host order, then local rank), with their output collected line by line as it comes."""
+    """collective_worker processes forming one job across daemon sockets (`per_host` each; no
+    ALLREDUCED_RANK, so the daemons number them: host order, then local rank), with their output
+    collected line by line as it comes. Started by allreduced.launch's RankGroup (through
+    harness.Workers); procs[i] is process i's Popen, exited_at[i] when its exit was seen."""
 
     def __init__(self, sockets, job, per_host, mode, env=None, env_for=None):
-        import subprocess
-        size = len(sockets) * per_host
-        self.procs, self.lines, self.exited_at = [], [], []
-        for sock in sockets:
-            for local in range(per_host):
-                e = dict(os.environ, ALLREDUCED_SOCKET=sock, ALLREDUCED_JOB=job,
-                         ALLREDUCED_SIZE=str(size), ALLREDUCED_LOCAL_SIZE=str(per_host),
-                         ALLREDUCED_LOCAL_RANK=str(local))
-                e.update(env or {})
-                if env_for:
-                    e.update(env_for(len(self.procs)))
-                p = subprocess.Popen([harness.binary("collective_worker"), mode], env=e,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                self.procs.append(p)
-                self.lines.append([])
-                self.exited_at.append(None)
-        self.threads = [threading.Thread(target=self._read, args=(i,), daemon=True)
-                        for i in range(len(self.procs))]
-        for t in self.threads:
-            t.start()
+        self.lines = [[] for _ in range(len(sockets) * per_host)]
 
-    def _read(self, i):
-        for line in self.procs[i].stdout:
-            self.lines[i].append(line.rstrip("\n"))
-        self.procs[i].wait()
-        self.exited_at[i] = time.monotonic()
+        def env_of(slot):
+            return dict(env or {}, **(env_for(slot.rank) if env_for else {}))
+        self.workers = harness.Workers(None, job, per_host, mode, extra_env=env_of,
+                                       sockets=sockets, give_rank=False)
+        self.procs = self.workers.procs
+        self.exited_at = self.workers.group.ended_at
+        self.workers.group.read_lines(lambda i, line: self.lines[i].append(line.rstrip("\n")))
 
     def wait_line(self, i, prefix, timeout_s=30):
         return wait_until(lambda: next((l for l in self.lines[i] if l.startswith(prefix)), None),
@@ -97,15 +81,12 @@ class Procs:
             except Exception:
                 raise AssertionError(f"process {i} still running after {timeout_s}s:\n"
                                      + self.dump())
-        for i in indices:
-            self.threads[i].join(5)
+        wait_until(lambda: all(self.exited_at[i] is not None for i in indices), 5,
+                   "the output of the exited processes")
         return {i: self.procs[i].returncode for i in indices}
 
     def kill(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        self.workers.kill()
 
 
 def run_job(sockets, job, per_host=1, steps=3, elems=4096, timeout_s=60):

@@ -9,8 +9,14 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
+
+# allreduced.launch from the source tree (Bazel puts it in the runfiles at the same place).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "tfplugin", "python"))
+from allreduced.launch import RankGroup  # noqa: E402
 
 
 def binary(name):
@@ -159,46 +165,41 @@ def host_states(daemon_address):
 
 
 class Workers:
-    """N collective_worker processes of one job on one daemon (ranks from ALLREDUCED_* unless
-    `env_for_rank` provides another launcher's variables). job=None: no ALLREDUCED_JOB, the client
-    library names the job from the launcher's variables."""
+    """`size` collective_worker processes of one job on one daemon, started by allreduced.launch's
+    RankGroup (ranks from ALLREDUCED_* unless `env_for_rank(rank)` provides another launcher's
+    variables); procs[i] is rank i's Popen, its output a text pipe. job=None: no ALLREDUCED_JOB,
+    the client library names the job from the launcher's variables. `sockets` (instead of
+    socket_path): `size` processes on each of several daemons; `extra_env` may be a function of
+    the rank's launch.Slot."""
 
-    def __init__(self, socket_path, job, size, mode, seed=12345, env_for_rank=None, extra_env=None):
-        self.procs = []
-        for rank in range(size):
-            env = dict(os.environ, ALLREDUCED_SOCKET=socket_path)
-            if job is None:
-                env.pop("ALLREDUCED_JOB", None)
-            else:
-                env["ALLREDUCED_JOB"] = job
-            if env_for_rank is None:
-                env.update(ALLREDUCED_RANK=str(rank), ALLREDUCED_SIZE=str(size))
-            else:
-                env.update(env_for_rank(rank))
-            env.update(extra_env or {})
-            self.procs.append(subprocess.Popen(
-                [binary("collective_worker"), mode, str(seed)], stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True, env=env))
+    def __init__(self, socket_path, job, size, mode, seed=12345, env_for_rank=None, extra_env=None,
+                 *, sockets=None, give_rank=True):
+        hook = None
+        if env_for_rank is not None:
+            job_env = {} if job is None else {"ALLREDUCED_JOB": job}
+            hook = lambda slot: dict(job_env, **env_for_rank(slot.rank))  # noqa: E731
+        self.group = RankGroup(sockets or [socket_path], size,
+                               [binary("collective_worker"), mode, str(seed)], job=job,
+                               env=extra_env, env_for_rank=hook, give_rank=give_rank, text=True)
+        self.procs = self.group.procs
 
     def wait(self, timeout_s=120):
-        """Returns (returncode, output lines) per process; kills stragglers after timeout_s."""
+        """Returns (returncode, output lines) per process of `procs` (a test may leave some out);
+        kills stragglers after timeout_s."""
+        ranks = [self.group.procs.index(p) for p in self.procs]
+        chunks = {rank: [] for rank in ranks}
+        self.group.read_lines(lambda rank, line: chunks[rank].append(line), ranks)
+        self.group.wait(timeout_s=timeout_s, ranks=ranks)
         results = []
-        deadline = time.monotonic() + timeout_s
-        for p in self.procs:
-            try:
-                out, _ = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, _ = p.communicate()
-                out += "\nKILLED: timed out\n"
-            results.append((p.returncode, out.splitlines()))
+        for rank in ranks:
+            lines = "".join(chunks[rank]).splitlines()
+            if rank in self.group.timed_out:
+                lines.append("KILLED: timed out")
+            results.append((self.group.procs[rank].returncode, lines))
         return results
 
     def kill(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
+        self.group.kill()
 
 
 def lines_with(output_lines, prefix):
@@ -207,17 +208,10 @@ def lines_with(output_lines, prefix):
 
 def workers_across(sockets, job, per_host, mode, seed=12345, extra_env=None, host_env=None):
     """`per_host` collective_worker processes on each daemon socket, forming one job of
-    len(sockets) * per_host ranks (the daemons assign ranks: host order, then local rank).
-    `host_env`: more variables for the processes of each socket, in the order of `sockets`."""
-    size = len(sockets) * per_host
-    procs = []
-    for i, sock in enumerate(sockets):
-        env = dict(extra_env or {}, **(host_env[i] if host_env else {}))
-        w = Workers(sock, job, per_host, mode, seed=seed, extra_env=env,
-                    env_for_rank=lambda l: {"ALLREDUCED_SIZE": str(size),
-                                            "ALLREDUCED_LOCAL_SIZE": str(per_host),
-                                            "ALLREDUCED_LOCAL_RANK": str(l)})
-        procs.extend(w.procs)
-    group = Workers.__new__(Workers)
-    group.procs = procs
-    return group
+    len(sockets) * per_host ranks. They carry no ALLREDUCED_RANK: the daemons assign ranks (host
+    order, then local rank). `host_env`: more variables for the processes of each socket, in the
+    order of `sockets`."""
+    def env(slot):
+        return dict(extra_env or {}, **(host_env[slot.socket_index] if host_env else {}))
+    return Workers(None, job, per_host, mode, seed=seed, extra_env=env, sockets=sockets,
+                   give_rank=False)

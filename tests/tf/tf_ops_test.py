@@ -14,6 +14,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 from harness import Cluster  # noqa: E402
+from allreduced.launch import RankGroup  # noqa: E402  (harness puts tfplugin/python first)
 
 # Four TensorFlow processes on a small machine can starve a daemon's heartbeat thread for a while;
 # these tests are about the plugin, not failure detection (tests/fault covers that), so every
@@ -23,36 +24,27 @@ PACKAGE_DIR = os.path.join(HERE, "..", "..", "tfplugin", "python")
 
 
 def run_workers(sockets, per_host, scenario, extra_env=None, launcher=None):
-    """`per_host` tf_worker processes per daemon socket. By default they carry ALLREDUCED_JOB and
-    ALLREDUCED_SIZE/LOCAL_SIZE/LOCAL_RANK; `launcher(rank, local_rank, size, per_host)` gives
-    another launcher's variables instead, without ALLREDUCED_JOB (the job is named from them)."""
+    """`per_host` tf_worker processes per daemon socket, started by allreduced.launch's RankGroup.
+    By default they carry ALLREDUCED_JOB and ALLREDUCED_SIZE/LOCAL_SIZE/LOCAL_RANK (no
+    ALLREDUCED_RANK: the daemons number them); `launcher(rank, local_rank, size, per_host)` gives
+    another launcher's variables instead, without ALLREDUCED_JOB (the job is named from them).
+    Returns (returncode, output) per process; one still running after 180 s is killed."""
     size = len(sockets) * per_host
-    env_base = dict(os.environ, ALLREDUCED_JOB=f"tf-{scenario}-{size}", **(extra_env or {}),
-                    PYTHONPATH=PACKAGE_DIR, TF_CPP_MIN_LOG_LEVEL="3",
-                    ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"])
+    env = dict(extra_env or {}, PYTHONPATH=PACKAGE_DIR, TF_CPP_MIN_LOG_LEVEL="3",
+               ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"])
+    hook = None
     if launcher is not None:
-        del env_base["ALLREDUCED_JOB"]
-    procs = []
-    for host, sock in enumerate(sockets):
-        for local in range(per_host):
-            if launcher is None:
-                ranks = dict(ALLREDUCED_SIZE=str(size), ALLREDUCED_LOCAL_SIZE=str(per_host),
-                             ALLREDUCED_LOCAL_RANK=str(local))
-            else:
-                ranks = launcher(host * per_host + local, local, size, per_host)
-            env = dict(env_base, ALLREDUCED_SOCKET=sock, **ranks)
-            procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "tf_worker.py"),
-                                           scenario], env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True))
-    outputs = []
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=180)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out = p.communicate()[0] + "\nKILLED: timed out"
-        outputs.append((p.returncode, out))
-    return outputs
+        hook = lambda s: launcher(s.rank, s.local_rank, s.size, s.local_size)  # noqa: E731
+    group = RankGroup(sockets, per_host, [sys.executable, os.path.join(HERE, "tf_worker.py"),
+                                          scenario],
+                      job=f"tf-{scenario}-{size}", env=env, env_for_rank=hook, give_rank=False,
+                      text=True)
+    chunks = [[] for _ in group.procs]
+    group.read_lines(lambda rank, line: chunks[rank].append(line))
+    group.wait(timeout_s=180)
+    return [(p.returncode, "".join(chunks[rank])
+             + ("\nKILLED: timed out" if rank in group.timed_out else ""))
+            for rank, p in enumerate(group.procs)]
 
 
 def run_on_two_hosts(scenario, extra_env=None, launcher=None):

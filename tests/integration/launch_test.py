@@ -1,0 +1,141 @@
+"""allreduced.launch without a daemon (its ranks here never connect to one): the rank rule and
+variables, RankGroup's environment, and `python -m allreduced.launch` failing fast and stopping
+every rank on SIGINT or SIGTERM. tests/tf/tf_ops_test.py runs it against daemons."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import harness  # noqa: F401  (puts tfplugin/python on sys.path)
+from allreduced import launch
+from harness import wait_until
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(launch.__file__)))
+
+
+def test_ranks_are_host_major_with_their_variables():
+    slots = launch.slots(["/a.sock", "/b.sock"], 2)
+    assert [(s.rank, s.socket_index, s.local_rank) for s in slots] == [
+        (0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
+    assert launch.rank_env(slots[3], "j") == {
+        "ALLREDUCED_SOCKET": "/b.sock", "ALLREDUCED_JOB": "j", "ALLREDUCED_RANK": "3",
+        "ALLREDUCED_SIZE": "4", "ALLREDUCED_LOCAL_RANK": "1", "ALLREDUCED_LOCAL_SIZE": "2"}
+    bare = launch.rank_env(slots[2], job=None, give_rank=False)
+    assert "ALLREDUCED_JOB" not in bare and "ALLREDUCED_RANK" not in bare
+    assert set(launch.rank_env(slots[0], "j")) == set(launch.RANK_VARIABLES)
+
+
+def env_of(group):
+    """Each rank's rank variables and ARD_T_* variables, as the rank printed them."""
+    lines = [[] for _ in group.procs]
+    group.read_lines(lambda rank, line: lines[rank].append(line.strip()))
+    assert group.wait(timeout_s=30) is None
+    return [{k: v for k, v in (l.split("=", 1) for l in out if "=" in l)
+             if k in launch.RANK_VARIABLES or k.startswith("ARD_T_")} for out in lines]
+
+
+def test_rank_group_environment(monkeypatch):
+    monkeypatch.setenv("ALLREDUCED_RANK", "7")  # inherited: never passed on
+    monkeypatch.setenv("ARD_T_KEPT", "kept")
+    env = env_of(launch.RankGroup(["/a.sock", "/b.sock"], 1, ["env"], job="j", text=True,
+                                  env=lambda slot: {"ARD_T_HOST": str(slot.socket_index)}))
+    assert [e["ALLREDUCED_RANK"] for e in env] == ["0", "1"]
+    assert [e["ARD_T_HOST"] for e in env] == ["0", "1"]
+    assert all(e["ARD_T_KEPT"] == "kept" and e["ALLREDUCED_JOB"] == "j" for e in env)
+
+    env = env_of(launch.RankGroup(["/a.sock"], 2, ["env"], job="j", text=True,
+                                  env_for_rank=lambda slot: {"ARD_T_RANK": str(slot.rank)}))
+    assert env == [{"ALLREDUCED_SOCKET": "/a.sock", "ARD_T_RANK": "0", "ARD_T_KEPT": "kept"},
+                   {"ALLREDUCED_SOCKET": "/a.sock", "ARD_T_RANK": "1", "ARD_T_KEPT": "kept"}]
+
+
+def test_wait_kills_ranks_past_the_deadline():
+    group = launch.RankGroup(["/a.sock"], 2, ["sh", "-c", '[ "$ALLREDUCED_RANK" = 0 ] || sleep 60'])
+    assert group.wait(timeout_s=1) is None  # no rank failed on its own
+    assert group.timed_out == [1]
+    assert group.procs[1].returncode == -signal.SIGKILL
+    assert group.procs[0].returncode == 0 and group.running() == []
+
+
+def start_launcher(tmp_path, np_, script):
+    """`python -m allreduced.launch` over two sockets; each rank says hello, writes its pid to
+    tmp_path/RANK.pid, then runs `script` (sh)."""
+    rank = (f'echo "hello from $ALLREDUCED_RANK"; echo $$ > {tmp_path}/"$ALLREDUCED_RANK".pid; '
+            + script)
+    return subprocess.Popen(
+        [sys.executable, "-m", "allreduced.launch", "--sockets", "/a.sock,/b.sock", "--np",
+         str(np_), "--", "sh", "-c", rank], env=dict(os.environ, PYTHONPATH=PACKAGE_DIR),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def rank_pids(tmp_path, count, suffix="pid"):
+    def read():
+        try:
+            pids = [int(open(tmp_path / f"{r}.{suffix}").read()) for r in range(count)]
+        except (OSError, ValueError):
+            return None
+        return pids
+    return wait_until(read, 30, f"{count} ranks to start")
+
+
+def alive(pid):
+    """Running: not gone, and not a zombie that its new parent has yet to reap."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_launcher_names_a_command_it_cannot_start():
+    r = subprocess.run([sys.executable, "-m", "allreduced.launch", "--sockets", "/a.sock", "--",
+                        "/nonexistent/trainer"], env=dict(os.environ, PYTHONPATH=PACKAGE_DIR),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 127, r.stderr
+    assert r.stderr == ("allreduced.launch: cannot start /nonexistent/trainer: "
+                        "No such file or directory\n")
+
+
+def test_launcher_prefixes_output_and_fails_fast(tmp_path):
+    # Rank 2 fails once every rank has started; the others would sleep for a minute.
+    p = start_launcher(tmp_path, 2, 'if [ "$ALLREDUCED_RANK" = 2 ]; then '
+                                    f'while [ $(ls {tmp_path} | wc -l) -lt 4 ]; do sleep 0.05; done; '
+                                    "exit 3; fi; exec sleep 60")
+    try:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 3, out + err
+        assert "allreduced.launch: rank 2 exited with 3; stopping the others" in err
+        for r in range(4):
+            assert f"[{r}] hello from {r}" in out.splitlines()
+        assert not any(alive(pid) for pid in rank_pids(tmp_path, 4))
+    finally:
+        p.kill()
+
+
+@pytest.mark.parametrize("signo,ignore_term", [(signal.SIGINT, True), (signal.SIGTERM, False)])
+def test_a_signal_to_the_launcher_stops_every_rank(tmp_path, signo, ignore_term):
+    """Ctrl-C (SIGINT) or SIGTERM reaches only the launcher (the ranks have sessions of their
+    own): it stops every rank and the processes they started, a rank that ignores SIGTERM too (by
+    SIGKILL after a 10 s grace), and exits 128 + the signal."""
+    trap = 'if [ "$ALLREDUCED_RANK" = 1 ]; then trap "" TERM; fi; ' if ignore_term else ""
+    p = start_launcher(tmp_path, 2, trap + f'sleep 60 & echo $! > {tmp_path}/"$ALLREDUCED_RANK".child; '
+                                           "wait; sleep 60")
+    pids = []
+    try:
+        pids = rank_pids(tmp_path, 4) + rank_pids(tmp_path, 4, "child")
+        start = time.monotonic()
+        p.send_signal(signo)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 128 + signo, out + err
+        assert f"{signal.Signals(signo).name}; stopping every rank" in err
+        left = [pid for pid in pids if alive(pid)]
+        assert not left, (left, [open(f"/proc/{p}/stat").read() for p in left], out, err)
+        assert time.monotonic() - start < 30
+    finally:
+        p.kill()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
