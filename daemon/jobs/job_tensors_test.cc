@@ -1,6 +1,6 @@
 // A running Job's tensors (job_tensors.cc) without network: SUBMIT frames over socketpairs ->
 // the readiness table -> the negotiator -> the executor -> COMPLETE, in the committed order;
-// joins; the requests the job refuses; and a formation race.
+// joins; the requests the job refuses.
 #include <cstring>
 
 #include "absl/strings/match.h"
@@ -178,26 +178,6 @@ TEST_CASE("The job refuses bad submits and keeps running") {
   CHECK(h.state() == JobState::kRunning);
   CHECK(h.Summary().pending_tensors() == 1);
   CHECK(h.negotiator().failures.empty());
-}
-
-// A formation answers for the member list it was asked for: once a member left while it was in
-// flight, the forming job fails here, so a process that takes the leaving one's place is never
-// welcomed by a formation that did not include it.
-TEST_CASE("A formation for a member list that changed meanwhile is not applied") {
-  JobHarness h(2);
-  TestClient& a = h.Add();
-  TestClient& b = h.Add();
-  FakeNegotiator& n = h.negotiator();
-  REQUIRE(n.forms.size() == 1);
-  b.Exit();
-  h.Close(b, /*graceful=*/false, "exited");
-  CHECK(h.state() == JobState::kEnded);
-  h.OnLoop([&] { n.CompleteForm(0, OneHostFormation({0, 1}, "h-test")); });  // for [a, b]
-  CHECK(n.forms.size() == 1);  // no second round on a failed job
-  CHECK(n.starts == 0);
-  CHECK(n.failures.size() == 1);  // the stale formation is reported: its other hosts must not wait
-  CHECK(a.Next().type == wire::MsgType::kError);  // told why, never welcomed
-  CHECK(a.Quiet());
 }
 
 }  // namespace

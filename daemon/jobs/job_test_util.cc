@@ -286,4 +286,13 @@ void JobHarness::FormInOrder() {
   for (int i = 0; i < size_; ++i) REQUIRE(client(i).Next().type == wire::MsgType::kWelcome);
 }
 
+std::string Expect(TestClient& c, wire::MsgType type, absl::StatusCode code,
+                   uint64_t request_id) {
+  ClientFrame f = c.Next();
+  REQUIRE(f.type == type);
+  CHECK(f.code == static_cast<int32_t>(code));
+  CHECK(f.request_id == request_id);
+  return f.message;
+}
+
 }  // namespace ard::jobs

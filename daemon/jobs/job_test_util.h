@@ -131,4 +131,8 @@ class JobHarness {
   std::vector<std::unique_ptr<TestClient>> clients_;
 };
 
+// The next frame `c` reads is `type` with status `code` (Catch2 checks); returns its message.
+std::string Expect(TestClient& c, wire::MsgType type, absl::StatusCode code,
+                   uint64_t request_id = 0);
+
 }  // namespace ard::jobs
