@@ -87,12 +87,13 @@ void CoordinatedNegotiator::Start(NegotiationSink* sink) {
 void CoordinatedNegotiator::HostReady(std::vector<Response> ready) {
   std::vector<ReadyTensor> tensors;
   for (Response& response : ready) {
-    for (ReadyTensor& t : response.tensors) {
-      tensors.push_back(t);
-      awaiting_[t.name] = std::move(t);
-    }
+    for (ReadyTensor& t : response.tensors) tensors.push_back(std::move(t));
   }
-  channel_.SendReady(tensors);
+  channel_.SendReady(tensors);  // their metadata; the inputs stay here until committed
+  for (ReadyTensor& t : tensors) {
+    std::string name = t.name;
+    awaiting_[std::move(name)] = std::move(t);
+  }
 }
 
 void CoordinatedNegotiator::OnCommitted(Response response) {

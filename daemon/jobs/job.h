@@ -94,6 +94,9 @@ class Job : private NegotiationSink {
   void OnFormed(absl::StatusOr<Formation> formation);
   // Forming failed (timeout, a rank left, no result arena): every member is told and detached.
   void AbandonForming(const absl::Status& status);
+  // The job's GPU side, created at its first GPU frame (the registry lets GPU frames through only
+  // on a daemon with a GPU device).
+  JobGpu& Gpu();
   void StartGpu(absl::StatusOr<gpu::CrossHostGpuPlan> plan);
   void FailGpuForming(const absl::Status& status);
   void EndIfDetached();

@@ -40,12 +40,7 @@ void Job::Submit(const std::shared_ptr<Session>& s, local::DecodedFrame frame) {
     return reject(full);
   }
   if (frame.type == wire::MsgType::kGpuSubmit) {
-    if (gpu_ == nullptr) {
-      return reject(absl::FailedPreconditionError(absl::StrCat(
-          "GPU_SUBMIT before every rank of job ", name_,
-          " registered its GPU (wait for GPU_REGISTERED)")));
-    }
-    if (absl::Status st = gpu_->CheckSubmit(*s, frame); !st.ok()) return reject(st);
+    if (absl::Status st = Gpu().CheckSubmit(*s, frame); !st.ok()) return reject(st);
     request.gpu = frame.gpu_placement;
   } else {
     auto input = s->input.Resolve(frame.submit.segment, frame.submit.offset, frame.submit.bytes);
@@ -76,24 +71,22 @@ void Job::OnJoinDone(const absl::Status& status, int last_rank) {
 
 void Job::GpuRegister(const std::shared_ptr<Session>& s, const local::DecodedFrame& frame) {
   const uint64_t id = frame.request_id;
-  if (gpu_processes_ == nullptr) {
-    return s->Reject(id,
-                  absl::FailedPreconditionError(absl::StrCat(
-                      "no GPU on this daemon: ", options_.gpu_unavailable.empty()
-                                                     ? "no GPU device"
-                                                     : options_.gpu_unavailable)));
-  }
+  // A daemon without a GPU device refuses GPU frames before they reach a job (JobRegistry).
   if (state() != JobState::kRunning) {
     return s->Reject(id, absl::AbortedError(lifecycle_.failure()));
   }
-  if (gpu_ == nullptr) gpu_ = std::make_unique<JobGpu>(options_, *gpu_processes_, name_, size_);
-  if (absl::Status st = gpu_->Register(*s, frame); !st.ok()) return s->Reject(id, st);
+  if (absl::Status st = Gpu().Register(*s, frame); !st.ok()) return s->Reject(id, st);
   if (gpu_->registered() < local_size_) return;
   negotiator_->PlanGpusAsync(
       gpu_->Host(local_order_), [this, alive = std::weak_ptr<bool>(alive_)](
                                     absl::StatusOr<gpu::CrossHostGpuPlan> plan) {
         if (!alive.expired()) StartGpu(std::move(plan));
       });
+}
+
+JobGpu& Job::Gpu() {
+  if (gpu_ == nullptr) gpu_ = std::make_unique<JobGpu>(options_, *gpu_processes_, name_, size_);
+  return *gpu_;
 }
 
 void Job::StartGpu(absl::StatusOr<gpu::CrossHostGpuPlan> plan) {
