@@ -35,6 +35,13 @@ std::string NewInstanceId() {
   return absl::StrFormat("%016x", absl::Uniform<uint64_t>(gen));
 }
 
+// `path` made absolute against the working directory, as launchers on other hosts need it.
+std::string AbsolutePath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  char cwd[4096];
+  return getcwd(cwd, sizeof(cwd)) != nullptr ? absl::StrCat(cwd, "/", path) : path;
+}
+
 // The address peers dial: the configured one, else the listen host with the bound port, with a
 // wildcard listen host replaced by this machine's hostname.
 std::string AdvertiseAddress(const DaemonConfig& config, int port) {
@@ -70,6 +77,7 @@ absl::Status Daemon::Start() {
   self_.set_instance_id(NewInstanceId());
   self_.set_start_time_unix_ms(absl::ToUnixMillis(absl::Now()));
   self_.set_pid(getpid());
+  self_.set_local_socket(AbsolutePath(config_.local_socket()));
   gpu::DescribeDevices(&self_);
   std::string gpu_unavailable;
   if (gpu_ != nullptr) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "client/cli/bench_main.h"
+#include "client/cli/run_main.h"
 #include "client/cli/status_format.h"
 #include "daemon/rpc/tls.h"
 #include "grpcpp/create_channel.h"
@@ -23,6 +24,9 @@ constexpr char kUsage[] =
     "  bench --sockets PATH[,PATH...] [options]\n"
     "                    nccl-tests-style collective benchmark through the client library and\n"
     "                    the daemons' local sockets; takes its own options (bench --help)\n"
+    "  run -np N [-H HOST:SLOTS,...] [options] COMMAND...\n"
+    "                    horovodrun-style launch: runs the Python launcher allreduced.launch\n"
+    "                    ($ALLREDUCED_PYTHON, default python3); run --help lists its options\n"
     "\n"
     "--daemon defaults to $ALLREDUCED_DAEMON, else 127.0.0.1:7070. Any daemon of the cluster\n"
     "answers; a non-coordinator forwards to the coordinator.\n"
@@ -40,7 +44,7 @@ struct Options {
   std::string command;
   bool json = false;
   rpc::TlsFiles tls;
-  std::vector<std::string> rest;  // bench, bench-worker: the arguments after the command
+  std::vector<std::string> rest;  // bench, bench-worker, run: the arguments after the command
 };
 
 int Usage(const std::string& error) {
@@ -84,7 +88,7 @@ int Parse(const std::vector<std::string>& args, Options* o) {
       return Usage("unknown option " + a);
     } else if (o->command.empty()) {
       o->command = a;
-      if (a == "bench" || a == "bench-worker" || a == "bench-nccl") {
+      if (a == "bench" || a == "bench-worker" || a == "bench-nccl" || a == "run") {
         o->rest.assign(args.begin() + i + 1, args.end());
         return -1;
       }
@@ -145,6 +149,7 @@ int CtlMain(int argc, char** argv) {
   if (options.command == "bench") return BenchMain(options.rest);
   if (options.command == "bench-worker") return BenchWorkerMain(options.rest);
   if (options.command == "bench-nccl") return BenchNcclMain(options.rest);
+  if (options.command == "run") return RunMain(options.daemon, options.tls, options.rest);
   return RunStatus(options);
 }
 

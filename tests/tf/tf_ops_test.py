@@ -167,7 +167,7 @@ def launch(sockets, np_, command, timeout_s=180):
     env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, TF_CPP_MIN_LOG_LEVEL="3",
                ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"])
     return subprocess.run([sys.executable, "-m", "allreduced.launch", "--sockets",
-                           ",".join(sockets), "--np", str(np_), "--"] + command,
+                           ",".join(sockets), "-np", str(np_ * len(sockets)), "--"] + command,
                           capture_output=True, text=True, env=env, timeout=timeout_s)
 
 
