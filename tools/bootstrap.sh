@@ -15,6 +15,7 @@ APT_PACKAGES=(
   iproute2 procps
   clang libclang-rt-14-dev   # hostile local clients: libFuzzer + ASan/UBSan (tests/fuzz/)
   openssl util-linux   # fault suite (issue 7): test certificates; unshare/nsenter for link cuts
+  openssh-client openssh-server   # the launcher's ssh path, tested against a private sshd
 )
 
 missing=()

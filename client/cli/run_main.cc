@@ -33,8 +33,8 @@ std::string SelfPath() {
 std::vector<std::string> RunArgv(const std::string& python, const std::string& self,
                                  const std::string& daemon, const rpc::TlsFiles& tls,
                                  const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {python, "-c", kBootstrap, "--allreducectl", self, "--daemon",
-                                   daemon};
+  std::vector<std::string> argv = {python, "-c",       kBootstrap, "--allreducectl",
+                                   self,   "--daemon", daemon};
   const std::pair<const char*, const std::string*> files[] = {
       {"--tls_cert", &tls.cert_file}, {"--tls_key", &tls.key_file}, {"--tls_ca", &tls.ca_file}};
   for (const auto& [flag, file] : files) {

@@ -64,7 +64,8 @@ def test_hosts_from_the_cluster_view():
         hosts.view_hosts(cpu)
     named = hosts.with_view_sockets(hosts.parse_hosts("c:2,a:1"), VIEW)
     assert [(h.name, h.socket) for h in named] == [("c", "/run/c.sock"), ("a", "/run/a.sock")]
-    with pytest.raises(hosts.HostError, match=r"no UP daemon in the cluster view for b \(UP: a, c\)"):
+    with pytest.raises(hosts.HostError,
+                       match=r"no UP daemon in the cluster view for b \(UP: a, c\)"):
         hosts.with_view_sockets(hosts.parse_hosts("a,b"), VIEW)
 
 
@@ -143,8 +144,9 @@ def test_launcher_names_a_command_it_cannot_start():
     for missing, why in [("/nonexistent/trainer", "No such file or directory"),
                          ("nonexistent-trainer", "command not found")]:
         r = subprocess.run([sys.executable, "-m", "allreduced.launch", "--sockets", "/a.sock",
-                            "-np", "2", "--", missing], env=dict(os.environ, PYTHONPATH=PACKAGE_DIR),
-                           capture_output=True, text=True, timeout=60)
+                            "-np", "2", "--", missing],
+                           env=dict(os.environ, PYTHONPATH=PACKAGE_DIR), capture_output=True,
+                           text=True, timeout=60)
         assert r.returncode == 127, r.stderr
         assert (r.stdout, r.stderr) == ("", f"allreduced.launch: cannot start {missing}: {why}\n")
 

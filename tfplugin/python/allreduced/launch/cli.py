@@ -89,6 +89,8 @@ def _missing(command):
     path = command[0] if "/" in command[0] else shutil.which(command[0])
     if path is None:
         return "command not found"
+    if os.path.isdir(path):
+        return "Is a directory"
     if not os.path.isfile(path):
         return "No such file or directory"
     if not os.access(path, os.X_OK):
