@@ -4,6 +4,7 @@ and the cluster view turned into hosts and ranks, the rank variables, RankGroup'
 naming a missing command. launch_ssh_test.py launches through a real sshd against daemons;
 tests/tf/tf_ops_test.py runs TensorFlow through it."""
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 
 import harness  # noqa: F401  (puts tfplugin/python on sys.path)
 from allreduced import launch
-from allreduced.launch import hosts
+from allreduced.launch import hosts, remote
 from harness import wait_until
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(launch.__file__))))
@@ -67,6 +68,27 @@ def test_hosts_from_the_cluster_view():
     with pytest.raises(hosts.HostError,
                        match=r"no UP daemon in the cluster view for b \(UP: a, c\)"):
         hosts.with_view_sockets(hosts.parse_hosts("a,b"), VIEW)
+
+
+def test_one_socket_for_every_host_skips_the_cluster_view():
+    assert hosts.discover("a:2,b", socket_path="/s.sock") == [
+        hosts.Host("a", 2, "/s.sock", False), hosts.Host("b", 1, "/s.sock", False)]
+    with pytest.raises(hosts.HostError, match="--socket needs the hosts"):
+        hosts.discover(socket_path="/s.sock")
+
+
+def test_remote_ranks_get_the_environment_less_this_machines_own():
+    env = {"PATH": "/venv/bin:/usr/bin", "TRAIN_FLAG": "a b'c", "HOME": "/root", "PWD": "/x",
+           "SSH_AUTH_SOCK": "/tmp/agent", "XDG_RUNTIME_DIR": "/run/user/0",
+           "BASH_FUNC_f%%": "() { :; }"}
+    assert remote.forwarded_env(env) == {"PATH": "/venv/bin:/usr/bin", "TRAIN_FLAG": "a b'c"}
+    argv = remote.ssh_command("b", ["python", "train.py"], {"TRAIN_FLAG": "a b'c"}, cwd="/w d",
+                              ssh_port=2222, identity_file="/k", config_file="/cfg")
+    assert argv[:10] == ["ssh", "-o", "BatchMode=yes", "-F", "/cfg", "-p", "2222", "-i", "/k",
+                         "--"]
+    assert argv[10] == "b"
+    assert shlex.split(argv[11]) == ["env", "TRAIN_FLAG=a b'c", "sh", "-c", remote.WRAPPER,
+                                     "allreduced-rank", "/w d", "100", "python", "train.py"]
 
 
 def test_ranks_fill_the_hosts_in_order():

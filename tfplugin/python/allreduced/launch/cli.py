@@ -64,24 +64,11 @@ def plan(args):
         sockets = [s for s in args.sockets.split(",") if s]
         slots = args.slots or -(-args.np // len(sockets))
         return hosts_lib.assign(hosts_lib.socket_hosts(sockets, slots), args.np)
-    if args.hosts:
-        hosts = hosts_lib.parse_hosts(args.hosts, args.slots or 1)
-    elif args.hostfile:
-        hosts = hosts_lib.read_hostfile(args.hostfile, args.slots or 1)
-    else:
-        hosts = None
-    if args.socket:
-        if hosts is None:
-            raise hosts_lib.HostError("--socket needs the hosts (-H or --hostfile)")
-        hosts = [h._replace(socket=args.socket) for h in hosts]
-    else:
-        tls = [x for flag in ("tls_cert", "tls_key", "tls_ca") if getattr(args, flag)
-               for x in (f"--{flag}", getattr(args, flag))]
-        view = hosts_lib.cluster_view(hosts_lib.find_allreducectl(args.allreducectl),
-                                      args.daemon, tls)
-        hosts = (hosts_lib.view_hosts(view, args.slots) if hosts is None
-                 else hosts_lib.with_view_sockets(hosts, view))
-    return hosts_lib.assign(hosts, args.np)
+    tls = [x for flag in ("tls_cert", "tls_key", "tls_ca") if getattr(args, flag)
+           for x in (f"--{flag}", getattr(args, flag))]
+    return hosts_lib.assign(hosts_lib.discover(
+        args.hosts, args.hostfile, args.slots, args.socket, args.daemon, args.allreducectl, tls),
+        args.np)
 
 
 def _missing(command):
@@ -152,8 +139,11 @@ def _run(name, slots, command, args):
         if failure is None:
             return 0
         rank, code = failure
-        where = "" if slots[rank].local else f" on {slots[rank].host} (over ssh; 255: ssh failed)"
-        sys.stderr.write(f"{name}: rank {rank}{where} exited with {code}; stopping the others\n")
+        where = "" if slots[rank].local else f" on {slots[rank].host}"
+        why = " (ssh exits 255 when it fails: see its message above)" if (
+            where and code == 255) else ""
+        sys.stderr.write(f"{name}: rank {rank}{where} exited with {code}{why}; stopping the "
+                         "others\n")
         _stop(group)
         return code if code > 0 else 128 - code
     except OSError as e:  # from Popen: the ranks started before it were killed

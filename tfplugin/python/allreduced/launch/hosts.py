@@ -166,6 +166,27 @@ def with_view_sockets(hosts, view):
     return [h._replace(socket=up[h.name].get("local_socket") or None) for h in hosts]
 
 
+def discover(hosts_text=None, hostfile=None, slots=None, socket_path=None, daemon=None,
+             allreducectl=None, tls=()):
+    """The hosts of a launch, as the launcher's options give them: -H's `hosts_text` or
+    `hostfile` (a host without a count has `slots`, default 1), else the cluster view's UP hosts
+    (`slots` each, else their GPU count). Sockets: `socket_path` for every host (then the
+    cluster view is not asked, and the hosts must be given), else the cluster view's. The
+    cluster view comes from `daemon` through `allreducectl` (find_allreducectl) with `tls`."""
+    if hosts_text:
+        hosts = parse_hosts(hosts_text, slots or 1)
+    elif hostfile:
+        hosts = read_hostfile(hostfile, slots or 1)
+    else:
+        hosts = None
+    if socket_path:
+        if hosts is None:
+            raise HostError("--socket needs the hosts (-H or --hostfile)")
+        return [h._replace(socket=socket_path) for h in hosts]
+    view = cluster_view(find_allreducectl(allreducectl), daemon, tls)
+    return view_hosts(view, slots) if hosts is None else with_view_sockets(hosts, view)
+
+
 def assign(hosts, np):
     """Slots for `np` ranks over `hosts`: hosts in order, each filled up to its slots (ranks
     host-major, as the daemons number a job's ranks when the launcher gives none). Hosts left
