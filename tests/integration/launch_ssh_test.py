@@ -252,6 +252,19 @@ def test_commands_that_cannot_start(setup):
     assert "[0] setsid: failed to execute no-such-trainer: No such file or directory" in r.stdout
 
 
+def test_a_host_ssh_cannot_reach(tmp_path):
+    """ssh's own failure is the rank's exit code 255, with ssh's message under the rank."""
+    port = free_port()  # nothing listens there
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host down\n  HostName 127.0.0.1\n  Port {port}\n")
+    r = run([sys.executable, "-m", "allreduced.launch", "-np", "1", "-H", "down:1", "--socket",
+             "/x.sock", "--ssh-config-file", str(config), "--", "true"])
+    assert r.returncode == 255, r.stdout + r.stderr
+    assert f"[0] ssh: connect to host 127.0.0.1 port {port}: Connection refused" in r.stdout
+    assert r.stderr == ("allreduced.launch: rank 0 on down exited with 255 (ssh exits 255 when it "
+                        "fails: see its message above); stopping the others\n")
+
+
 def test_allreducectl_run(setup):
     """`allreducectl run` is the same launcher: it passes its own path and --daemon on."""
     cluster, sshd = setup
