@@ -1,7 +1,9 @@
 """Where a launch's ranks run: the hosts (from -H, a hostfile, local daemon sockets or the
-cluster view), their slots and daemon sockets, and the rank of every slot. Pure functions except
-cluster_view() (runs allreducectl) and is_local() (this machine's names). Kept apart from process
-starting so that other launch modes (elastic) reuse the same discovery. Standard library only.
+cluster view), their slots and daemon sockets, and the rank of every slot. discover() is the
+whole of it as the launcher's options say; pure functions except read_hostfile() (reads the file),
+cluster_view() and discover() (run allreducectl) and is_local() (this machine's names). Kept apart
+from process starting so that other launch modes (elastic) reuse the same discovery. Standard
+library only.
 """
 import collections
 import json
