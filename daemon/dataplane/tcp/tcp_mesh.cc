@@ -148,7 +148,8 @@ absl::Status TcpMesh::Exchange(int send_to, const void* send, size_t send_bytes,
 
 absl::Status TcpMesh::Transfer(absl::Span<const Send> sends, absl::Span<const Recv> recvs) {
   ARD_RETURN_IF_ERROR(CheckUsable());
-  for (PeerIo& io : io_) {  // keeps the vectors' capacity: no allocation per transfer
+  for (int peer : peers_) {  // keeps the vectors' capacity: no allocation per transfer
+    PeerIo& io = io_[peer];
     io.out.iov.clear();
     io.out.next = 0;
     io.in.iov.clear();
