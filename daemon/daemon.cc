@@ -208,6 +208,12 @@ absl::Status Daemon::StartDataPlane() {
       .IgnoreError();
   dataplane::tcp::DataListenerOptions options;
   options.address = absl::StrCat(host, ":", config_.data_address().empty() ? 0 : port);
+  // Validated by the config loader.
+  options.algorithms.allreduce =
+      dataplane::tcp::ParseAllreduceAlgorithm(config_.cross_host_algorithm())
+          .value_or(dataplane::tcp::AllreduceAlgorithm::kAuto);
+  options.algorithms.ring_threshold_bytes = config_.cross_host_ring_threshold_bytes();
+  options.algorithms.chunk_bytes = config_.cross_host_chunk_bytes();
   data_listener_ = std::make_unique<dataplane::tcp::DataListener>(options);
   if (auto s = data_listener_->Start(); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("data plane: cannot listen on ", options.address,

@@ -150,6 +150,9 @@ DaemonConfig Defaults() {
   c.set_fusion_threshold_bytes(128ull << 20);
   c.set_cache_capacity(1024);
   c.set_cycle_time_ms(0);
+  c.set_cross_host_algorithm("auto");
+  c.set_cross_host_ring_threshold_bytes(64 << 10);
+  c.set_cross_host_chunk_bytes(4 << 20);
   c.set_max_clients(4096);
   c.set_max_jobs(1024);
   c.set_max_pending_tensors(65536);
@@ -282,6 +285,16 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
   if (c->gpu_mode() != "auto" && c->gpu_mode() != "nccl" && c->gpu_mode() != "hierarchical") {
     return absl::InvalidArgumentError(absl::StrCat(
         "gpu_mode: '", c->gpu_mode(), "' is not one of auto, nccl, hierarchical"));
+  }
+  if (c->cross_host_algorithm().empty()) c->set_cross_host_algorithm("auto");
+  if (c->cross_host_algorithm() != "auto" && c->cross_host_algorithm() != "ring" &&
+      c->cross_host_algorithm() != "recursive_doubling") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cross_host_algorithm: '", c->cross_host_algorithm(),
+                     "' is not one of auto, ring, recursive_doubling"));
+  }
+  if (c->cross_host_chunk_bytes() == 0) {
+    return absl::InvalidArgumentError("cross_host_chunk_bytes must be > 0");
   }
   if (c->host_timeout_ms() < 2 * c->heartbeat_ms()) {
     return absl::InvalidArgumentError(

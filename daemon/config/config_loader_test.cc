@@ -31,6 +31,18 @@ TEST_CASE("defaults are valid and fill the host name") {
   CHECK(!c->host_name().empty());
   CHECK(c->gpu_mode() == "auto");
   CHECK(c->gpu_fusion_buffer_bytes() == 64ull << 20);
+  CHECK(c->cross_host_algorithm() == "auto");
+  CHECK(c->cross_host_ring_threshold_bytes() == 64 << 10);
+  CHECK(c->cross_host_chunk_bytes() == 4 << 20);
+}
+
+TEST_CASE("cross-host algorithm flags set the data plane's selection") {
+  auto c = Load({"--cross_host_algorithm=recursive_doubling",
+                 "--cross_host_ring_threshold_bytes=1024", "--cross_host_chunk_bytes=65536"});
+  REQUIRE(c.ok());
+  CHECK(c->cross_host_algorithm() == "recursive_doubling");
+  CHECK(c->cross_host_ring_threshold_bytes() == 1024);
+  CHECK(c->cross_host_chunk_bytes() == 65536);
 }
 
 TEST_CASE("file overrides defaults and flags override the file") {
@@ -123,6 +135,9 @@ TEST_CASE("bad input gives one clear error") {
       {{"--peer_policy=everyone"}, "peer_policy 'everyone' must be same_user, group or any"},
       {{"--max_client_outbox_bytes=1000"}, "max_client_outbox_bytes must be >= 64 KiB"},
       {{"--gpu_mode=fast"}, "gpu_mode: 'fast' is not one of auto, nccl, hierarchical"},
+      {{"--cross_host_algorithm=tree"},
+       "cross_host_algorithm: 'tree' is not one of auto, ring, recursive_doubling"},
+      {{"--cross_host_chunk_bytes=0"}, "cross_host_chunk_bytes must be > 0"},
   };
   for (const Case& c : cases) {
     INFO("args: " << c.args[0]);

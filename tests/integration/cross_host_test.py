@@ -1,6 +1,7 @@
 """Three daemons on loopback, each one host with its own client processes, running one job
-across them: every collective x op x dtype checked against a reference that follows the daemon's
-documented order (ranks within a host, then hosts) and bit-identical across ranks; 1,000 tensors a
+across them: every collective x op x dtype checked against a reference (ranks within a host in
+rank order, then hosts; inputs whose sums and products are exact in any order, since the hosts
+combine in their algorithm's order) and bit-identical across ranks; 1,000 tensors a
 step fused across hosts; two jobs at once; a trainer killed and a daemon SIGKILLed mid-step (the
 others get errors naming them; the next job works after the daemon restarts); status and stalls;
 a job that failed shows as failed in the coordinator's status at once; a daemon SIGKILLed between

@@ -19,10 +19,14 @@ uint64_t SplitMix(uint64_t x) {
 }
 
 // Small values so that sums and products of a few ranks stay meaningful (integers still wrap
-// where they overflow, identically in the daemon and here).
+// where they overflow, identically in the daemon and here). Floats are 0 or +-2^k (k = -1..1):
+// sums and products of a few ranks, and their prescaled values, are exact in every float type
+// in any order, so the reference holds whatever fixed order the cross-host algorithm combines the
+// hosts' partial results in (bit-identity across ranks is checked separately, by hash).
 void Generate(DataType dtype, uint64_t u, uint8_t* out) {
   const int64_t small = static_cast<int64_t>(u % 21) - 10;
-  const double real = (static_cast<int64_t>(u % 2001) - 1000) / 256.0;
+  static constexpr double kReals[] = {-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0};
+  const double real = kReals[u % 7];
   switch (dtype) {
     case DataType::kUint8: *out = static_cast<uint8_t>(u % 12); break;
     case DataType::kInt8: { int8_t v = small; memcpy(out, &v, 1); break; }
@@ -78,7 +82,8 @@ void ReduceInto(const Case& c, const std::vector<uint8_t>& x, std::vector<uint8_
 
 // Element-wise reduction like the daemon's: each host reduces its ranks (host-major blocks of
 // `local_size` ranks) in rank order, each input prescaled; then hosts' partial results are
-// reduced in host order (a host whose ranks all joined contributes the identity: nothing).
+// reduced (here in host order; the daemon's cross-host order differs, which Generate's values
+// make invisible; a host whose ranks all joined contributes the identity: nothing).
 std::vector<uint8_t> Reduce(const Case& c, const Inputs& in, int size,
                             const std::vector<bool>& present, int local_size) {
   std::vector<uint8_t> acc;

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/dataplane/tcp/algorithms.h"
 #include "daemon/dataplane/tcp/handshake.h"
 #include "daemon/dataplane/tcp/socket_util.h"
 
@@ -39,6 +40,9 @@ struct DataListenerOptions {
   // Parked but never taken (a peer dialed a job this host never joins, or dialed twice): closed.
   // Must exceed the longest gap between two hosts' TcpMesh::Connect calls for one job.
   absl::Duration unclaimed_timeout = absl::Seconds(60);
+  // The daemon's cross-host algorithm settings: every mesh connected through this listener runs
+  // its collectives with them (the listener is the daemon's one data-plane endpoint).
+  AlgorithmOptions algorithms;
 };
 
 class DataListener {
@@ -56,6 +60,7 @@ class DataListener {
 
   // The bound port (after Start), e.g. to publish "HOST:port" in the cluster KV.
   int port() const { return port_; }
+  const DataListenerOptions& options() const { return options_; }
 
   // Waits up to `timeout` for the connection host `from_host` dialed for `job_id` and hands its fd
   // (non-blocking, owned by the caller) over. DeadlineExceeded naming job and host on timeout,
