@@ -1,0 +1,110 @@
+// Simulated hosts for bench/scale_sim: N fake followers in one process that speak the real cluster
+// (Join, Heartbeat, Leave) and negotiation (RegisterRanks, Negotiate, WatchJob) protocols to a
+// real coordinator daemon, with no ranks, tensors or data plane behind them (their data-plane
+// addresses are made up; nothing ever connects to them, since no collective runs).
+//
+// Threads: everything runs on the caller's thread. Each phase method starts asynchronous calls on
+// one gRPC CompletionQueue and pumps it (Pump) until the phase is done, an RPC fails, or the
+// phase's deadline passes; heartbeats ride the same queue on a grpc::Alarm.
+//
+// Lifecycle: 1. construct (opens the channels); 2. Join; 3. Form; 4. Watch; 5. Step (first step:
+// full metadata, every name a cache miss) ; 6. Steady (cached ids only); 7. Leave. A failed phase
+// leaves error() set and every later phase fails at once.
+#pragma once
+
+#include <grpcpp/alarm.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "proto/cluster.grpc.pb.h"
+#include "proto/negotiation.grpc.pb.h"
+
+namespace ard::bench {
+
+struct FleetOptions {
+  std::string coordinator;      // HOST:PORT of the coordinator daemon's cluster service
+  int hosts = 1000;             // simulated hosts, one rank each
+  int tensors = 200;            // tensor names negotiated per step
+  int hosts_per_channel = 50;   // hosts sharing one HTTP/2 connection
+  int max_receive_bytes = -1;   // a channel's receive limit (-1: none; gRPC's default is 4 MiB)
+  std::chrono::seconds phase_timeout{300};
+};
+
+// Negotiation messages of one phase, summed over hosts (heartbeats are not counted).
+struct MessageCount {
+  long sent = 0;      // Negotiate / RegisterRanks requests
+  long received = 0;  // JobEvents (and RegisterRanks replies)
+};
+
+class SimFleet {
+ public:
+  explicit SimFleet(FleetOptions options);
+  ~SimFleet();
+
+  bool Join();   // every host joins; heartbeats start
+  bool Form();   // every host registers its rank for one job of `hosts` ranks
+  bool Watch();  // every host opens its WatchJob stream (the coordinator backlogs until then)
+  // One step in which every tensor is new: full metadata from every host, until every host has
+  // seen every tensor committed (and learnt its cache id).
+  bool FirstStep();
+  // `steps` steps of cached ids; each host starts its next step as soon as it saw its last one
+  // committed. step_end_s() holds when the last host finished each step (from the phase start).
+  bool Steady(int steps);
+  void Leave();  // every host leaves the job and the cluster (best effort)
+
+  const std::string& error() const { return error_; }
+  int job_size() const { return job_size_; }
+  int layout_hosts() const { return layout_hosts_; }
+  long min_committed() const;  // fewest committed tensors any host has seen (all phases)
+  MessageCount messages() const { return messages_; }
+  const std::vector<double>& step_end_s() const { return step_end_s_; }
+
+ private:
+  struct Host;
+  struct Tag;
+  template <class Response>
+  struct UnaryCall;
+  struct WatchStream;
+  struct Heartbeats;
+  struct ChannelStubs {
+    std::unique_ptr<Cluster::Stub> cluster;
+    std::unique_ptr<Negotiation::Stub> negotiation;
+  };
+
+  template <class Response, class Start>
+  void Call(Start start, std::function<void(const grpc::Status&, Response&)> done);
+  bool Pump(const std::function<bool()>& finished);
+  void Fail(const std::string& what);
+  void Beat();
+  void SendStep(Host& host, bool full);
+  void OnEvent(Host& host, const JobEvent& event);
+  ChannelStubs& StubsOf(const Host& host);
+
+  FleetOptions options_;
+  std::vector<ChannelStubs> channels_;
+  std::vector<std::unique_ptr<Host>> hosts_;
+  grpc::CompletionQueue cq_;
+  std::unique_ptr<Heartbeats> heartbeats_;
+  std::string error_;
+  int done_ = 0;  // hosts done with the current phase
+  int steps_ = 0;  // steady steps wanted; a host's step k ends at tensors * (k + 2) commits
+  int job_size_ = 0;
+  int layout_hosts_ = 0;
+  uint64_t job_id_ = 0;
+  uint64_t generation_ = 0;
+  MessageCount messages_;
+  std::vector<int> step_hosts_done_;
+  std::vector<double> step_end_s_;
+  std::chrono::steady_clock::time_point phase_start_;
+  long pending_ = 0;  // calls, streams and alarms started and not yet completed
+  bool stopping_ = false;  // shutting down: no new calls
+  bool leaving_ = false;   // Leave() began: streams may end
+};
+
+}  // namespace ard::bench
