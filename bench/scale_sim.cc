@@ -50,6 +50,16 @@ double CpuSeconds(pid_t pid) {
   return static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK);
 }
 
+// VmHWM of `pid` (its peak resident memory), in MiB; -1 when unreadable.
+double PeakRssMb(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6) / 1024.0;
+  }
+  return -1;
+}
+
 // The coordinator daemon: started with a port file, stopped (SIGTERM) on destruction.
 class Daemon {
  public:
@@ -211,6 +221,9 @@ int Run(const Args& args) {
     }
     report.Add("steady_slowest_step_s", slowest);
   }
+  report.Add("heartbeat_failures", fleet.heartbeat_failures());
+  report.Add("largest_event_bytes", fleet.largest_event_bytes());
+  report.Add("coordinator_peak_rss_mb", PeakRssMb(pid));
   report.Add("min_committed_per_host", fleet.min_committed());
   report.Add("expected_committed_per_host", double(options.tensors) * (1 + steps));
   if (!ok) {

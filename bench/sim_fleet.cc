@@ -230,7 +230,8 @@ void SimFleet::Beat() {
         [this, host](const grpc::Status& s, HeartbeatResponse& r) {
           host->beating = false;
           if (stopping_) return;
-          if (!s.ok()) return Fail("Heartbeat of " + host->name + ": " + s.error_message());
+          // As a real follower: a late or failed beat is not fatal; being marked DOWN is.
+          if (!s.ok()) return void(++heartbeat_failures_);
           if (r.verdict() != HeartbeatResponse::OK) {
             Fail("Heartbeat of " + host->name + " answered " +
                  HeartbeatResponse::Verdict_Name(r.verdict()) + ": " + r.detail());
@@ -333,6 +334,7 @@ void SimFleet::SendStep(Host& host, bool full) {
 
 void SimFleet::OnEvent(Host& host, const JobEvent& event) {
   ++messages_.received;
+  largest_event_bytes_ = std::max<long>(largest_event_bytes_, event.ByteSizeLong());
   if (event.abort_code() != 0) return Fail("job aborted: " + event.abort());
   for (const CacheEntry& put : event.cache_put()) host.cache_ids[put.name()] = put.id();
   const long before = host.committed;
@@ -342,7 +344,7 @@ void SimFleet::OnEvent(Host& host, const JobEvent& event) {
   }
   // The first step ends at `tensors` commits, steady step k at tensors * (k + 2); a host has one
   // step in flight at a time.
-  const long t = options_.tensors;
+  const long t = std::max(1, options_.tensors);
   if (before < t && host.committed >= t) ++done_;
   if (steps_ == 0) return;
   for (long k = std::max(0L, before / t - 1); k < host.committed / t - 1 && k < steps_; ++k) {

@@ -63,6 +63,8 @@ class SimFleet {
   int layout_hosts() const { return layout_hosts_; }
   long min_committed() const;  // fewest committed tensors any host has seen (all phases)
   MessageCount messages() const { return messages_; }
+  long largest_event_bytes() const { return largest_event_bytes_; }  // serialized JobEvent
+  long heartbeat_failures() const { return heartbeat_failures_; }  // failed or late beats
   const std::vector<double>& step_end_s() const { return step_end_s_; }
 
  private:
@@ -99,6 +101,8 @@ class SimFleet {
   uint64_t job_id_ = 0;
   uint64_t generation_ = 0;
   MessageCount messages_;
+  long heartbeat_failures_ = 0;
+  long largest_event_bytes_ = 0;
   std::vector<int> step_hosts_done_;
   std::vector<double> step_end_s_;
   std::chrono::steady_clock::time_point phase_start_;
