@@ -230,8 +230,9 @@ int Run(const Args& args) {
     report.AddString("error", fleet.error());
     report.AddString("coordinator_log", daemon.log());
   }
-  fleet.Leave();
   std::fputs(report.Json().c_str(), stdout);
+  std::fflush(stdout);
+  fleet.Leave();
   return ok ? 0 : 1;
 }
 

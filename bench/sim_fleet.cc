@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <utility>
 
 namespace ard::bench {
 namespace {
@@ -39,10 +40,9 @@ struct SimFleet::Host {
   std::string instance_id;
   uint32_t incarnation = 0;
   int rank = -1;
-  bool beating = false;            // a heartbeat is in flight
-  WatchStream* watch = nullptr;    // owned by itself; null once finished
-  long committed = 0;              // tensors seen committed on the stream
-  int steps_sent = 0;              // steady steps sent
+  WatchStream* watch = nullptr;  // owned by itself; null once finished
+  long committed = 0;            // tensors seen committed on the stream
+  int steps_sent = 0;            // steady steps sent
   std::map<std::string, uint32_t> cache_ids;
 };
 
@@ -71,11 +71,12 @@ struct SimFleet::WatchStream : Tag {
   grpc::Status status;
   enum { kStarting, kReading, kFinishing } state = kStarting;
   void Done(bool ok) override {
+    if (fleet->shut_down_) return void(delete this);  // no more operations on the queue
     if (state == kFinishing) {
       --fleet->pending_;
       host->watch = nullptr;
-      if (!fleet->stopping_ && !fleet->leaving_) fleet->Fail("WatchJob of " + host->name + " ended: " +
-                                         status.error_message());
+      if (!fleet->stopping_ && !fleet->leaving_)
+        fleet->Fail("WatchJob of " + host->name + " ended: " + status.error_message());
       delete this;
       return;
     }
@@ -88,22 +89,6 @@ struct SimFleet::WatchStream : Tag {
     state = kReading;
     event.Clear();
     reader->Read(&event, this);
-  }
-};
-
-struct SimFleet::Heartbeats : Tag {
-  SimFleet* fleet;
-  grpc::Alarm alarm;
-  std::chrono::milliseconds every{1000};
-  void Arm() {
-    ++fleet->pending_;
-    alarm.Set(&fleet->cq_, std::chrono::system_clock::now() + every, this);
-  }
-  void Done(bool ok) override {
-    --fleet->pending_;
-    if (!ok || fleet->stopping_) return;
-    fleet->Beat();
-    Arm();
   }
 };
 
@@ -127,8 +112,6 @@ SimFleet::SimFleet(FleetOptions options) : options_(std::move(options)) {
     host->instance_id = std::to_string(random());
     hosts_.push_back(std::move(host));
   }
-  heartbeats_ = std::make_unique<Heartbeats>();
-  heartbeats_->fleet = this;
 }
 
 SimFleet::~SimFleet() {
@@ -136,12 +119,16 @@ SimFleet::~SimFleet() {
   for (auto& h : hosts_) {
     if (h->watch) h->watch->context.TryCancel();
   }
-  heartbeats_->alarm.Cancel();
-  error_.clear();  // Pump stops at an error; a failed run still drains its calls
-  Pump([this] { return pending_ == 0; });
-  cq_.Shutdown();
+  StopBeats();
+  // Every call and stream completes before the queue shuts down (cancelled ones promptly).
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(30);
   void* tag;
   bool ok;
+  while (pending_ > 0 && cq_.AsyncNext(&tag, &ok, deadline) == grpc::CompletionQueue::GOT_EVENT) {
+    static_cast<Tag*>(tag)->Done(ok);
+  }
+  shut_down_ = true;
+  cq_.Shutdown();
   while (cq_.Next(&tag, &ok)) static_cast<Tag*>(tag)->Done(ok);
 }
 
@@ -168,15 +155,26 @@ void SimFleet::Fail(const std::string& what) {
 
 bool SimFleet::Pump(const std::function<bool()>& finished) {
   const auto deadline = std::chrono::system_clock::now() + options_.phase_timeout;
+  // Wakes at least every 100 ms to look at the heartbeat thread's verdicts.
+  const auto tick = std::chrono::milliseconds(100);
   while (error_.empty() && !finished()) {
+    if (beat_failed_) {
+      std::lock_guard<std::mutex> lock(beat_mu_);
+      Fail(beat_error_);
+      break;
+    }
     void* tag;
     bool ok;
-    switch (cq_.AsyncNext(&tag, &ok, deadline)) {
+    const auto now = std::chrono::system_clock::now();
+    if (now >= deadline) {
+      Fail("phase did not finish within the phase timeout");
+      break;
+    }
+    switch (cq_.AsyncNext(&tag, &ok, std::min(deadline, now + tick))) {
       case grpc::CompletionQueue::GOT_EVENT:
         static_cast<Tag*>(tag)->Done(ok);
         break;
       case grpc::CompletionQueue::TIMEOUT:
-        Fail("phase did not finish within the phase timeout");
         break;
       case grpc::CompletionQueue::SHUTDOWN:
         return false;
@@ -204,39 +202,74 @@ bool SimFleet::Join() {
         [this, host](const grpc::Status& s, JoinResponse& r) {
           if (!s.ok()) return Fail("Join of " + host->name + ": " + s.error_message());
           host->incarnation = r.incarnation();
-          if (r.heartbeat_ms() > 0) heartbeats_->every = std::chrono::milliseconds(r.heartbeat_ms());
+          if (r.heartbeat_ms() > 0) beat_every_ = std::chrono::milliseconds(r.heartbeat_ms());
           ++done_;
         });
   }
   if (!Pump([this] { return done_ == options_.hosts; })) return false;
-  heartbeats_->Arm();
+  beat_thread_ = std::thread([this] { BeatLoop(); });
   return true;
 }
 
-void SimFleet::Beat() {
-  for (auto& h : hosts_) {
-    Host* host = h.get();
-    if (host->beating) continue;  // one in flight per host, as a real follower
-    host->beating = true;
-    HeartbeatRequest request;
-    request.set_host_name(host->name);
-    request.set_incarnation(host->incarnation);
-    request.set_instance_id(host->instance_id);
-    Call<HeartbeatResponse>(
-        [&](grpc::ClientContext* c, grpc::CompletionQueue* cq) {
-          c->set_deadline(std::chrono::system_clock::now() + kHeartbeatDeadline);
-          return StubsOf(*host).cluster->PrepareAsyncHeartbeat(c, request, cq);
-        },
-        [this, host](const grpc::Status& s, HeartbeatResponse& r) {
-          host->beating = false;
-          if (stopping_) return;
-          // As a real follower: a late or failed beat is not fatal; being marked DOWN is.
-          if (!s.ok()) return void(++heartbeat_failures_);
-          if (r.verdict() != HeartbeatResponse::OK) {
-            Fail("Heartbeat of " + host->name + " answered " +
-                 HeartbeatResponse::Verdict_Name(r.verdict()) + ": " + r.detail());
-          }
-        });
+void SimFleet::StopBeats() {
+  {
+    std::lock_guard<std::mutex> lock(beat_mu_);
+    beat_stop_ = true;
+  }
+  beat_wake_.notify_all();
+  if (beat_thread_.joinable()) beat_thread_.join();
+}
+
+void SimFleet::BeatLoop() {
+  // One round per interval: every host beats once, and the round waits for every answer (one in
+  // flight per host, as a real follower).
+  grpc::CompletionQueue cq;
+  struct Beat {
+    grpc::ClientContext context;
+    HeartbeatResponse response;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<HeartbeatResponse>> reader;
+  };
+  std::unique_lock<std::mutex> lock(beat_mu_);
+  while (!beat_stop_) {
+    const auto next = std::chrono::steady_clock::now() + beat_every_;
+    lock.unlock();
+    std::vector<Beat> beats(hosts_.size());
+    for (size_t i = 0; i < hosts_.size(); ++i) {
+      const Host& host = *hosts_[i];
+      HeartbeatRequest request;
+      request.set_host_name(host.name);
+      request.set_incarnation(host.incarnation);
+      request.set_instance_id(host.instance_id);
+      SetDeadline(&beats[i].context, kHeartbeatDeadline);
+      beats[i].reader =
+          StubsOf(host).cluster->PrepareAsyncHeartbeat(&beats[i].context, request, &cq);
+      beats[i].reader->StartCall();
+      beats[i].reader->Finish(&beats[i].response, &beats[i].status, &beats[i]);
+    }
+    for (size_t i = 0; i < hosts_.size(); ++i) {
+      void* tag;
+      bool ok;
+      if (!cq.Next(&tag, &ok)) break;
+      const Beat& beat = *static_cast<Beat*>(tag);
+      // As a real follower: a late or failed beat is not fatal; being marked DOWN is.
+      if (!beat.status.ok()) {
+        ++heartbeat_failures_;
+      } else if (beat.response.verdict() != HeartbeatResponse::OK && !beat_failed_) {
+        std::lock_guard<std::mutex> error_lock(beat_mu_);
+        beat_error_ = "Heartbeat answered " +
+                      HeartbeatResponse::Verdict_Name(beat.response.verdict()) + ": " +
+                      beat.response.detail();
+        beat_failed_ = true;
+      }
+    }
+    lock.lock();
+    beat_wake_.wait_until(lock, next, [this] { return beat_stop_; });
+  }
+  cq.Shutdown();
+  void* tag;
+  bool ok;
+  while (cq.Next(&tag, &ok)) {
   }
 }
 
@@ -388,6 +421,7 @@ bool SimFleet::Steady(int steps) {
 
 void SimFleet::Leave() {
   if (!error_.empty()) return;
+  StopBeats();      // a host that left would be told to rejoin
   leaving_ = true;  // the job ends once every host left: its streams end
   done_ = 0;
   for (auto& h : hosts_) {

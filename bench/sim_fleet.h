@@ -3,9 +3,10 @@
 // real coordinator daemon, with no ranks, tensors or data plane behind them (their data-plane
 // addresses are made up; nothing ever connects to them, since no collective runs).
 //
-// Threads: everything runs on the caller's thread. Each phase method starts asynchronous calls on
+// Threads: the phases run on the caller's thread. Each phase method starts asynchronous calls on
 // one gRPC CompletionQueue and pumps it (Pump) until the phase is done, an RPC fails, or the
-// phase's deadline passes; heartbeats ride the same queue on a grpc::Alarm.
+// phase's deadline passes. Heartbeats run on a thread of their own (with their own queue) from
+// Join on, so a pump busy with large JobEvents cannot make the coordinator mark hosts DOWN.
 //
 // Lifecycle: 1. construct (opens the channels); 2. Join; 3. Form; 4. Watch; 5. Step (first step:
 // full metadata, every name a cache miss) ; 6. Steady (cached ids only); 7. Leave. A failed phase
@@ -15,11 +16,15 @@
 #include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "proto/cluster.grpc.pb.h"
@@ -28,11 +33,11 @@
 namespace ard::bench {
 
 struct FleetOptions {
-  std::string coordinator;      // HOST:PORT of the coordinator daemon's cluster service
-  int hosts = 1000;             // simulated hosts, one rank each
-  int tensors = 200;            // tensor names negotiated per step
-  int hosts_per_channel = 50;   // hosts sharing one HTTP/2 connection
-  int max_receive_bytes = -1;   // a channel's receive limit (-1: none; gRPC's default is 4 MiB)
+  std::string coordinator;     // HOST:PORT of the coordinator daemon's cluster service
+  int hosts = 1000;            // simulated hosts, one rank each
+  int tensors = 200;           // tensor names negotiated per step
+  int hosts_per_channel = 50;  // hosts sharing one HTTP/2 connection
+  int max_receive_bytes = -1;  // a channel's receive limit (-1: none; gRPC's default is 4 MiB)
   std::chrono::seconds phase_timeout{300};
 };
 
@@ -64,7 +69,7 @@ class SimFleet {
   long min_committed() const;  // fewest committed tensors any host has seen (all phases)
   MessageCount messages() const { return messages_; }
   long largest_event_bytes() const { return largest_event_bytes_; }  // serialized JobEvent
-  long heartbeat_failures() const { return heartbeat_failures_; }  // failed or late beats
+  long heartbeat_failures() const { return heartbeat_failures_; }    // failed or late beats
   const std::vector<double>& step_end_s() const { return step_end_s_; }
 
  private:
@@ -73,7 +78,6 @@ class SimFleet {
   template <class Response>
   struct UnaryCall;
   struct WatchStream;
-  struct Heartbeats;
   struct ChannelStubs {
     std::unique_ptr<Cluster::Stub> cluster;
     std::unique_ptr<Negotiation::Stub> negotiation;
@@ -83,7 +87,8 @@ class SimFleet {
   void Call(Start start, std::function<void(const grpc::Status&, Response&)> done);
   bool Pump(const std::function<bool()>& finished);
   void Fail(const std::string& what);
-  void Beat();
+  void BeatLoop();  // the heartbeat thread
+  void StopBeats();
   void SendStep(Host& host, bool full);
   void OnEvent(Host& host, const JobEvent& event);
   ChannelStubs& StubsOf(const Host& host);
@@ -92,23 +97,31 @@ class SimFleet {
   std::vector<ChannelStubs> channels_;
   std::vector<std::unique_ptr<Host>> hosts_;
   grpc::CompletionQueue cq_;
-  std::unique_ptr<Heartbeats> heartbeats_;
   std::string error_;
-  int done_ = 0;  // hosts done with the current phase
+  int done_ = 0;   // hosts done with the current phase
   int steps_ = 0;  // steady steps wanted; a host's step k ends at tensors * (k + 2) commits
   int job_size_ = 0;
   int layout_hosts_ = 0;
   uint64_t job_id_ = 0;
   uint64_t generation_ = 0;
   MessageCount messages_;
-  long heartbeat_failures_ = 0;
+  // Heartbeat thread: hosts_ and their incarnations are read-only once it started.
+  std::thread beat_thread_;
+  std::chrono::milliseconds beat_every_{1000};
+  std::mutex beat_mu_;
+  std::condition_variable beat_wake_;
+  bool beat_stop_ = false;  // guarded by beat_mu_
+  std::string beat_error_;  // guarded by beat_mu_; set once, before beat_failed_
+  std::atomic<bool> beat_failed_{false};
+  std::atomic<long> heartbeat_failures_{0};
   long largest_event_bytes_ = 0;
   std::vector<int> step_hosts_done_;
   std::vector<double> step_end_s_;
   std::chrono::steady_clock::time_point phase_start_;
-  long pending_ = 0;  // calls, streams and alarms started and not yet completed
-  bool stopping_ = false;  // shutting down: no new calls
-  bool leaving_ = false;   // Leave() began: streams may end
+  long pending_ = 0;        // calls, streams and alarms started and not yet completed
+  bool stopping_ = false;   // shutting down: no new calls
+  bool shut_down_ = false;  // cq_ is shut down: tags are only deleted
+  bool leaving_ = false;    // Leave() began: streams may end
 };
 
 }  // namespace ard::bench
