@@ -101,6 +101,11 @@ SimFleet::SimFleet(FleetOptions options) : options_(std::move(options)) {
     auto channel =
         grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
     channels_.push_back({Cluster::NewStub(channel), Negotiation::NewStub(channel)});
+    // Heartbeats on connections of their own: unread JobEvents on a shared connection would hold
+    // its HTTP/2 flow-control window, and the beats behind it.
+    args.SetInt("ard.scale_sim.heartbeats", 1);
+    beat_stubs_.push_back(Cluster::NewStub(
+        grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args)));
   }
   std::mt19937_64 random(std::random_device{}());
   for (int i = 0; i < options_.hosts; ++i) {
@@ -243,7 +248,8 @@ void SimFleet::BeatLoop() {
       request.set_instance_id(host.instance_id);
       SetDeadline(&beats[i].context, kHeartbeatDeadline);
       beats[i].reader =
-          StubsOf(host).cluster->PrepareAsyncHeartbeat(&beats[i].context, request, &cq);
+          beat_stubs_[host.index / std::max(1, options_.hosts_per_channel)]->PrepareAsyncHeartbeat(
+              &beats[i].context, request, &cq);
       beats[i].reader->StartCall();
       beats[i].reader->Finish(&beats[i].response, &beats[i].status, &beats[i]);
     }

@@ -95,6 +95,7 @@ class SimFleet {
 
   FleetOptions options_;
   std::vector<ChannelStubs> channels_;
+  std::vector<std::unique_ptr<Cluster::Stub>> beat_stubs_;  // same index as channels_
   std::vector<std::unique_ptr<Host>> hosts_;
   grpc::CompletionQueue cq_;
   std::string error_;
