@@ -5,15 +5,15 @@
 //
 // Threads: the phases run on the caller's thread. Each phase method starts asynchronous calls on
 // one gRPC CompletionQueue and pumps it (Pump) until the phase is done, an RPC fails, or the
-// phase's deadline passes. Heartbeats run on a thread of their own (with their own queue) from
-// Join on, so a pump busy with large JobEvents cannot make the coordinator mark hosts DOWN.
+// phase's deadline passes. Heartbeats run on a thread of their own (own queue, own connections)
+// from Join on, so a pump busy with large JobEvents does not get hosts marked DOWN.
 //
-// Lifecycle: 1. construct (opens the channels); 2. Join; 3. Form; 4. Watch; 5. Step (first step:
-// full metadata, every name a cache miss) ; 6. Steady (cached ids only); 7. Leave. A failed phase
-// leaves error() set and every later phase fails at once.
+// Lifecycle: 1. construct (opens the channels); 2. Join; 3. Form; 4. Watch; 5. FirstStep (full
+// metadata, every name a cache miss); 6. Steady (cached ids only); 7. Leave; 8. destroy (cancels
+// streams, stops heartbeats, drains the queue). A failed phase leaves error() set and every later
+// phase fails at once.
 #pragma once
 
-#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -119,7 +119,7 @@ class SimFleet {
   std::vector<int> step_hosts_done_;
   std::vector<double> step_end_s_;
   std::chrono::steady_clock::time_point phase_start_;
-  long pending_ = 0;        // calls, streams and alarms started and not yet completed
+  long pending_ = 0;        // calls and streams started and not yet completed
   bool stopping_ = false;   // shutting down: no new calls
   bool shut_down_ = false;  // cq_ is shut down: tags are only deleted
   bool leaving_ = false;    // Leave() began: streams may end
