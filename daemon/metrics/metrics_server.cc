@@ -1,5 +1,7 @@
 #include "daemon/metrics/metrics_server.h"
 
+#include <sys/socket.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -22,6 +24,11 @@ absl::StatusOr<int> MetricsServer::Start(const std::string& listen_address) {
   }
   if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   server_ = std::make_unique<httplib::Server>();
+  // httplib's default adds SO_REUSEPORT, which would let two daemons share a port silently.
+  server_->set_socket_options([](int fd) {
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  });
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
     response.set_content(registry_.Render(), "text/plain; version=0.0.4; charset=utf-8");
   });

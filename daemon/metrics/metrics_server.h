@@ -1,6 +1,7 @@
 // Serves a Registry over HTTP for Prometheus: GET /metrics answers the text exposition format
 // (Content-Type text/plain; version=0.0.4); other paths are 404. cpp-httplib (Debian's
-// libcpp-httplib) does the HTTP; its own thread pool answers scrapes.
+// libcpp-httplib) does the HTTP; its own thread pool answers scrapes. SO_REUSEPORT is off, so a
+// port in use is an error.
 //
 // Lifecycle: 1. constructed with the registry (not owned; outlives the server); 2. Start()
 // binds HOST:PORT (port 0 picks one) and starts the listener thread; 3. Stop() (or the
