@@ -13,6 +13,8 @@ const std::vector<double> kLatencyBounds = {5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e
                                             0.5,  1,    2.5,    5,    10};
 
 const char* const kJobStates[] = {"forming", "running", "reforming", "failed", "ended"};
+// OnError's kinds, shown at 0 from the start so that rate() and alerts see them.
+const char* const kErrorKinds[] = {"collective", "data_plane", "job"};
 
 }  // namespace
 
@@ -85,7 +87,9 @@ DaemonMetrics::DaemonMetrics(std::string host, absl::Duration job_retention,
           "Bytes this daemon received from other hosts on the TCP data plane.", {})),
       errors_(registry_.AddCounter("allreduced_errors_total", "Failures by kind.", {"kind"})),
       clients_(registry_.AddGauge("allreduced_client_connections",
-                                  "Training processes connected to the local socket.", {})) {}
+                                  "Training processes connected to the local socket.", {})) {
+  for (const char* kind : kErrorKinds) errors_.Add({kind}, 0);
+}
 
 void DaemonMetrics::OnCollective(const std::string& job, const char* op, size_t tensors,
                                  uint64_t bytes, absl::Duration elapsed,

@@ -36,8 +36,9 @@ class DaemonMetrics {
   // One negotiation cycle (a host-ready message to the coordinator): `cached` tensors travelled
   // as response-cache ids (hits), `full` with their metadata (misses).
   void OnNegotiationCycle(const std::string& job, int cached, int full);
-  // Something failed; `kind` is one of a small fixed set (see README): "collective",
-  // "data_plane", "job", ...
+  // Something failed; `kind` is one of a small fixed set (README): "collective" (one response's
+  // tensors failed, the job goes on), "data_plane" (the job's data plane broke), "job" (a job
+  // failed, whatever the cause).
   void OnError(const char* kind);
 
   // --- Scrape-time state (the Daemon's collector) ---

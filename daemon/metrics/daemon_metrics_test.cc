@@ -67,6 +67,7 @@ TEST_CASE("cluster and local job state; an ended job keeps its counters, loses i
   CHECK(Has(text, "allreduced_job_tensors_pending{job=\"train\",host=\"h-a\"} 2"));
   CHECK(Has(text, "allreduced_job_tensors_stalled{job=\"train\",host=\"h-a\"} 1"));
   CHECK(Has(text, "allreduced_errors_total{kind=\"job\"} 1"));
+  CHECK(Has(text, "allreduced_errors_total{kind=\"collective\"} 0"));
   CHECK(Has(text, "allreduced_client_connections 4"));
   CHECK(Has(text, "allreduced_data_plane_sent_bytes_total 1000"));
   CHECK(Has(text, "allreduced_data_plane_received_bytes_total 2000"));

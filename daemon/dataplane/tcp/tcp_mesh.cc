@@ -94,11 +94,18 @@ absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(
     ARD_RETURN_IF_ERROR(SetNonBlocking(fd));
   }
   Logger("dataplane")->info("tcp mesh connected job={} host={} hosts={}", job_id, self, n);
-  return std::unique_ptr<TcpMesh>(new TcpMesh(job_id, self, std::move(fds), options));
+  return std::unique_ptr<TcpMesh>(
+      new TcpMesh(job_id, self, std::move(fds), options, listener.traffic()));
 }
 
-TcpMesh::TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, TcpMeshOptions options)
-    : job_id_(job_id), self_(self), options_(options), fds_(std::move(fds)), io_(fds_.size()) {}
+TcpMesh::TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, TcpMeshOptions options,
+                 std::shared_ptr<DataTraffic> traffic)
+    : job_id_(job_id),
+      self_(self),
+      options_(options),
+      traffic_(std::move(traffic)),
+      fds_(std::move(fds)),
+      io_(fds_.size()) {}
 
 TcpMesh::~TcpMesh() { Logger("dataplane")->info("tcp mesh closed job={} host={}", job_id_, self_); }
 
@@ -221,6 +228,7 @@ absl::Status TcpMesh::PumpPeer(int peer, bool* progressed) {
                                                  ": ", why));
     }
     *progressed = true;
+    (send ? traffic_->sent_bytes : traffic_->received_bytes).fetch_add(n, std::memory_order_relaxed);
     for (size_t left = static_cast<size_t>(n); left > 0;) {
       iovec& v = q.iov[q.next];
       const size_t step = std::min(left, v.iov_len);

@@ -109,7 +109,8 @@ class TcpMesh {
     Queue in;
   };
 
-  TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, TcpMeshOptions options);
+  TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, TcpMeshOptions options,
+          std::shared_ptr<DataTraffic> traffic);
 
   absl::Status CheckUsable() const;
   absl::Status Enqueue(int peer, bool send, const void* data, size_t bytes);
@@ -123,6 +124,7 @@ class TcpMesh {
   const uint64_t job_id_;
   const int self_;
   const TcpMeshOptions options_;
+  const std::shared_ptr<DataTraffic> traffic_;  // the listener's totals
   const std::vector<UniqueFd> fds_;  // index = host; fds_[self_] is invalid
 
   std::vector<PeerIo> io_;  // op thread only

@@ -66,6 +66,11 @@ TEST_CASE("TcpMesh Exchange with the same peer both ways does not deadlock on la
   REQUIRE(AllOk(statuses));
   REQUIRE(got[0] == Pattern(1, 0, bytes));
   REQUIRE(got[1] == Pattern(0, 1, bytes));
+  // Each host's listener counts its meshes' traffic (the daemon's data-plane metrics).
+  for (int h = 0; h < 2; ++h) {
+    CHECK(hosts.listener(h).traffic()->sent_bytes.load() == bytes);
+    CHECK(hosts.listener(h).traffic()->received_bytes.load() == bytes);
+  }
 }
 
 TEST_CASE("TcpMesh Transfer moves several ranges per peer in order, to all peers at once") {
