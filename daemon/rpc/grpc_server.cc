@@ -104,7 +104,9 @@ absl::StatusOr<int> GrpcServer::Start(const std::string& listen_address,
 
 void GrpcServer::SetServing(bool serving) {
   absl::MutexLock lock(&health_mu_);
-  if (health_ != nullptr) health_->SetServingStatus(serving);
+  if (health_ == nullptr) return;
+  health_->SetServingStatus(serving);  // every name, "" included ...
+  health_->SetServingStatus(kLivenessService, true);  // ... but the process is alive
 }
 
 void GrpcServer::Shutdown(absl::Duration grace) {

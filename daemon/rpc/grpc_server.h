@@ -17,6 +17,10 @@
 
 namespace ard::rpc {
 
+// The health service's name that answers SERVING whenever the server runs, member or not
+// (Kubernetes' liveness probe); "" (and any other name) follows SetServing (readiness).
+inline constexpr char kLivenessService[] = "liveness";
+
 class GrpcServer {
  public:
   GrpcServer() = default;
@@ -27,7 +31,7 @@ class GrpcServer {
   absl::StatusOr<int> Start(const std::string& listen_address,
                             const std::vector<grpc::Service*>& services,
                             std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
-  // The health service's answer for every service name ("" included). Any thread.
+  // The health service's answer for "" and every other name but kLivenessService. Any thread.
   void SetServing(bool serving);
   // Stops accepting, cancels calls still running after `grace`, waits for handlers to finish.
   void Shutdown(absl::Duration grace);

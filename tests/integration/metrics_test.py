@@ -42,10 +42,10 @@ def value(samples, name, **labels):
     return samples.get((name, frozenset(labels.items())))
 
 
-def health(address):
+def health(address, service=""):
     with grpc.insecure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        return stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+        return stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
 
 
 @pytest.fixture
@@ -131,6 +131,8 @@ def test_health_service_follows_membership(pair):
         pair.daemons["h-c"] = lonely
         lonely.start()
         assert health(lonely.address) == health_pb2.HealthCheckResponse.NOT_SERVING
+        # ... yet alive: the liveness name answers SERVING (a restart would not help it join).
+        assert health(lonely.address, "liveness") == health_pb2.HealthCheckResponse.SERVING
     # The coordinator stops: h-b loses contact and stops serving after its host timeout.
     pair.daemons["h-a"].kill()
     wait_until(lambda: health(pair.daemons["h-b"].address)
