@@ -5,9 +5,9 @@
 // Lifecycle: 1. construct with a validated config; 2. Start() opens the local socket, binds the
 // gRPC port (with the health service: SERVING while this daemon is a cluster member), opens the
 // metrics endpoint when configured, takes the coordinator or follower role, writes the port file
-// and tells systemd READY=1; on error nothing is left running; 3. Shutdown() (or the destructor) tells systemd
-// STOPPING=1, leaves the cluster, closes sockets and joins every thread. Start/Shutdown are
-// called from one thread.
+// and tells systemd READY=1; on error nothing is left running; 3. Shutdown() (or the destructor)
+// tells systemd STOPPING=1, leaves the cluster, closes sockets and joins every thread.
+// Start/Shutdown are called from one thread.
 #pragma once
 
 #include <functional>

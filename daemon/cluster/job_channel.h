@@ -78,7 +78,7 @@ class JobChannel {
     absl::Duration form_timeout = absl::Seconds(60);
     absl::Duration rpc_timeout = absl::Seconds(2);
     absl::Duration cycle_time = absl::ZeroDuration();  // coalescing delay for host-ready tensors
-    metrics::DaemonMetrics* metrics = nullptr;  // Not owned; null: metrics off
+    metrics::DaemonMetrics* metrics = nullptr;         // Not owned; null: metrics off
   };
   JobChannel(EventLoop& loop, PeerClient& coordinator, Options options);
   ~JobChannel();

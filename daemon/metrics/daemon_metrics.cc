@@ -27,13 +27,11 @@ std::string DaemonMetrics::SizeBucket(uint64_t bytes) {
   return "+Inf";
 }
 
-DaemonMetrics::DaemonMetrics(std::string host, absl::Duration job_retention,
-                             Registry::Clock clock)
+DaemonMetrics::DaemonMetrics(std::string host, absl::Duration job_retention, Registry::Clock clock)
     : host_(std::move(host)),
       registry_(job_retention, std::move(clock)),
-      hosts_(registry_.AddGauge("allreduced_hosts",
-                                "Cluster members by state (UP, DOWN); coordinator only.",
-                                {"state"})),
+      hosts_(registry_.AddGauge(
+          "allreduced_hosts", "Cluster members by state (UP, DOWN); coordinator only.", {"state"})),
       epoch_(registry_.AddGauge(
           "allreduced_membership_epoch",
           "Bumped whenever a host joins, rejoins, leaves or goes DOWN; coordinator only.", {})),
@@ -97,8 +95,7 @@ void DaemonMetrics::OnCollective(const std::string& job, const char* op, size_t 
   collectives_.Add({job, host_}, static_cast<double>(tensors));
   reduced_bytes_.Add({job, host_}, static_cast<double>(bytes));
   arena_bytes_.Set({job, host_}, static_cast<double>(arena_bytes_in_use));
-  latency_.Observe({absl::AsciiStrToLower(op), SizeBucket(bytes)},
-                   absl::ToDoubleSeconds(elapsed));
+  latency_.Observe({absl::AsciiStrToLower(op), SizeBucket(bytes)}, absl::ToDoubleSeconds(elapsed));
 }
 
 void DaemonMetrics::OnNegotiationCycle(const std::string& job, int cached, int full) {

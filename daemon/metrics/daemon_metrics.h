@@ -22,8 +22,7 @@ class DaemonMetrics {
  public:
   // `host`: this daemon's host name (the `host` label of per-job series). Series of a job are
   // dropped `job_retention` after the job was last seen.
-  DaemonMetrics(std::string host, absl::Duration job_retention,
-                Registry::Clock clock = absl::Now);
+  DaemonMetrics(std::string host, absl::Duration job_retention, Registry::Clock clock = absl::Now);
 
   Registry& registry() { return registry_; }
 

@@ -64,7 +64,7 @@ absl::StatusOr<ProcessSample> SampleProcess() {
 
 void AddProcessMetrics(Registry& registry) {
   Family& cpu = registry.AddCounter("process_cpu_seconds_total",
-                                  "User and system CPU time spent, in seconds.", {});
+                                    "User and system CPU time spent, in seconds.", {});
   Family& rss = registry.AddGauge("process_resident_memory_bytes", "Resident memory size.", {});
   Family& vsz = registry.AddGauge("process_virtual_memory_bytes", "Virtual memory size.", {});
   Family& fds = registry.AddGauge("process_open_fds", "Open file descriptors.", {});

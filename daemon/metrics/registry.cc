@@ -138,8 +138,7 @@ void Family::Render(std::string* out) const {
                   TypeName(type_), "\n");
   for (const auto& [labels, s] : series_) {
     if (type_ != Type::kHistogram) {
-      absl::StrAppend(out, name_, LabelText(label_names_, labels), " ", FormatValue(s.value),
-                      "\n");
+      absl::StrAppend(out, name_, LabelText(label_names_, labels), " ", FormatValue(s.value), "\n");
       continue;
     }
     uint64_t cumulative = 0;

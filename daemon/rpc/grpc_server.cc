@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <cstring>
-
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -105,7 +104,7 @@ absl::StatusOr<int> GrpcServer::Start(const std::string& listen_address,
 void GrpcServer::SetServing(bool serving) {
   absl::MutexLock lock(&health_mu_);
   if (health_ == nullptr) return;
-  health_->SetServingStatus(serving);  // every name, "" included ...
+  health_->SetServingStatus(serving);                 // every name, "" included ...
   health_->SetServingStatus(kLivenessService, true);  // ... but the process is alive
 }
 

@@ -228,7 +228,8 @@ absl::Status TcpMesh::PumpPeer(int peer, bool* progressed) {
                                                  ": ", why));
     }
     *progressed = true;
-    (send ? traffic_->sent_bytes : traffic_->received_bytes).fetch_add(n, std::memory_order_relaxed);
+    (send ? traffic_->sent_bytes : traffic_->received_bytes)
+        .fetch_add(n, std::memory_order_relaxed);
     for (size_t left = static_cast<size_t>(n); left > 0;) {
       iovec& v = q.iov[q.next];
       const size_t step = std::min(left, v.iov_len);
