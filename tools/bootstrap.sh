@@ -9,6 +9,7 @@ APT_PACKAGES=(
   g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev catch2 libsystemd-dev
+  libcpp-httplib-dev   # the metrics endpoint's HTTP server
   libgloo-dev openmpi-bin libopenmpi-dev   # peers measured side by side in bench/
   python3 python3-pytest python3-venv
   systemd

@@ -163,6 +163,7 @@ DaemonConfig Defaults() {
   c.set_gpu_fusion_buffer_bytes(64ull << 20);
   c.set_gpu_comm_init_timeout_ms(60000);
   c.set_max_gpu_event_pool(1024);
+  c.set_metrics_job_retention_s(3600);
   return c;
 }
 
@@ -274,6 +275,11 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
   if (!c->data_address().empty()) {
     if (auto s = SplitHostPort(c->data_address(), &host, &port); !s.ok()) {
       return field_error("data_address", s);
+    }
+  }
+  if (!c->metrics_address().empty()) {
+    if (auto s = SplitHostPort(c->metrics_address(), &host, &port); !s.ok()) {
+      return field_error("metrics_address", s);
     }
   }
   if (c->local_socket().empty() || c->local_socket().size() > kMaxUnixPath) {

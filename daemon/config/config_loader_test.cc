@@ -86,6 +86,17 @@ TEST_CASE("Horovod's environment knobs set defaults that the file and flags over
   CHECK(std::string(bad.status().message()).find("HOROVOD_FUSION_THRESHOLD") != std::string::npos);
 }
 
+TEST_CASE("metrics are off by default; metrics_address must be HOST:PORT") {
+  auto c = Load({});
+  REQUIRE(c.ok());
+  CHECK(c->metrics_address().empty());
+  CHECK(c->metrics_job_retention_s() == 3600);
+  CHECK(Load({"--metrics_address=127.0.0.1:9470"}).ok());
+  auto bad = Load({"--metrics_address=nonsense"});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.status().message()).find("metrics_address") != std::string::npos);
+}
+
 TEST_CASE("--help is reported, not an error") {
   bool help = false;
   auto c = LoadConfig({"--help"}, &help);

@@ -8,6 +8,7 @@
 #include "daemon/common/logging.h"
 #include "daemon/dataplane/local_collective.h"
 #include "daemon/dataplane/tcp/data_listener.h"
+#include "daemon/metrics/daemon_metrics.h"
 #include "daemon/shm/result_arena.h"
 
 namespace ard::jobs {
@@ -127,6 +128,7 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
   context_->size = size_;
   context_->ranks = members_;
   context_->results = *arena;
+  context_->metrics = options_.metrics;
   context_->report_failure = [this, alive = std::weak_ptr<bool>(alive_)](absl::Status status) {
     loop_.Post([this, alive, status] {
       if (!alive.expired()) Fail(status);
@@ -229,6 +231,7 @@ void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful,
 
 void Job::Fail(const absl::Status& status, bool tell_others) {
   if (!lifecycle_.Fail(status).ok()) return;  // already failed or ended: the first one wins
+  if (options_.metrics != nullptr) options_.metrics->OnError("job");
   if (context_ == nullptr) return;            // forming: the members hear it from the caller
   context_->Fail(status);
   executor_->Abort(status);

@@ -10,6 +10,9 @@
 namespace ard::gpu {
 class Device;
 }  // namespace ard::gpu
+namespace ard::metrics {
+class DaemonMetrics;
+}  // namespace ard::metrics
 
 namespace ard::jobs {
 
@@ -38,6 +41,7 @@ struct JobOptions {
   // Each GPU's PCI bus id (index = ordinal; empty when unknown): GPU_REGISTER's bus id picks the
   // daemon's ordinal, so the process's CUDA_VISIBLE_DEVICES may differ from the daemon's.
   std::vector<std::string> gpu_pci_bus_ids;
+  metrics::DaemonMetrics* metrics = nullptr;  // Not owned; null: metrics off
 };
 
 }  // namespace ard::jobs

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -45,6 +46,13 @@ struct DataListenerOptions {
   AlgorithmOptions algorithms;
 };
 
+// Bytes moved by every mesh built on one listener (the daemon's data-plane totals, for metrics).
+// Any thread.
+struct DataTraffic {
+  std::atomic<uint64_t> sent_bytes{0};
+  std::atomic<uint64_t> received_bytes{0};
+};
+
 class DataListener {
  public:
   explicit DataListener(DataListenerOptions options);
@@ -61,6 +69,8 @@ class DataListener {
   // The bound port (after Start), e.g. to publish "HOST:port" in the cluster KV.
   int port() const { return port_; }
   const DataListenerOptions& options() const { return options_; }
+  // Counted by the meshes that TcpMesh::Connect builds with this listener; they share it.
+  const std::shared_ptr<DataTraffic>& traffic() const { return traffic_; }
 
   // Waits up to `timeout` for the connection host `from_host` dialed for `job_id` and hands its fd
   // (non-blocking, owned by the caller) over. DeadlineExceeded naming job and host on timeout,
@@ -91,6 +101,7 @@ class DataListener {
   const DataListenerOptions options_;
   UniqueFd listen_fd_;
   int port_ = -1;
+  const std::shared_ptr<DataTraffic> traffic_ = std::make_shared<DataTraffic>();
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 

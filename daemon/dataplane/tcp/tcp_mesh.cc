@@ -98,7 +98,7 @@ absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(
   }
   const size_t connections = peers.size();
   std::unique_ptr<TcpMesh> mesh(new TcpMesh(job_id, self, std::move(fds), std::move(peers), options,
-                                            listener.options().algorithms));
+                                            listener.options().algorithms, listener.traffic()));
   ARD_RETURN_IF_ERROR(mesh->CheckPeersAgree());
   Logger("dataplane")
       ->info("tcp mesh connected job={} host={} hosts={} connections={}", job_id, self, n,
@@ -107,10 +107,12 @@ absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(
 }
 
 TcpMesh::TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, std::vector<int> peers,
-                 TcpMeshOptions options, AlgorithmOptions algorithms)
+                 TcpMeshOptions options, AlgorithmOptions algorithms,
+                 std::shared_ptr<DataTraffic> traffic)
     : job_id_(job_id),
       self_(self),
       options_(options),
+      traffic_(std::move(traffic)),
       fds_(std::move(fds)),
       peers_(std::move(peers)),
       algorithms_(algorithms),
@@ -259,6 +261,8 @@ absl::Status TcpMesh::PumpPeer(int peer, bool* progressed) {
                                                  ": ", why));
     }
     *progressed = true;
+    (send ? traffic_->sent_bytes : traffic_->received_bytes)
+        .fetch_add(n, std::memory_order_relaxed);
     for (size_t left = static_cast<size_t>(n); left > 0;) {
       iovec& v = q.iov[q.next];
       const size_t step = std::min(left, v.iov_len);

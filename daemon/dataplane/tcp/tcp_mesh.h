@@ -119,7 +119,8 @@ class TcpMesh {
   };
 
   TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, std::vector<int> peers,
-          TcpMeshOptions options, AlgorithmOptions algorithms);
+          TcpMeshOptions options, AlgorithmOptions algorithms,
+          std::shared_ptr<DataTraffic> traffic);
 
   // Formation step 3: every peer's AlgorithmOptions fingerprint must equal ours.
   absl::Status CheckPeersAgree();
@@ -136,7 +137,8 @@ class TcpMesh {
   const uint64_t job_id_;
   const int self_;
   const TcpMeshOptions options_;
-  const std::vector<UniqueFd> fds_;  // index = host; valid for peers_ only
+  const std::shared_ptr<DataTraffic> traffic_;  // the listener's totals
+  const std::vector<UniqueFd> fds_;             // index = host; valid for peers_ only
   const std::vector<int> peers_;
   const AlgorithmOptions algorithms_;
 

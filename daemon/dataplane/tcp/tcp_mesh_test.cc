@@ -57,6 +57,12 @@ TEST_CASE("TcpMesh connects 1-4 hosts and exchanges around a ring, any size") {
 TEST_CASE("TcpMesh Exchange with the same peer both ways does not deadlock on large sizes") {
   LocalHosts hosts(2);
   Meshes meshes = ConnectOrDie(hosts, 7);
+  // Formation already moved bytes (the algorithm-settings check); count from here.
+  uint64_t sent_before[2], received_before[2];
+  for (int h = 0; h < 2; ++h) {
+    sent_before[h] = hosts.listener(h).traffic()->sent_bytes.load();
+    received_before[h] = hosts.listener(h).traffic()->received_bytes.load();
+  }
   const size_t bytes = size_t{48} << 20;  // far beyond the socket buffers
   std::vector<std::vector<uint8_t>> got(2, std::vector<uint8_t>(bytes));
   auto statuses = RunOnHosts(2, [&](int h) {
@@ -66,6 +72,11 @@ TEST_CASE("TcpMesh Exchange with the same peer both ways does not deadlock on la
   REQUIRE(AllOk(statuses));
   REQUIRE(got[0] == Pattern(1, 0, bytes));
   REQUIRE(got[1] == Pattern(0, 1, bytes));
+  // Each host's listener counts its meshes' traffic (the daemon's data-plane metrics).
+  for (int h = 0; h < 2; ++h) {
+    CHECK(hosts.listener(h).traffic()->sent_bytes.load() - sent_before[h] == bytes);
+    CHECK(hosts.listener(h).traffic()->received_bytes.load() - received_before[h] == bytes);
+  }
 }
 
 TEST_CASE("TcpMesh Transfer moves several ranges per peer in order, to all peers at once") {
