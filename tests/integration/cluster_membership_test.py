@@ -109,7 +109,7 @@ def test_coordinator_sigterm_exits_zero_and_followers_report_it(cluster):
     a.signal(signal.SIGTERM)
     assert a.wait_exit() == 0, a.read_log()
     r = ctl("--daemon", b.address, "--timeout_ms", "3000", "status")
-    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    assert r.returncode == 4, (r.returncode, r.stdout, r.stderr)
     assert r.stderr.count("\n") == 1, r.stderr
     assert "cannot reach the coordinator" in r.stderr
     # The follower keeps running and rejoins when a coordinator comes back on the same port.
@@ -246,7 +246,7 @@ def test_status_from_a_follower_whose_coordinator_is_not_running(cluster):
         assert [j["name"] for j in local["jobs"]] == ["train"]
 
         r = ctl("--daemon", b.address, "--timeout_ms", "3000", "status")
-        assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+        assert r.returncode == 4, (r.returncode, r.stdout, r.stderr)
         assert r.stderr.count("\n") == 1, r.stderr
         assert r.stderr.startswith("allreducectl: cluster view unavailable (host-b's local view "
                                    f"shown): host host-b cannot reach the coordinator at "
