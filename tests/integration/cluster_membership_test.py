@@ -213,7 +213,7 @@ def test_crashed_daemon_restarted_rejoins_before_its_host_timeout():
 
 def test_status_from_a_follower_whose_coordinator_is_not_running(cluster):
     """The follower answers with its own view (role, coordinator, join attempts, last error, local
-    jobs) and says the cluster view is unavailable and why; exit 3, not 'cannot reach daemon'."""
+    jobs) and says the cluster view is unavailable and why; exit 4, not 'cannot reach daemon'."""
     coordinator = f"127.0.0.1:{free_port()}"  # nothing listens there
     b = Daemon(cluster.workdir, "host-b", coordinator=coordinator)
     cluster.daemons["host-b"] = b
@@ -225,7 +225,7 @@ def test_status_from_a_follower_whose_coordinator_is_not_running(cluster):
     try:
         def local_view():
             r = ctl("--daemon", b.address, "--timeout_ms", "3000", "status", "--json")
-            if r.returncode != 3:
+            if r.returncode != 4:
                 return None
             view = json.loads(r.stdout)
             return view if view["local"]["jobs"] else None
