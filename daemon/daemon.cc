@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +13,7 @@
 #include "daemon/cluster/cluster_agent.h"
 #include "daemon/cluster/coordinator.h"
 #include "daemon/common/logging.h"
+#include "daemon/common/make_dirs.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/common/version.h"
 #include "daemon/config/config_loader.h"
@@ -310,20 +313,24 @@ void Daemon::WatchdogOnLoop(absl::Duration interval) {
 }
 
 absl::Status Daemon::WritePortFile() const {
-  if (config_.port_file().empty()) return absl::OkStatus();
-  // Write then rename, so a reader never sees a partial file.
-  const std::string temp = absl::StrCat(config_.port_file(), ".tmp.", getpid());
-  FILE* f = std::fopen(temp.c_str(), "w");
-  if (f == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write port_file ", config_.port_file()));
+  const std::string& path = config_.port_file();
+  if (path.empty()) return absl::OkStatus();
+  auto failed = [&path](const std::string& why) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot write port_file ", path, ": ", why));
+  };
+  // Its directory is created like the local socket's (mkdir -p, 0755).
+  if (absl::Status dir = MakeDirs(Dirname(path)); !dir.ok()) {
+    return failed(std::string(dir.message()));
   }
+  // Write then rename, so a reader never sees a partial file.
+  const std::string temp = absl::StrCat(path, ".tmp.", getpid());
+  FILE* f = std::fopen(temp.c_str(), "w");
+  if (f == nullptr) return failed(std::strerror(errno));
   std::fprintf(f, "%d\n", port_);
-  const bool ok = std::fclose(f) == 0 && std::rename(temp.c_str(), config_.port_file().c_str()) == 0;
-  if (!ok) {
+  if (std::fclose(f) != 0 || std::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
     std::remove(temp.c_str());
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write port_file ", config_.port_file()));
+    return failed(why);
   }
   return absl::OkStatus();
 }

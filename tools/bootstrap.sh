@@ -11,7 +11,7 @@ APT_PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev catch2 libsystemd-dev
   libcpp-httplib-dev   # the metrics endpoint's HTTP server
   libgloo-dev openmpi-bin libopenmpi-dev   # peers measured side by side in bench/
-  python3 python3-pytest python3-venv
+  python3 python3-pytest python3-venv python3-yaml   # python3-yaml: tests/deploy (k8s manifests)
   systemd
   iproute2 procps
   clang libclang-rt-14-dev   # hostile local clients: libFuzzer + ASan/UBSan (tests/fuzz/)

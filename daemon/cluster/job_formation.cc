@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
 #include "daemon/negotiation/rank_assignment.h"
 
@@ -145,7 +146,7 @@ void JobFormation::FormTimeout(const std::string& name, uint64_t token) {
     total += reg.first.ranks_size();
   }
   const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
-      "job ", name, " did not form within ", absl::FormatDuration(f->timeout), ": ", total, " of ",
+      "job ", name, " did not form within ", FormatDurationShort(f->timeout), ": ", total, " of ",
       f->size, " ranks registered, on hosts ", absl::StrJoin(who, ", ")));
   for (auto& [host, reg] : f->hosts) reg.second(status);
 }

@@ -16,6 +16,8 @@
 #include "daemon/common/host_name.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/common/version.h"
+#include "daemon/config/flag_docs.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/descriptor.pb.h"
 #include "google/protobuf/dynamic_message.h"
@@ -65,8 +67,12 @@ absl::Status ParseFile(const std::string& path, DaemonConfig* config) {
   if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat("config file ", path, " is a directory"));
   }
+  errno = 0;
   std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
+  if (!in) {
+    const std::string why = errno != 0 ? std::strerror(errno) : "cannot open";
+    return absl::NotFoundError(absl::StrCat("cannot read config file ", path, ": ", why));
+  }
   std::stringstream text;
   text << in.rdbuf();
   if (in.bad()) {
@@ -359,16 +365,26 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
 
 std::string Usage() {
   const DaemonConfig defaults = Defaults();
-  std::string out =
-      "usage: allreduced [--config=FILE] [--<field>=<value> ...]\n\n"
-      "The config file is protobuf text format (proto/config.proto); flags override it.\n\n"
-      "flags:\n  --config=FILE\n";
+  std::string out = absl::StrCat(
+      "usage: allreduced [--config=FILE] [--<field>=<value> ...]\n"
+      "       allreduced --version | --help\n\n"
+      "allreduced ",
+      kVersion,
+      ": the per-host all-reduce daemon. The config file is protobuf text format\n"
+      "(proto/config.proto, where each field is documented in full); flags override it.\n\n"
+      "flags:\n"
+      "  --config=FILE\n      The config file (default: none; built-in defaults and flags only)\n");
   const auto* desc = DaemonConfig::descriptor();
   for (int i = 0; i < desc->field_count(); ++i) {
     const FieldDescriptor* f = desc->field(i);
     std::string def;
     google::protobuf::TextFormat::PrintFieldValueToString(defaults, f, -1, &def);
-    absl::StrAppend(&out, "  --", f->name(), "=", f->type_name(), "  (default ", def, ")\n");
+    const char* doc = "";
+    for (const FlagDoc& d : kFlagDocs) {
+      if (f->name() == d.name) doc = d.text;
+    }
+    absl::StrAppend(&out, "  --", f->name(), "=", f->type_name(), "  (default ", def, ")\n      ",
+                    doc, "\n");
   }
   return out;
 }

@@ -67,6 +67,26 @@ TEST_CASE("every field is a flag") {
   }
 }
 
+TEST_CASE("--help describes every flag in one line from proto/config.proto") {
+  const std::string usage = Usage();
+  const auto* desc = DaemonConfig::descriptor();
+  for (int i = 0; i < desc->field_count(); ++i) {
+    const std::string flag = "  --" + desc->field(i)->name() + "=";
+    INFO(flag);
+    const size_t at = usage.find(flag);
+    REQUIRE(at != std::string::npos);
+    // The flag's line, then its description: one indented, non-empty line.
+    const size_t line_end = usage.find('\n', at);
+    const size_t doc_end = usage.find('\n', line_end + 1);
+    const std::string doc = usage.substr(line_end + 1, doc_end - line_end - 1);
+    CHECK(doc.rfind("      ", 0) == 0);
+    CHECK(doc.size() > 12);
+    CHECK(doc.size() <= 6 + 200);
+  }
+  CHECK(usage.find("HOST:PORT of the coordinator daemon") != std::string::npos);
+  CHECK(usage.find("--version") != std::string::npos);
+}
+
 TEST_CASE("Horovod's environment knobs set defaults that the file and flags override") {
   setenv("HOROVOD_FUSION_THRESHOLD", "1048576", 1);
   setenv("HOROVOD_CYCLE_TIME", "2.5", 1);
@@ -121,7 +141,8 @@ TEST_CASE("bad input gives one clear error") {
       {{"--bogus=1"}, "unknown flag --bogus"},
       {{"--bogus"}, "unknown flag --bogus"},
       {{"stray"}, "unexpected argument 'stray'"},
-      {{"--config=/nonexistent/x.conf"}, "cannot read config file /nonexistent/x.conf"},
+      {{"--config=/nonexistent/x.conf"},
+       "cannot read config file /nonexistent/x.conf: No such file or directory"},
       {{"--config=" + malformed}, "bad.conf:2:"},
       {{"--config=" + wrong_type}, "bad2.conf:1:"},
       {{"--config=" + twice}, "twice.conf:3:"},

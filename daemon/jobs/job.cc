@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
 #include "daemon/dataplane/local_collective.h"
 #include "daemon/dataplane/tcp/data_listener.h"
@@ -183,7 +184,7 @@ void Job::FormTimeout() {
   }
   std::sort(have.begin(), have.end());
   const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
-      "job ", name_, " did not form within ", absl::FormatDuration(options_.form_timeout), ": ",
+      "job ", name_, " did not form within ", FormatDurationShort(options_.form_timeout), ": ",
       members_.size(), " of ", local_size_ < size_ ? local_size_ : size_, " ranks registered",
       have.empty() ? "" : absl::StrCat(" (ranks ", absl::StrJoin(have, ", "), ")"),
       "; check ALLREDUCED_JOB / the launcher's rank and size variables"));

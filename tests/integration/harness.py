@@ -150,9 +150,10 @@ def ctl(*args, timeout_s=20):
 
 
 def status_json(daemon_address):
-    """`allreducectl status --json` parsed, or None when the call fails."""
+    """`allreducectl status --json` parsed, or None when the call fails (exit 3, some host DOWN,
+    still has the cluster view)."""
     r = ctl("--daemon", daemon_address, "--timeout_ms", "2000", "status", "--json")
-    if r.returncode != 0:
+    if r.returncode not in (0, 3):
         return None
     return json.loads(r.stdout)
 

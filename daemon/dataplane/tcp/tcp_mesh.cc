@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/dataplane/tcp/handshake.h"
@@ -284,7 +285,7 @@ absl::Status TcpMesh::StalledError() const {
   }
   return absl::DeadlineExceededError(absl::StrCat(
       "job ", job_id_, ": host ", self_, ": no data moved for ",
-      absl::FormatDuration(options_.progress_timeout), " (waiting to receive from hosts [",
+      FormatDurationShort(options_.progress_timeout), " (waiting to receive from hosts [",
       absl::StrJoin(from, ","), "], to send to hosts [", absl::StrJoin(to, ","), "])"));
 }
 
