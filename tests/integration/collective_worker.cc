@@ -204,8 +204,7 @@ int Adasum(Worker& w) {
     ard_result r;
     Inputs in = MakeInputs(c, w.topo().size, 1);
     const int code = w.SubmitAndWait(c, in.per_rank[w.topo().rank], &r, c.name);
-    std::printf("ERROR %s %d %s
-", c.name.c_str(), code, r.message ? r.message : "");
+    std::printf("ERROR %s %d %s\n", c.name.c_str(), code, r.message ? r.message : "");
     if (code == 0) return Fail(c.name + " was accepted");
     ard_release(w.client(), w.last_handle());
   }
