@@ -4,7 +4,8 @@
 // its ranks' results into the job's result arena. Allreduces of one kind in a response travel in
 // one fusion buffer. Reductions are deterministic: ranks in rank order within a host, then the
 // hosts' partial results in the fixed order of the cross-host algorithm (host_collectives.h), so
-// every rank reads bit-identical results.
+// every rank reads bit-identical results (Adasum: a tree over the host's ranks, then a tree over
+// the hosts' results, DESIGN.md "Adasum").
 //
 // Any error leaves the mesh unusable: the job fails on every host (JobFailure). Prepare connects
 // the mesh (waiting for every host of the job); Abort shuts its sockets. Thread: see collective.h.

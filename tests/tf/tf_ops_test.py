@@ -69,6 +69,23 @@ def test_ops(hosts, per_host, scenario):
         cluster.close()
 
 
+@pytest.mark.parametrize("hosts,per_host", [(1, 2), (2, 2)], ids=["1x2", "2x2"])
+def test_adasum(hosts, per_host):
+    """op=hvd.Adasum (allreduce, grouped, DistributedGradientTape) equals Horovod's formula on
+    every rank, bit-identical across ranks; an integer tensor and IndexedSlices are refused."""
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        daemons = [cluster.add(f"tf-{i}") for i in range(hosts)]
+        digests = set()
+        for rc, out in run_workers([d.socket for d in daemons], per_host, "adasum"):
+            assert rc == 0 and "OK adasum" in out, out
+            digests.add(tuple(line[line.index("DIGEST"):] for line in out.splitlines()
+                              if "DIGEST" in line))
+        assert len(digests) == 1 and len(next(iter(digests))) == 5, digests
+    finally:
+        cluster.close()
+
+
 def test_distributed_gradient_tape_matches_single_process_training():
     for rc, out in run_on_two_hosts("tape"):
         assert rc == 0 and "OK tape" in out, out

@@ -162,11 +162,13 @@ def fit_scenario():
 
 
 if __name__ == "__main__":
+    import adasum_scenarios
     import api_scenarios
     import gpu_scenarios
     import training_scenarios
     scenarios = {"ops": ops_scenario, "more_ops": more_ops_scenario, "tape": tape_scenario,
                  "fit": fit_scenario}
+    scenarios.update(adasum_scenarios.SCENARIOS)
     scenarios.update(api_scenarios.SCENARIOS)
     scenarios.update(training_scenarios.SCENARIOS)
     scenarios.update(gpu_scenarios.SCENARIOS)

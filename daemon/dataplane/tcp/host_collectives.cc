@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/collectives/adasum.h"
 #include "daemon/collectives/reduce_kernels.h"
 #include "daemon/common/status_macros.h"
 
@@ -186,6 +187,31 @@ absl::Status ReduceScatterInPlace(TcpMesh& mesh, void* buf,
 absl::Status AllgatherV(TcpMesh& mesh, void* buf, const std::vector<size_t>& bytes_per_host) {
   ARD_RETURN_IF_ERROR(CheckPerHost(mesh, bytes_per_host.size(), "bytes_per_host"));
   return RingAllgather(mesh, static_cast<uint8_t*>(buf), BlocksOf(bytes_per_host));
+}
+
+absl::Status AdasumInPlace(TcpMesh& mesh, void* buf, const std::vector<size_t>& counts,
+                           DataType dtype) {
+  if (!collectives::AdasumSupported(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", mesh.job_id(), ": Adasum of dtype ", static_cast<uint32_t>(dtype)));
+  }
+  const size_t elem = wire::DataTypeSize(static_cast<uint32_t>(dtype));
+  size_t total = 0;
+  for (size_t c : counts) total += c * elem;
+  const int n = mesh.size();
+  if (n == 1 || total == 0) return absl::OkStatus();
+  thread_local std::vector<uint8_t> gathered;
+  gathered.resize(n * total);
+  std::memcpy(gathered.data() + mesh.self() * total, buf, total);
+  ARD_RETURN_IF_ERROR(AllgatherV(mesh, gathered.data(), std::vector<size_t>(n, total)));
+  size_t offset = 0;
+  std::vector<const void*> leaves(n);
+  for (size_t c : counts) {
+    for (int h = 0; h < n; ++h) leaves[h] = gathered.data() + h * total + offset;
+    collectives::AdasumTree(leaves, c, dtype, static_cast<uint8_t*>(buf) + offset);
+    offset += c * elem;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Broadcast(TcpMesh& mesh, void* buf, size_t bytes, int root) {

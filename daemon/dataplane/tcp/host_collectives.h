@@ -56,6 +56,14 @@ absl::Status ReduceScatterInPlace(TcpMesh& mesh, void* buf,
                                   const std::vector<size_t>& count_per_host, wire::DataType dtype,
                                   wire::ReduceOp op);
 
+// Adasum (daemon/collectives/adasum.h) of several tensors packed in buf (counts[i] elements of
+// tensor i, in order; float16/32/64): afterwards every host holds, for each tensor, the Adasum
+// tree over the hosts' inputs in host order, bit-identical on every host. An allgather of the
+// whole buffer, then each host computes the tree itself: (n - 1) x buffer bytes arrive at every
+// host (a ring allreduce moves about 2x) and (n - 1) pairs per element run on every host.
+absl::Status AdasumInPlace(TcpMesh& mesh, void* buf, const std::vector<size_t>& counts,
+                           wire::DataType dtype);
+
 // buf holds blocks of bytes_per_host[h] bytes in host order; this host's block is filled in.
 // Afterwards every block is filled in on every host.
 absl::Status AllgatherV(TcpMesh& mesh, void* buf, const std::vector<size_t>& bytes_per_host);

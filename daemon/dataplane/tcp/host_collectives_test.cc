@@ -11,6 +11,7 @@
 
 #include "absl/time/clock.h"
 #include "catch2/catch.hpp"
+#include "daemon/collectives/adasum.h"
 #include "daemon/dataplane/tcp/collectives_test_util.h"
 
 namespace ard::dataplane::tcp {
@@ -165,6 +166,39 @@ TEST_CASE("A host that closes mid-collective fails the others with Unavailable n
     }
     REQUIRE(named);
   }
+}
+
+TEST_CASE("AdasumInPlace gives each tensor the tree over hosts in host order, on every host") {
+  const std::vector<size_t> counts = {37, 5, 0, 300};  // packed tensors, each its own tree
+  const size_t total = 342;
+  for (int n = 1; n <= 5; ++n) {
+    LocalHosts hosts(n);
+    Meshes meshes = ConnectOrDie(hosts, 450 + n);
+    std::vector<std::vector<double>> inputs(n, std::vector<double>(total));
+    std::mt19937_64 rng(n);
+    std::uniform_real_distribution<double> value(-1, 1);
+    for (auto& in : inputs) {
+      for (double& v : in) v = value(rng);
+    }
+    std::vector<std::vector<double>> bufs = inputs;
+    REQUIRE(AllOk(RunOnHosts(n, [&](int h) {
+      return AdasumInPlace(*meshes[h], bufs[h].data(), counts, DataType::kFloat64);
+    })));
+    std::vector<double> want(total);
+    size_t offset = 0;
+    for (size_t c : counts) {
+      std::vector<const void*> leaves;
+      for (int h = 0; h < n; ++h) leaves.push_back(inputs[h].data() + offset);
+      collectives::AdasumTree(leaves, c, DataType::kFloat64, want.data() + offset);
+      offset += c;
+    }
+    for (int h = 0; h < n; ++h) REQUIRE(bufs[h] == want);
+  }
+  LocalHosts hosts(2);
+  Meshes meshes = ConnectOrDie(hosts, 460);
+  std::vector<int32_t> ints(4);
+  REQUIRE(AdasumInPlace(*meshes[0], ints.data(), {4}, DataType::kInt32).code() ==
+          absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("Host collectives reject inconsistent arguments before moving any byte") {

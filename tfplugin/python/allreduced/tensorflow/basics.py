@@ -10,9 +10,7 @@ Average = constants()["ARD_AVERAGE"]
 Min = constants()["ARD_MIN"]
 Max = constants()["ARD_MAX"]
 Product = constants()["ARD_PRODUCT"]
-# Adasum is not implemented by allreduced (no reduce op has this value); collectives given it raise
-# NotImplementedError.
-Adasum = -1
+Adasum = constants()["ARD_ADASUM"]  # allreduce of float host tensors (README "Adasum")
 
 _initialized = [False]
 

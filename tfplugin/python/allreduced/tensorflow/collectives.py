@@ -6,15 +6,10 @@ import zlib
 import tensorflow as tf
 
 from allreduced.tensorflow import basics
-from allreduced.tensorflow.basics import Adasum, Average, Sum
+from allreduced.tensorflow.basics import Average, Sum
 from allreduced.tensorflow.compression import Compression
 from allreduced.tensorflow.ops_library import ops
 from allreduced.tensorflow.process_sets import _id, global_process_set
-
-
-def _check_op(op):
-    if op == Adasum:
-        raise NotImplementedError("allreduced does not implement Adasum; use Average or Sum")
 
 
 def _resolve_op(average, op):
@@ -22,7 +17,6 @@ def _resolve_op(average, op):
         raise ValueError("The op parameter supersedes average; set only one of them.")
     if op is None:
         op = Average if average is None or average else Sum
-    _check_op(op)
     return op
 
 

@@ -4,7 +4,7 @@ allreduce (one op: every tensor is submitted before any is awaited, and the daem
 tf.IndexedSlices as two allgathers unless sparse_as_dense."""
 import tensorflow as tf
 
-from allreduced.tensorflow.basics import Adasum, Average, Sum
+from allreduced.tensorflow.basics import Average, Sum
 from allreduced.tensorflow.collectives import allreduce, grouped_allreduce
 
 
@@ -14,8 +14,6 @@ def reduce_gradients(grads, variables=None, compression=None, op=Average,
     """Returns `grads` (a list; None entries stay None) reduced over `process_set`. Gradients of
     `local_variables` (by identity with `variables`) are not reduced; with scale_local_gradients
     they are divided by the set's size, so they keep the scale of the averaged ones."""
-    if op == Adasum:
-        raise NotImplementedError("allreduced does not implement Adasum; use Average or Sum")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor requires op=Average")
     size = process_set.size()
