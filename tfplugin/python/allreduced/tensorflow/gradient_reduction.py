@@ -30,9 +30,8 @@ def reduce_gradients(grads, variables=None, compression=None, op=Average,
             continue
         if isinstance(g, tf.IndexedSlices):
             if not sparse_as_dense:
-                out[i] = allreduce(g, op=op, name=f"{name}.sparse.{i}", process_set=process_set,
-                                   prescale_factor=1.0 / gradient_predivide_factor,
-                                   postscale_factor=gradient_predivide_factor)
+                # Gathered, not summed: the predivide factor and its inverse would cancel.
+                out[i] = allreduce(g, op=op, name=f"{name}.sparse.{i}", process_set=process_set)
                 continue
             g = tf.convert_to_tensor(g)
         dense.append(tf.convert_to_tensor(g))

@@ -14,17 +14,23 @@ def _set_rank_and_size(op):
     return _registered[ps].rank(), _registered[ps].size(), ps
 
 
-def _reduced_scale(op):
-    """d(output)/d(input) of a reducing collective (Sum or Average with pre/postscale)."""
+def _reducescatter_scale(op):
+    """Horovod's reducescatter gradient scale: the allgathered gradient times the set's size for
+    Sum, times 1 for Average, and times the pre/postscale factors; Horovod scripts and tests
+    expect exactly these values."""
     _, size, _ = _set_rank_and_size(op)
     scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
-    if op.get_attr("reduce_op") == Average:
-        scale /= size
-    elif op.get_attr("reduce_op") != Sum:
+    if op.get_attr("reduce_op") == Sum:
+        scale *= size
+    elif op.get_attr("reduce_op") != Average:
         raise NotImplementedError("allreduced: only Sum and Average collectives have gradients")
     return scale
 
 
+# The gradient graphs below have the same structure on every rank: the rank only enters as a
+# value. TensorFlow's graph optimizer simplifies what it can prove (a slice that is empty on rank
+# 0, a tensor multiplied away on non-root ranks) and would drop a collective on some ranks only,
+# leaving the others waiting for it.
 @tf.RegisterGradient("AllreducedAllreduce")
 def _allreduce_grad(op, grad):
     # The gradient of an allreduce is the allreduce of the gradient, same op and scales.
@@ -47,7 +53,7 @@ def _gather_grad(input_rows, grad, rank, ps):
     # Sum the gradient over ranks, then each rank keeps the rows it contributed.
     summed = ops().allreduced_allreduce(grad, reduce_op=Sum, process_set_id=ps)
     all_rows = ops().allreduced_allgather(tf.reshape(input_rows, [1]), process_set_id=ps)
-    start = tf.reduce_sum(all_rows[:rank])
+    start = tf.cumsum(all_rows, exclusive=True)[rank]
     return summed[start:start + input_rows]
 
 
@@ -68,9 +74,7 @@ def _broadcast_grad(op, grad):
     # The root receives the sum of every rank's gradient, the others zero.
     rank, _, ps = _set_rank_and_size(op)
     summed = ops().allreduced_allreduce(grad, reduce_op=Sum, process_set_id=ps)
-    if rank != op.get_attr("root_rank"):
-        return tf.zeros_like(summed)
-    return summed
+    return summed * tf.cast(1 if rank == op.get_attr("root_rank") else 0, summed.dtype)
 
 
 @tf.RegisterGradient("AllreducedAlltoall")
@@ -85,12 +89,12 @@ def _alltoall_grad(op, grad, _received_splits_grad):
 def _reducescatter_grad(op, grad):
     # Each rank's input row i fed the output block holding row i: gather the blocks' gradients.
     gathered = ops().allreduced_allgather(grad, process_set_id=op.get_attr("process_set_id"))
-    return gathered * tf.cast(_reduced_scale(op), gathered.dtype)
+    return gathered * tf.cast(_reducescatter_scale(op), gathered.dtype)
 
 
 @tf.RegisterGradient("AllreducedGroupedReducescatter")
 def _grouped_reducescatter_grad(op, *grads):
-    scale = _reduced_scale(op)
+    scale = _reducescatter_scale(op)
     ps = op.get_attr("process_set_id")
     out = []
     for g in grads:
