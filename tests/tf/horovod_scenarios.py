@@ -107,6 +107,9 @@ def graph_mode_scenario():
         obj = hvd.broadcast_object({"r": r} if r == 1 else None, root_rank=1)
         check(obj == {"r": 1}, f"broadcast_object in a graph {obj}")
         check(hvd.allgather_object(r) == list(range(n)), "allgather_object in a graph")
+        if r == 0:  # a gradient only rank 0 computes: later gradient scopes differ per rank
+            c = tf.ones([1])
+            tf.gradients(c * c, c)
         for _ in range(2):  # the second round's names carry graph-made suffixes
             x = tf.ones([r + 1, 2]) * float(r)
             gathered = hvd.allgather(x)
@@ -115,6 +118,15 @@ def graph_mode_scenario():
             b = tf.ones([3])
             gb = tf.gradients(hvd.broadcast(b, root_rank=0), b, tf.ones([3]))[0]
             check(np.allclose(sess.run(gb), n if r == 0 else 0), "broadcast gradient in a graph")
+
+    @tf.function
+    def grouped(x):
+        return hvd.grouped_allreduce([x, x * 2.0], op=hvd.Sum)
+
+    if r == 0:  # a trace only rank 0 makes: unnamed groups must not be numbered per process
+        grouped.get_concrete_function(tf.TensorSpec([5]))
+    a, b = grouped(tf.ones([2]))
+    check(np.allclose(a.numpy(), n) and np.allclose(b.numpy(), 2 * n), "grouped in tf.function")
     hvd.shutdown()
 
 

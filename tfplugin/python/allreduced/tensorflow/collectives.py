@@ -44,16 +44,11 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     return compression.decompress(reduced, ctx)
 
 
-# A group's id must agree among the set's ranks: it is derived from the group's name, so a
-# tf.function retraced on one rank only still agrees. Unnamed groups are numbered in call order per
-# process set (every rank makes its grouped calls in the same order).
-_group_counters = {}
-
-
-def _group(ps, name, kind):
+# A group's id must agree among the set's ranks: a named group's is derived from its name; an
+# unnamed group's (-1 here) from the op's own name, by the kernel, like the tensors' names.
+def _group(name):
     if not name:
-        _group_counters[ps] = _group_counters.get(ps, 0) + 1
-        name = f"{kind}.{_group_counters[ps]}"
+        return -1, ""
     return zlib.crc32(name.encode()) & 0x7FFFFFFF, name
 
 
@@ -69,7 +64,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
         _check_slices_op(op, prescale_factor, postscale_factor)
     dense_at = [i for i in range(len(tensors)) if i not in set(sparse_at)]
     out = [None] * len(tensors)
-    dense = _grouped_reducing("grouped_allreduce", ops().allreduced_grouped_allreduce,
+    dense = _grouped_reducing(ops().allreduced_grouped_allreduce,
                               [tensors[i] for i in dense_at], compression, op, prescale_factor,
                               postscale_factor, name, process_set)
     sparse = _reduce_slices([tensors[i] for i in sparse_at], op,
@@ -114,14 +109,14 @@ def _reduce_slices(slices, op, name, process_set, grouped):
     return out
 
 
-def _grouped_reducing(kind, op_fn, tensors, compression, op, prescale_factor, postscale_factor,
+def _grouped_reducing(op_fn, tensors, compression, op, prescale_factor, postscale_factor,
                       name, process_set):
     """A grouped reducing collective (allreduce or reducescatter) with compression."""
     ps = _id(process_set)
     if not tensors:
         return []
     compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
-    group, name = _group(ps, name, kind)
+    group, name = _group(name)
     outs = op_fn([c for c, _ in compressed], reduce_op=op, group_id=group,
                  prescale_factor=prescale_factor, postscale_factor=postscale_factor,
                  tensor_name=name, process_set_id=ps)
@@ -140,7 +135,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set,
     ps = _id(process_set)
     if not tensors:
         return []
-    group, name = _group(ps, name, "grouped_allgather")
+    group, name = _group(name)
     return ops().allreduced_grouped_allgather(
         [tf.convert_to_tensor(t) for t in tensors], group_id=group,
         tensor_name=name, process_set_id=ps)
@@ -243,7 +238,7 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
                           postscale_factor=1.0):
     """Reducescatters a list of tensors as one atomic group."""
     _check_op(op)
-    return _grouped_reducing("grouped_reducescatter", ops().allreduced_grouped_reducescatter,
+    return _grouped_reducing(ops().allreduced_grouped_reducescatter,
                              tensors, compression, op, prescale_factor, postscale_factor, name,
                              process_set)
 

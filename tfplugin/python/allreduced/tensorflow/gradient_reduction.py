@@ -26,7 +26,7 @@ def reduce_gradients(grads, variables=None, compression=None, op=Average,
         if g is None:
             continue
         if variables is not None and id(variables[i]) in local_ids:
-            out[i] = g / size if scale_local_gradients else g
+            out[i] = _divide(g, size) if scale_local_gradients else g
             continue
         if isinstance(g, tf.IndexedSlices):
             if not sparse_as_dense:
@@ -48,3 +48,9 @@ def reduce_gradients(grads, variables=None, compression=None, op=Average,
         for i, r in zip(dense_at, reduced):
             out[i] = r
     return out
+
+
+def _divide(grad, size):
+    if isinstance(grad, tf.IndexedSlices):  # an embedding's gradient stays sparse
+        return tf.IndexedSlices(grad.values / size, grad.indices, grad.dense_shape)
+    return grad / size

@@ -1,4 +1,8 @@
-"""Gradients of the collectives, as Horovod defines them, registered with TensorFlow."""
+"""Gradients of the collectives, as Horovod defines them, registered with TensorFlow.
+
+Their collectives are named after the forward op (_grad_name), not by the graph's own naming of
+gradient ops ("gradients_3/..._grad/..."), which counts every earlier gradient computation in the
+graph and so differs between ranks that computed other gradients before."""
 import tensorflow as tf
 
 from allreduced.tensorflow import basics
@@ -12,6 +16,18 @@ def _set_rank_and_size(op):
     if ps == 0:
         return basics.rank(), basics.size(), ps
     return _registered[ps].rank(), _registered[ps].size(), ps
+
+
+def _grad_name(op, part):
+    """"<forward name>.grad.<part>", made unique within the graph being built (a forward op may
+    be differentiated more than once) outside any name scope. In eager mode an unnamed forward
+    op gives "" (the kernel then uses the op type, as for any eager collective)."""
+    base = op.get_attr("tensor_name")
+    if tf.executing_eagerly():
+        return f"{base}.grad.{part}" if base else ""
+    graph = tf.compat.v1.get_default_graph()
+    with graph.name_scope(None):
+        return graph.unique_name(f"{base or op.name}.grad.{part}")
 
 
 def _reducescatter_scale(op):
@@ -37,6 +53,7 @@ def _allreduce_grad(op, grad):
     return ops().allreduced_allreduce(grad, reduce_op=op.get_attr("reduce_op"),
                                       prescale_factor=op.get_attr("prescale_factor"),
                                       postscale_factor=op.get_attr("postscale_factor"),
+                                      tensor_name=_grad_name(op, "sum"),
                                       process_set_id=op.get_attr("process_set_id"))
 
 
@@ -45,14 +62,18 @@ def _grouped_allreduce_grad(op, *grads):
     return [ops().allreduced_allreduce(g, reduce_op=op.get_attr("reduce_op"),
                                        prescale_factor=op.get_attr("prescale_factor"),
                                        postscale_factor=op.get_attr("postscale_factor"),
+                                       tensor_name=_grad_name(op, f"sum.{i}"),
                                        process_set_id=op.get_attr("process_set_id"))
-            for g in grads]
+            for i, g in enumerate(grads)]
 
 
-def _gather_grad(input_rows, grad, rank, ps):
+def _gather_grad(op, part, input_rows, grad, rank, ps):
     # Sum the gradient over ranks, then each rank keeps the rows it contributed.
-    summed = ops().allreduced_allreduce(grad, reduce_op=Sum, process_set_id=ps)
-    all_rows = ops().allreduced_allgather(tf.reshape(input_rows, [1]), process_set_id=ps)
+    summed = ops().allreduced_allreduce(grad, reduce_op=Sum, tensor_name=_grad_name(op, part),
+                                        process_set_id=ps)
+    all_rows = ops().allreduced_allgather(tf.reshape(input_rows, [1]),
+                                          tensor_name=_grad_name(op, f"{part}.rows"),
+                                          process_set_id=ps)
     start = tf.cumsum(all_rows, exclusive=True)[rank]
     return summed[start:start + input_rows]
 
@@ -60,27 +81,29 @@ def _gather_grad(input_rows, grad, rank, ps):
 @tf.RegisterGradient("AllreducedAllgather")
 def _allgather_grad(op, grad):
     rank, _, ps = _set_rank_and_size(op)
-    return _gather_grad(tf.shape(op.inputs[0])[0], grad, rank, ps)
+    return _gather_grad(op, "sum", tf.shape(op.inputs[0])[0], grad, rank, ps)
 
 
 @tf.RegisterGradient("AllreducedGroupedAllgather")
 def _grouped_allgather_grad(op, *grads):
     rank, _, ps = _set_rank_and_size(op)
-    return [_gather_grad(tf.shape(x)[0], g, rank, ps) for x, g in zip(op.inputs, grads)]
+    return [_gather_grad(op, f"sum.{i}", tf.shape(x)[0], g, rank, ps)
+            for i, (x, g) in enumerate(zip(op.inputs, grads))]
 
 
 @tf.RegisterGradient("AllreducedBroadcast")
 def _broadcast_grad(op, grad):
     # The root receives the sum of every rank's gradient, the others zero.
     rank, _, ps = _set_rank_and_size(op)
-    summed = ops().allreduced_allreduce(grad, reduce_op=Sum, process_set_id=ps)
+    summed = ops().allreduced_allreduce(grad, reduce_op=Sum, tensor_name=_grad_name(op, "sum"),
+                                        process_set_id=ps)
     return summed * tf.cast(1 if rank == op.get_attr("root_rank") else 0, summed.dtype)
 
 
 @tf.RegisterGradient("AllreducedAlltoall")
 def _alltoall_grad(op, grad, _received_splits_grad):
     # Rows travel back where they came from: an alltoall of the gradient with the received splits.
-    back, _ = ops().allreduced_alltoall(grad, op.outputs[1],
+    back, _ = ops().allreduced_alltoall(grad, op.outputs[1], tensor_name=_grad_name(op, "back"),
                                         process_set_id=op.get_attr("process_set_id"))
     return back, None
 
@@ -88,7 +111,8 @@ def _alltoall_grad(op, grad, _received_splits_grad):
 @tf.RegisterGradient("AllreducedReducescatter")
 def _reducescatter_grad(op, grad):
     # Each rank's input row i fed the output block holding row i: gather the blocks' gradients.
-    gathered = ops().allreduced_allgather(grad, process_set_id=op.get_attr("process_set_id"))
+    gathered = ops().allreduced_allgather(grad, tensor_name=_grad_name(op, "gather"),
+                                          process_set_id=op.get_attr("process_set_id"))
     return gathered * tf.cast(_reducescatter_scale(op), gathered.dtype)
 
 
@@ -97,7 +121,8 @@ def _grouped_reducescatter_grad(op, *grads):
     scale = _reducescatter_scale(op)
     ps = op.get_attr("process_set_id")
     out = []
-    for g in grads:
-        gathered = ops().allreduced_allgather(g, process_set_id=ps)
+    for i, g in enumerate(grads):
+        gathered = ops().allreduced_allgather(g, tensor_name=_grad_name(op, f"gather.{i}"),
+                                              process_set_id=ps)
         out.append(gathered * tf.cast(scale, gathered.dtype))
     return out
