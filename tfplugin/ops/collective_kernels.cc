@@ -183,11 +183,11 @@ class GroupedOp : public AsyncOpKernel {
     // Refused before anything is submitted: a partly submitted group would leave the other
     // ranks waiting for its missing tensors.
     for (int i = 0; kCollective == ARD_REDUCESCATTER && i < n; ++i) {
-      OP_REQUIRES_ASYNC(ctx, ctx->input(i).dims() > 0,
-                        absl::InvalidArgumentError(
-                            "reducescatter needs tensors of rank 1 or more (tensor " +
-                            std::to_string(i) + " of the group is a scalar)"),
-                        done);
+      OP_REQUIRES_ASYNC(
+          ctx, ctx->input(i).dims() > 0,
+          absl::InvalidArgumentError("reducescatter needs tensors of rank 1 or more (tensor " +
+                                     std::to_string(i) + " of the group is a scalar)"),
+          done);
     }
     auto remaining = std::make_shared<std::atomic<int>>(n);
     for (int i = 0; i < n; ++i) {
