@@ -68,9 +68,10 @@ def _grouped_allreduce_grad(op, *grads):
 
 
 def _gather_grad(op, part, input_rows, grad, rank, ps):
-    # Sum the gradient over ranks, then each rank keeps the rows it contributed.
-    summed = ops().allreduced_allreduce(grad, reduce_op=Sum, tensor_name=_grad_name(op, part),
-                                        process_set_id=ps)
+    # Average the gradient over ranks (Horovod's convention), then each rank keeps the rows it
+    # contributed.
+    summed = ops().allreduced_allreduce(grad, reduce_op=Average,
+                                        tensor_name=_grad_name(op, part), process_set_id=ps)
     all_rows = ops().allreduced_allgather(tf.reshape(input_rows, [1]),
                                           tensor_name=_grad_name(op, f"{part}.rows"),
                                           process_set_id=ps)
@@ -93,10 +94,11 @@ def _grouped_allgather_grad(op, *grads):
 
 @tf.RegisterGradient("AllreducedBroadcast")
 def _broadcast_grad(op, grad):
-    # The root receives the sum of every rank's gradient, the others zero.
+    # The root receives the average of every rank's gradient (Horovod's convention), the others
+    # zero.
     rank, _, ps = _set_rank_and_size(op)
-    summed = ops().allreduced_allreduce(grad, reduce_op=Sum, tensor_name=_grad_name(op, "sum"),
-                                        process_set_id=ps)
+    summed = ops().allreduced_allreduce(grad, reduce_op=Average,
+                                        tensor_name=_grad_name(op, "sum"), process_set_id=ps)
     return summed * tf.cast(1 if rank == op.get_attr("root_rank") else 0, summed.dtype)
 
 
