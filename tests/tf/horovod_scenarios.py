@@ -127,6 +127,15 @@ def graph_mode_scenario():
         grouped.get_concrete_function(tf.TensorSpec([5]))
     a, b = grouped(tf.ones([2]))
     check(np.allclose(a.numpy(), n) and np.allclose(b.numpy(), 2 * n), "grouped in tf.function")
+
+    @tf.function
+    def tape_in_function(x):  # the tape hands gradient functions an op without a name
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(hvd.alltoall(x) * 2.0)
+        return tape.gradient(loss, x)
+
+    check(np.allclose(tape_in_function(tf.ones([n, 2])).numpy(), 2.0), "tape in tf.function")
     hvd.shutdown()
 
 

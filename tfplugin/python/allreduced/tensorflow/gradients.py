@@ -20,14 +20,20 @@ def _set_rank_and_size(op):
 
 def _grad_name(op, part):
     """"<forward name>.grad.<part>", made unique within the graph being built (a forward op may
-    be differentiated more than once) outside any name scope. In eager mode an unnamed forward
-    op gives "" (the kernel then uses the op type, as for any eager collective)."""
+    be differentiated more than once) outside any name scope. An unnamed forward op seen only
+    through the tape (eager mode, or a tape inside a tf.function: no op name) gives "": the
+    kernel then uses its own op's name (the op type in eager mode, a node name of the function's
+    graph, which starts afresh at each trace)."""
     base = op.get_attr("tensor_name")
+    if not base and not tf.executing_eagerly():
+        base = getattr(op, "name", "")
+    if not base:
+        return ""
     if tf.executing_eagerly():
-        return f"{base}.grad.{part}" if base else ""
+        return f"{base}.grad.{part}"
     graph = tf.compat.v1.get_default_graph()
     with graph.name_scope(None):
-        return graph.unique_name(f"{base or op.name}.grad.{part}")
+        return graph.unique_name(f"{base}.grad.{part}")
 
 
 def _reducescatter_scale(op):
