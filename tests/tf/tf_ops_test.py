@@ -57,7 +57,7 @@ def run_on_two_hosts(scenario, extra_env=None, launcher=None):
 
 
 @pytest.mark.parametrize("scenario", ["ops", "more_ops", "grouped_objects", "gradients",
-                                      "semantics"])
+                                      "semantics", "sparse", "broadcast_idiom", "graph_mode"])
 @pytest.mark.parametrize("hosts,per_host", [(1, 2), (2, 2)], ids=["1x2", "2x2"])
 def test_ops(hosts, per_host, scenario):
     cluster = Cluster(host_timeout_ms=10000)

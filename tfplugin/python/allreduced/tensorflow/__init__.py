@@ -13,15 +13,16 @@ from allreduced.tensorflow.basics import (Adasum, Average, Max, Min, Product, Su
                                           local_rank, local_rank_op, local_size, local_size_op,
                                           mpi_built, mpi_enabled, mpi_threads_supported,
                                           nccl_built, rank, rank_op, rocm_built, shutdown, size,
-                                          size_op)
+                                          size_op, start_timeline, stop_timeline)
 from allreduced.tensorflow.collectives import (allgather, allreduce, alltoall, barrier,
-                                               broadcast, broadcast_, broadcast_variables,
+                                               broadcast, broadcast_,
+                                               broadcast_global_variables, broadcast_variables,
                                                grouped_allgather, grouped_allreduce,
                                                grouped_reducescatter, join, reducescatter)
 from allreduced.tensorflow.compression import Compression
 from allreduced.tensorflow.objects import allgather_object, broadcast_object, broadcast_object_fn
 from allreduced.tensorflow.optimizer_v1 import DistributedOptimizer
 from allreduced.tensorflow.process_sets import (ProcessSet, add_process_set, global_process_set,
-                                                remove_process_set)
+                                                process_set_included_op, remove_process_set)
 from allreduced.tensorflow.sync_batch_norm import SyncBatchNormalization
 from allreduced.tensorflow.tape import DistributedGradientTape, PartialDistributedGradientTape

@@ -24,13 +24,12 @@ def reduce_gradients(grads, variables=None, compression=None, op=Average,
         if g is None:
             continue
         if variables is not None and id(variables[i]) in local_ids:
-            out[i] = g / size if scale_local_gradients else g
+            out[i] = _divide(g, size) if scale_local_gradients else g
             continue
         if isinstance(g, tf.IndexedSlices):
             if not sparse_as_dense:
-                out[i] = allreduce(g, op=op, name=f"{name}.sparse.{i}", process_set=process_set,
-                                   prescale_factor=1.0 / gradient_predivide_factor,
-                                   postscale_factor=gradient_predivide_factor)
+                # Gathered, not summed: the predivide factor and its inverse would cancel.
+                out[i] = allreduce(g, op=op, name=f"{name}.sparse.{i}", process_set=process_set)
                 continue
             g = tf.convert_to_tensor(g)
         dense.append(tf.convert_to_tensor(g))
@@ -47,3 +46,9 @@ def reduce_gradients(grads, variables=None, compression=None, op=Average,
         for i, r in zip(dense_at, reduced):
             out[i] = r
     return out
+
+
+def _divide(grad, size):
+    if isinstance(grad, tf.IndexedSlices):  # an embedding's gradient stays sparse
+        return tf.IndexedSlices(grad.values / size, grad.indices, grad.dense_shape)
+    return grad / size
