@@ -50,7 +50,7 @@ def _cases(keras):
 
 
 def equivalence_scenario():
-    """4 ranks, each with its quarter of every batch, train the same weights as one process on the
+    """N ranks, each with its 1/N of every batch, train the same weights as one process on the
     whole batch: DistributedOptimizer with model.fit (SGD with momentum), and with
     backward_passes_per_step=2 (averaged, and summed with half the learning rate)."""
     keras = tf.keras
