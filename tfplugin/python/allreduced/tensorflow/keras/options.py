@@ -34,7 +34,9 @@ class _RankState:
     def __init__(self):
         self.local_variables = []  # gradients kept local (register_local_var)
         self.variables = None  # Keras 3: the variables of the gradients being applied
-        self.accumulators = {}  # tf_keras, backward_passes_per_step > 1: id(var) -> tf.Variable
+        # tf_keras, backward_passes_per_step > 1: id(var) -> accumulator, apply_gradients calls.
+        self.accumulators = {}
+        self.calls = None
 
 
 def rank_state(optimizer):

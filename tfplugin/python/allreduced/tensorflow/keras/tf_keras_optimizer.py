@@ -6,9 +6,9 @@ apply_gradients, which clips them (so clipping sees the global gradient, as with
 updates the variables; model.fit and optimizer.minimize both come through it. tf_keras has no
 gradient accumulation of its own, so backward_passes_per_step = N > 1 is done here, with Keras
 3's semantics: every call adds the gradients to per-variable accumulators; every Nth call
-(counted by the optimizer's `iterations`, which advances on every call either way) reduces the
-accumulated sum (or mean, with average_aggregated_gradients) once, applies it and clears the
-accumulators.
+(counted by a variable of our own) reduces the accumulated sum (or mean, with
+average_aggregated_gradients) once, applies it and clears the accumulators. `iterations` counts
+the updates, as Keras 3's does with gradient accumulation.
 """
 import functools
 
@@ -19,14 +19,18 @@ from allreduced.tensorflow.keras.options import rank_state
 
 
 def _accumulators(optimizer, variables):
-    """One zero-initialized accumulator per variable, created once, outside any tf.function."""
-    table = rank_state(optimizer).accumulators
+    """(calls counter, one accumulator per variable), zero-initialized, created once outside any
+    tf.function."""
+    state = rank_state(optimizer)
+    table = state.accumulators
     with tf.init_scope():
+        if state.calls is None:
+            state.calls = tf.Variable(0, dtype=tf.int64, trainable=False, name="allreduced_calls")
         for var in variables:
             if id(var) not in table:
                 table[id(var)] = tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False,
                                              name="allreduced_accumulator")
-    return [table[id(var)] for var in variables]
+    return state.calls, [table[id(var)] for var in variables]
 
 
 @functools.lru_cache(maxsize=None)
@@ -53,7 +57,7 @@ def tf_keras_class(base, options, passes):
             if passes == 1:
                 return apply(list(zip(self._reduce(grads, variables), variables)), *args,
                              **kwargs)
-            accumulators = _accumulators(self, variables)
+            calls, accumulators = _accumulators(self, variables)
             for acc, g in zip(accumulators, grads):
                 if g is not None:
                     acc.assign_add(tf.convert_to_tensor(g))
@@ -67,11 +71,8 @@ def tf_keras_class(base, options, passes):
                     acc.assign(tf.zeros_like(acc))
                 return tf.constant(True)
 
-            def skip():
-                self.iterations.assign_add(1)
-                return tf.constant(False)
-
-            tf.cond(tf.equal((self.iterations + 1) % passes, 0), update, skip)
+            tf.cond(tf.equal(calls.assign_add(1) % passes, 0), update,
+                    lambda: tf.constant(False))
             return self.iterations
 
     return options.disguise(_Distributed, base)
