@@ -22,7 +22,6 @@ from allreduced.tensorflow.collectives import (allgather, allreduce, alltoall, b
                                                grouped_allgather, grouped_allreduce,
                                                grouped_reducescatter, join, reducescatter)
 from allreduced.tensorflow.compression import Compression
-from allreduced.tensorflow.global_variables import broadcast_global_variables
 from allreduced.tensorflow.objects import allgather_object, broadcast_object, broadcast_object_fn
 from allreduced.tensorflow.optimizer_v1 import DistributedOptimizer
 from allreduced.tensorflow.process_sets import (ProcessSet, add_process_set, global_process_set,

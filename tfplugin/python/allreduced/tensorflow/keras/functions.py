@@ -2,7 +2,7 @@
 Keras's session (tf_keras in graph mode, i.e. under tf.compat.v1.disable_eager_execution())."""
 import tensorflow as tf
 
-from allreduced.tensorflow import global_variables
+from allreduced.tensorflow import collectives
 
 
 def broadcast_global_variables(root_rank):
@@ -10,5 +10,5 @@ def broadcast_global_variables(root_rank):
     `root_rank`, in Keras's session. Graph mode only, like Horovod's: in eager mode (always, with
     Keras 3) it raises RuntimeError; use BroadcastGlobalVariablesCallback or
     broadcast_variables(model.variables, root_rank) there."""
-    op = global_variables.broadcast_global_variables(root_rank)
+    op = collectives.broadcast_global_variables(root_rank)
     return tf.compat.v1.keras.backend.get_session().run(op)
