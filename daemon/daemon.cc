@@ -32,9 +32,16 @@
 #include "daemon/rpc/grpc_peer_client.h"
 #include "daemon/rpc/grpc_server.h"
 #include "daemon/rpc/tls.h"
+#include "daemon/timeline/hub.h"
+#include "daemon/timeline/timeline_admin.h"
 
 namespace ard {
 namespace {
+
+// Timeline: marks kept per job recording (~64 bytes each), and how long a recording that nobody
+// stops lasts.
+constexpr size_t kTimelineMarksPerJob = 1 << 18;
+constexpr absl::Duration kTimelineMaxDuration = absl::Hours(1);
 
 std::string NewInstanceId() {
   absl::BitGen gen;
@@ -100,6 +107,7 @@ absl::Status Daemon::Start() {
         config_.host_name(), absl::Seconds(config_.metrics_job_retention_s()));
   }
   loop_ = std::make_unique<EventLoop>("ard-control");
+  timeline_ = std::make_unique<timeline::Hub>(kTimelineMarksPerJob, kTimelineMaxDuration);
   jobs_ = std::make_unique<jobs::JobRegistry>(
       *loop_, jobs::JobOptions{
                   config_.host_name(), absl::Milliseconds(config_.job_form_timeout_ms()),
@@ -111,7 +119,7 @@ absl::Status Daemon::Start() {
                   config_.gpu_mode(), config_.gpu_fusion_buffer_bytes(),
                   absl::Milliseconds(config_.gpu_comm_init_timeout_ms()),
                   config_.max_gpu_event_pool(), gpu::PhysicalIds(self_), gpu::PciBusIds(self_),
-                  metrics_.get()});
+                  metrics_.get(), timeline_.get()});
   const cluster::LocalJobsSource local_jobs = [this] { return jobs_->Summaries(); };
 
   const absl::Duration heartbeat = absl::Milliseconds(config_.heartbeat_ms());
@@ -157,7 +165,11 @@ absl::Status Daemon::Start() {
     admin_handler = agent_.get();
   }
   cluster_service_ = std::make_unique<rpc::ClusterService>(*cluster_handler);
-  admin_service_ = std::make_unique<rpc::AdminService>(*admin_handler);
+  timeline_admin_ = std::make_unique<timeline::TimelineAdmin>(
+      *loop_, *timeline_, config_.host_name(), [this]() -> const timeline::ClockOffset* {
+        return agent_ != nullptr ? &agent_->clock_offset() : nullptr;
+      });
+  admin_service_ = std::make_unique<rpc::AdminService>(*admin_handler, *timeline_admin_);
   negotiation_service_ = std::make_unique<rpc::NegotiationService>(
       *loop_, job_coordinator_.get(), config_.coordinator());
 
@@ -379,12 +391,14 @@ void Daemon::Teardown() {
   server_.reset();
   local_.reset();
   admin_service_.reset();
+  timeline_admin_.reset();
   cluster_service_.reset();
   agent_.reset();
   coordinator_.reset();
   negotiation_service_.reset();
   job_coordinator_.reset();
   jobs_.reset();
+  timeline_.reset();
   data_listener_.reset();
   loop_.reset();
   metrics_.reset();

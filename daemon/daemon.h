@@ -58,6 +58,10 @@ class GrpcPeerClient;
 class GrpcServer;
 class NegotiationService;
 }  // namespace rpc
+namespace timeline {
+class Hub;
+class TimelineAdmin;
+}  // namespace timeline
 
 class Daemon {
  public:
@@ -109,6 +113,7 @@ class Daemon {
   std::unique_ptr<gpu::Device> gpu_device_;  // GPU path: the CUDA device, when opened here
   gpu::Device* gpu_ = nullptr;  // the device in use (injected or gpu_device_); null: none
   std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<timeline::Hub> timeline_;  // jobs' timeline recorders (before the jobs)
   std::unique_ptr<jobs::JobRegistry> jobs_;
   std::unique_ptr<dataplane::tcp::DataListener> data_listener_;
   std::unique_ptr<cluster::JobCoordinator> job_coordinator_;  // coordinator role only
@@ -120,6 +125,7 @@ class Daemon {
   // used on the loop only.
   std::map<std::string, std::unique_ptr<rpc::GrpcPeerClient>> identify_clients_;
   std::unique_ptr<rpc::ClusterService> cluster_service_;
+  std::unique_ptr<timeline::TimelineAdmin> timeline_admin_;
   std::unique_ptr<rpc::AdminService> admin_service_;
   std::unique_ptr<rpc::NegotiationService> negotiation_service_;
   // Cross-host jobs reach the Negotiation service through this: gRPC to the coordinator, or the

@@ -19,6 +19,7 @@
 #include "daemon/cluster/handlers.h"
 #include "daemon/cluster/peer_client.h"
 #include "daemon/common/event_loop.h"
+#include "daemon/timeline/clock_offset.h"
 
 namespace ard::cluster {
 
@@ -52,6 +53,8 @@ class ClusterAgent : public ClusterHandler, public AdminHandler {
 
   // Loop thread: joined and in contact with the coordinator (the health service's SERVING).
   bool MemberOnLoop() const { return state_ == State::kJoined && !cut_off_reported_; }
+  // The coordinator's clock minus this host's, from heartbeats (timeline alignment). Loop only.
+  const timeline::ClockOffset& clock_offset() const { return clock_; }
 
   void HandleJoin(const JoinRequest& request, Done<JoinResponse> done) override;
   void HandleHeartbeat(const HeartbeatRequest& request, Done<HeartbeatResponse> done) override;
@@ -90,6 +93,7 @@ class ClusterAgent : public ClusterHandler, public AdminHandler {
   bool coordinator_reachable_ = true;
   absl::Duration host_timeout_;
   absl::Time last_contact_ = absl::InfinitePast();  // last answer from the coordinator
+  timeline::ClockOffset clock_;
   std::string last_error_;  // the latest failed call to the coordinator; cleared by an answer
   bool cut_off_reported_ = false;
 };

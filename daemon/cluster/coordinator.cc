@@ -109,6 +109,7 @@ void Coordinator::HandleHeartbeat(const HeartbeatRequest& request,
     response.set_verdict(table_->Heartbeat(request, absl::Now(), &detail));
     response.set_detail(detail);
     response.set_membership_epoch(table_->epoch());
+    response.set_coordinator_time_us(absl::ToUnixMicros(absl::Now()));
     done(std::move(response));
   });
 }

@@ -35,4 +35,14 @@ class AdminHandler {
                                       Done<GetClusterStatusResponse> done) = 0;
 };
 
+// This daemon's own part of a job's timeline (daemon/timeline/timeline_admin.h); not forwarded.
+class TimelineHandler {
+ public:
+  virtual ~TimelineHandler() = default;
+  virtual void HandleStartTimeline(const StartTimelineRequest& request,
+                                   Done<StartTimelineResponse> done) = 0;
+  virtual void HandleStopTimeline(const StopTimelineRequest& request,
+                                  Done<StopTimelineResponse> done) = 0;
+};
+
 }  // namespace ard::cluster

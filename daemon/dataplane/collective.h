@@ -17,8 +17,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "absl/status/statusor.h"
 #include "daemon/negotiation/tensor_request.h"
 #include "daemon/shm/result_arena.h"
 
@@ -29,6 +30,16 @@ struct RankResult {
   std::shared_ptr<shm::ResultSlot> slot;  // null when the result has no bytes (or stays on a GPU)
   std::vector<int64_t> shape;
   std::vector<int64_t> splits;  // alltoall: rows from each rank; allgather: rows of each rank
+};
+
+// When the cross-host part of a Run began and ended (the timeline's "cross-host transfer").
+struct TransferSpan {
+  absl::Time start = absl::InfinitePast();  // InfinitePast: no cross-host part
+  absl::Time end = absl::InfinitePast();
+  void Begin() {
+    if (start == absl::InfinitePast()) start = absl::Now();
+  }
+  void End() { end = absl::Now(); }
 };
 
 using SlotAllocator = std::function<absl::StatusOr<std::shared_ptr<shm::ResultSlot>>(uint64_t)>;
@@ -57,6 +68,9 @@ class Collective {
 
   // Whether a response of `bytes` may run inline on the control loop (no peers to wait for).
   virtual bool RunsInline(uint64_t bytes) const { return false; }
+
+  // Executor thread, after Run: the cross-host part of that Run (none by default).
+  virtual TransferSpan last_transfer() const { return {}; }
 
   // Any thread: a Run waiting for peers returns promptly with an error.
   virtual void Abort(const absl::Status& why) {}

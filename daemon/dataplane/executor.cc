@@ -7,6 +7,7 @@
 #include "daemon/common/logging.h"
 #include "daemon/local/frame_codec.h"
 #include "daemon/metrics/daemon_metrics.h"
+#include "daemon/timeline/recorder.h"
 
 namespace ard::dataplane {
 
@@ -33,9 +34,21 @@ Executor::Executor(std::shared_ptr<JobContext> job, std::unique_ptr<Collective> 
 
 Executor::~Executor() { Stop(); }
 
+uint64_t Executor::Committed(const Response& response) {
+  const uint64_t group = ++groups_;
+  if (job_->timeline != nullptr && job_->timeline->on()) {
+    const absl::Time now = absl::Now();
+    for (const auto& t : response.tensors) {
+      job_->timeline->Record(timeline::Mark::kCommit, -1, group, t.name, now);
+    }
+  }
+  return group;
+}
+
 void Executor::Enqueue(Response response) {
+  const uint64_t group = Committed(response);
   absl::MutexLock lock(&mu_);
-  queue_.push_back(Item{std::move(response), nullptr});
+  queue_.push_back(Item{std::move(response), nullptr, group});
 }
 
 void Executor::AttachGpu(std::unique_ptr<Collective> gpu) {
@@ -53,7 +66,8 @@ bool Executor::TryRunInline(Response& response) {
     busy_ = true;  // the executor thread cannot start anything meanwhile: the queue is empty and
                    // only this (the loop) thread enqueues
   }
-  Item item{std::move(response), nullptr};
+  const uint64_t group = Committed(response);
+  Item item{std::move(response), nullptr, group};
   Dispatch(item, /*stopping=*/false);
   absl::MutexLock lock(&mu_);
   busy_ = false;
@@ -130,7 +144,7 @@ void Executor::Dispatch(Item& item, bool stopping) {
   } else if (!response.error.ok()) {
     CompleteAll(response, response.error);
   } else {
-    Execute(response);
+    Execute(response, item.group);
   }
 }
 
@@ -150,7 +164,7 @@ absl::StatusOr<std::shared_ptr<shm::ResultSlot>> Executor::AllocateSlot(uint64_t
   return slot;
 }
 
-void Executor::Execute(const Response& response) {
+void Executor::Execute(const Response& response, uint64_t group) {
   Collective* collective = host_.get();
   if (HasGpuTensors(response)) {
     absl::MutexLock lock(&mu_);
@@ -164,6 +178,8 @@ void Executor::Execute(const Response& response) {
   std::vector<std::vector<RankResult>> results;
   uint64_t bytes = 0;
   const absl::Time start = absl::Now();
+  timeline::Recorder* timeline = job_->timeline.get();
+  if (timeline != nullptr) timeline->Record(timeline::Mark::kExecStart, -1, group, "", start);
   if (absl::Status s = collective->Run(response, allocate, &results, &bytes); !s.ok()) {
     const absl::Status fatal = collective->JobFailure(s);
     if (job_->metrics != nullptr) job_->metrics->OnError(fatal.ok() ? "collective" : "data_plane");
@@ -180,6 +196,13 @@ void Executor::Execute(const Response& response) {
     if (cause.ok() && job_->report_failure) job_->report_failure(fatal);
     return CompleteAll(response, cause.ok() ? fatal : cause);
   }
+  if (timeline != nullptr && timeline->on()) {
+    const TransferSpan transfer = collective->last_transfer();
+    if (transfer.start != absl::InfinitePast()) {
+      timeline->Record(timeline::Mark::kTransferStart, -1, group, "", transfer.start);
+      timeline->Record(timeline::Mark::kTransferEnd, -1, group, "", transfer.end);
+    }
+  }
   for (size_t i = 0; i < response.tensors.size(); ++i) {
     const auto& tensor = response.tensors[i];
     for (int r = 0; r < job_->size; ++r) {
@@ -188,6 +211,7 @@ void Executor::Execute(const Response& response) {
                    response.join_last_rank);
     }
   }
+  if (timeline != nullptr) timeline->Record(timeline::Mark::kComplete, -1, group, "");
   job_->collectives_completed.fetch_add(response.tensors.size(), std::memory_order_relaxed);
   job_->bytes_reduced.fetch_add(bytes, std::memory_order_relaxed);
   if (job_->metrics != nullptr) {

@@ -53,11 +53,15 @@ class Executor {
   struct Item {
     negotiation::Response response;
     std::unique_ptr<Collective> attach_gpu;  // set: attach it instead of running `response`
+    uint64_t group = 0;                      // the timeline's group: committed order, from 1
   };
+
+  // The loop: numbers a committed response and records its tensors' commit marks.
+  uint64_t Committed(const negotiation::Response& response);
 
   void Run();
   void Dispatch(Item& item, bool stopping);
-  void Execute(const negotiation::Response& response);
+  void Execute(const negotiation::Response& response, uint64_t group);
   void CompleteAll(const negotiation::Response& response, const absl::Status& status);
   absl::StatusOr<std::shared_ptr<shm::ResultSlot>> AllocateSlot(uint64_t bytes);
 
@@ -68,6 +72,7 @@ class Executor {
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a response is executing (thread or inline)
+  uint64_t groups_ = 0;  // the loop only: responses committed so far
   std::thread thread_;
 };
 

@@ -20,6 +20,10 @@ namespace ard::metrics {
 class DaemonMetrics;
 }  // namespace ard::metrics
 
+namespace ard::timeline {
+class Recorder;
+}  // namespace ard::timeline
+
 namespace ard::dataplane {
 
 struct JobContext {
@@ -35,6 +39,7 @@ struct JobContext {
   std::atomic<uint64_t> collectives_completed{0};
   std::atomic<uint64_t> bytes_reduced{0};  // input bytes of one rank, summed over tensors
   metrics::DaemonMetrics* metrics = nullptr;  // Not owned (the Daemon's); null: metrics off
+  std::shared_ptr<timeline::Recorder> timeline;  // the job's recorder; null: none
 
   // The first failure wins; later calls are ignored. Returns true when this call failed the job.
   bool Fail(absl::Status status) {

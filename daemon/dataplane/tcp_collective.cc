@@ -71,7 +71,8 @@ void Finish(const wire::Submit& m, int size, uint8_t* buf) {
 
 // Allreduce of several tensors: those of one kind (dtype, op, scales) travel in one fusion
 // buffer through one cross-host collective.
-absl::Status Allreduce(const Response& response, const HostLayout& job, tcp::TcpMesh& mesh, const SlotAllocator& allocate,
+absl::Status Allreduce(const Response& response, const HostLayout& job, tcp::TcpMesh& mesh,
+                       TransferSpan* transfer, const SlotAllocator& allocate,
                        std::vector<std::vector<RankResult>>* out) {
   std::map<std::tuple<uint32_t, uint32_t, double, double>, std::vector<size_t>> kinds;
   for (size_t i = 0; i < response.tensors.size(); ++i) {
@@ -100,8 +101,10 @@ absl::Status Allreduce(const Response& response, const HostLayout& job, tcp::Tcp
       counts.push_back(t.first().meta.bytes / elem);
       offset += t.first().meta.bytes;
     }
+    transfer->Begin();
     absl::Status s = adasum ? tcp::AdasumInPlace(mesh, fusion.data(), counts, dtype)
                             : tcp::AllreduceInPlace(mesh, fusion.data(), total / elem, dtype, op);
+    transfer->End();
     if (!s.ok()) return s;
     offset = 0;
     for (size_t i : members) {
@@ -297,16 +300,20 @@ absl::Status Reducescatter(const ReadyTensor& t, const HostLayout& job, tcp::Tcp
 }
 
 absl::Status RunResponse(const Response& response, const HostLayout& job, tcp::TcpMesh& mesh,
-                         const SlotAllocator& allocate, std::vector<std::vector<RankResult>>* out,
-                         uint64_t* bytes_reduced) {
+                         TransferSpan* transfer, const SlotAllocator& allocate,
+                         std::vector<std::vector<RankResult>>* out, uint64_t* bytes_reduced) {
   out->assign(response.tensors.size(), std::vector<RankResult>(job.size));
   for (const auto& t : response.tensors) *bytes_reduced += t.first().meta.bytes;
-  if (response.collective == wire::Collective::kAllreduce) return Allreduce(response, job, mesh, allocate, out);
+  if (response.collective == wire::Collective::kAllreduce) {
+    return Allreduce(response, job, mesh, transfer, allocate, out);
+  }
   // Other collectives (grouped ones included) run tensor by tensor, in list order.
   for (size_t i = 0; i < response.tensors.size(); ++i) {
     const ReadyTensor& t = response.tensors[i];
     std::vector<RankResult>* results = &(*out)[i];
     absl::Status s;
+    // These exchange each tensor whole: the transfer spans them (their local parts are copies).
+    transfer->Begin();
     switch (response.collective) {
       case wire::Collective::kAllgather:
         s = Allgather(t, job, mesh, allocate, results);
@@ -326,6 +333,7 @@ absl::Status RunResponse(const Response& response, const HostLayout& job, tcp::T
       default:
         s = absl::InternalError(absl::StrCat("unknown collective ", response.collective));
     }
+    transfer->End();
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -355,7 +363,8 @@ absl::Status TcpCollective::Run(const Response& response, const SlotAllocator& a
                                 std::vector<std::vector<RankResult>>* out,
                                 uint64_t* bytes_reduced) {
   if (mesh_for_ops_ == nullptr) return absl::FailedPreconditionError("data plane not connected");
-  return RunResponse(response, layout_, *mesh_for_ops_, allocate, out, bytes_reduced);
+  transfer_ = TransferSpan();
+  return RunResponse(response, layout_, *mesh_for_ops_, &transfer_, allocate, out, bytes_reduced);
 }
 
 absl::Status TcpCollective::JobFailure(const absl::Status& error) const {

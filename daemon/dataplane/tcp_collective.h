@@ -48,6 +48,7 @@ class TcpCollective : public Collective {
   // trip.
   absl::Duration cause_grace() const override { return absl::Milliseconds(500); }
   void Abort(const absl::Status& why) override;
+  TransferSpan last_transfer() const override { return transfer_; }
 
   // The host-level allreduce over the mesh, for the GPU data plane's hierarchical mode (which
   // runs on the same executor thread, after Prepare).
@@ -62,6 +63,7 @@ class TcpCollective : public Collective {
   std::unique_ptr<tcp::TcpMesh> mesh_ ABSL_GUARDED_BY(mu_);  // from Prepare on
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   tcp::TcpMesh* mesh_for_ops_ = nullptr;  // executor thread only: mesh_ once connected
+  TransferSpan transfer_;                  // executor thread only: the last Run's
 };
 
 }  // namespace ard::dataplane

@@ -11,6 +11,7 @@
 #include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/shm/result_arena.h"
+#include "daemon/timeline/hub.h"
 
 namespace ard::jobs {
 
@@ -31,7 +32,9 @@ Job::Job(JobEnvironment env, uint32_t id, std::string name, int size, int local_
       uid_(uid),
       created_(absl::Now()),
       negotiator_(std::move(negotiator)),
-      on_finished_(std::move(on_finished)) {}
+      on_finished_(std::move(on_finished)) {
+  if (options_.timeline != nullptr) timeline_ = options_.timeline->ForJob(name_);
+}
 
 Job::~Job() {
   alive_.reset();
@@ -130,6 +133,7 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
   context_->ranks = members_;
   context_->results = *arena;
   context_->metrics = options_.metrics;
+  context_->timeline = timeline_;
   context_->report_failure = [this, alive = std::weak_ptr<bool>(alive_)](absl::Status status) {
     loop_.Post([this, alive, status] {
       if (!alive.expired()) Fail(status);

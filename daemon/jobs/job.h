@@ -39,6 +39,10 @@ namespace ard::dataplane::tcp {
 class DataListener;
 }  // namespace ard::dataplane::tcp
 
+namespace ard::timeline {
+class Recorder;
+}  // namespace ard::timeline
+
 namespace ard::jobs {
 
 // What every Job of a daemon shares (owned by the JobRegistry).
@@ -117,6 +121,7 @@ class Job : private NegotiationSink {
   const std::unique_ptr<Negotiator> negotiator_;
   const std::function<void()> on_finished_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  std::shared_ptr<timeline::Recorder> timeline_;  // from options_.timeline; null: none
 
   JobLifecycle lifecycle_;
   uint64_t cluster_job_id_ = 0;

@@ -13,6 +13,9 @@ class Device;
 namespace ard::metrics {
 class DaemonMetrics;
 }  // namespace ard::metrics
+namespace ard::timeline {
+class Hub;
+}  // namespace ard::timeline
 
 namespace ard::jobs {
 
@@ -42,6 +45,7 @@ struct JobOptions {
   // daemon's ordinal, so the process's CUDA_VISIBLE_DEVICES may differ from the daemon's.
   std::vector<std::string> gpu_pci_bus_ids;
   metrics::DaemonMetrics* metrics = nullptr;  // Not owned; null: metrics off
+  timeline::Hub* timeline = nullptr;          // Not owned; null: no timeline
 };
 
 }  // namespace ard::jobs

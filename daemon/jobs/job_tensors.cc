@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/common/logging.h"
 #include "daemon/jobs/job.h"
+#include "daemon/timeline/recorder.h"
 
 namespace ard::jobs {
 
@@ -47,6 +48,7 @@ void Job::Submit(const std::shared_ptr<Session>& s, local::DecodedFrame frame) {
     if (!input.ok()) return reject(input.status());
     request.input = *std::move(input);
   }
+  if (timeline_ != nullptr) timeline_->Record(timeline::Mark::kSubmit, s->rank, 0, request.name());
   std::vector<negotiation::Response> ready;
   const bool join = request.collective() == wire::Collective::kJoin;
   TensorRequest join_copy = join ? request : TensorRequest();
@@ -54,6 +56,13 @@ void Job::Submit(const std::shared_ptr<Session>& s, local::DecodedFrame frame) {
     return reject(st);
   }
   if (join) negotiator_->Join(join_copy);
+  if (timeline_ != nullptr && timeline_->on()) {
+    for (const auto& response : ready) {
+      for (const auto& t : response.tensors) {
+        timeline_->Record(timeline::Mark::kReady, -1, 0, t.name);
+      }
+    }
+  }
   if (!ready.empty()) negotiator_->HostReady(std::move(ready));
 }
 

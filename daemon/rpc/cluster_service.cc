@@ -44,4 +44,20 @@ grpc::ServerUnaryReactor* AdminService::GetClusterStatus(grpc::CallbackServerCon
   return reactor;
 }
 
+grpc::ServerUnaryReactor* AdminService::StartTimeline(grpc::CallbackServerContext* context,
+                                                      const StartTimelineRequest* request,
+                                                      StartTimelineResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  timeline_.HandleStartTimeline(*request, FinishWith(reactor, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::StopTimeline(grpc::CallbackServerContext* context,
+                                                     const StopTimelineRequest* request,
+                                                     StopTimelineResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  timeline_.HandleStopTimeline(*request, FinishWith(reactor, response));
+  return reactor;
+}
+
 }  // namespace ard::rpc

@@ -30,14 +30,22 @@ class ClusterService final : public ard::Cluster::CallbackService {
 
 class AdminService final : public ard::Admin::CallbackService {
  public:
-  explicit AdminService(cluster::AdminHandler& handler) : handler_(handler) {}
+  AdminService(cluster::AdminHandler& handler, cluster::TimelineHandler& timeline)
+      : handler_(handler), timeline_(timeline) {}
 
   grpc::ServerUnaryReactor* GetClusterStatus(grpc::CallbackServerContext* context,
                                              const GetClusterStatusRequest* request,
                                              GetClusterStatusResponse* response) override;
+  grpc::ServerUnaryReactor* StartTimeline(grpc::CallbackServerContext* context,
+                                          const StartTimelineRequest* request,
+                                          StartTimelineResponse* response) override;
+  grpc::ServerUnaryReactor* StopTimeline(grpc::CallbackServerContext* context,
+                                         const StopTimelineRequest* request,
+                                         StopTimelineResponse* response) override;
 
  private:
-  cluster::AdminHandler& handler_;  // Not owned.
+  cluster::AdminHandler& handler_;       // Not owned.
+  cluster::TimelineHandler& timeline_;  // Not owned.
 };
 
 }  // namespace ard::rpc
