@@ -15,6 +15,7 @@
 #include "client/cli/run_main.h"
 #include "client/cli/jobs_format.h"
 #include "client/cli/status_format.h"
+#include "client/cli/timeline_main.h"
 #include "daemon/common/version.h"
 #include "daemon/rpc/tls.h"
 #include "grpcpp/create_channel.h"
@@ -36,6 +37,8 @@ constexpr char kUsage[] =
     "  bench --sockets PATH[,PATH...] [options]\n"
     "                    nccl-tests-style collective benchmark through the client library and\n"
     "                    the daemons' local sockets; takes its own options (bench --help)\n"
+    "  timeline --job NAME -o FILE [--duration S]\n"
+    "                    records a job on every host as a Chrome trace (timeline --help)\n"
     "  run -np N [-H HOST:SLOTS,...] [options] COMMAND...\n"
     "                    horovodrun-style launch: runs the Python launcher allreduced.launch\n"
     "                    ($ALLREDUCED_PYTHON, default python3); run --help lists its options\n"
@@ -119,7 +122,8 @@ int Parse(const std::vector<std::string>& args, Options* o) {
       return Usage("unknown option " + a);
     } else if (o->command.empty()) {
       o->command = a;
-      if (a == "bench" || a == "bench-worker" || a == "bench-nccl" || a == "run") {
+      if (a == "bench" || a == "bench-worker" || a == "bench-nccl" || a == "run" ||
+          a == "timeline") {
         o->rest.assign(args.begin() + i + 1, args.end());
         return -1;
       }
@@ -238,6 +242,9 @@ int CtlMain(int argc, char** argv) {
   if (options.command == "bench-worker") return BenchWorkerMain(options.rest);
   if (options.command == "bench-nccl") return BenchNcclMain(options.rest);
   if (options.command == "run") return RunMain(options.daemon, options.tls, options.rest);
+  if (options.command == "timeline") {
+    return TimelineMain(options.daemon, options.tls, options.timeout_ms, options.rest);
+  }
   if (options.command == "jobs") return RunJobs(options);
   return options.watch ? StatusWatch(options) : StatusOnce(options);
 }

@@ -53,6 +53,13 @@ extern "C" void allreduced_tf_shutdown() {
   topology = ard_topology{-1, -1, -1, -1, -1, -1};
 }
 
+// The global job's name ("" before init): what `allreducectl timeline --job` takes.
+extern "C" const char* allreduced_tf_job() {
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = clients.find(0);
+  return it == clients.end() ? "" : ard_client_job(it->second);
+}
+
 extern "C" void allreduced_tf_topology(int* out6) {
   std::lock_guard<std::mutex> lock(mu);
   const int values[6] = {topology.rank,       topology.size,       topology.local_rank,

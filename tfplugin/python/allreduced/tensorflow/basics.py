@@ -1,10 +1,10 @@
 """Connecting to the daemon and this process's place in the job (Horovod's init/rank/size...)."""
 import atexit
 import ctypes
-import warnings
 
 import tensorflow as tf
 
+from allreduced import timeline as _timeline
 from allreduced.tensorflow.ops_library import constants, library, ops
 
 # Horovod's reduce-op objects: the client library's ARD_* reduce ops (read from the op library).
@@ -37,12 +37,15 @@ def init(comm=None, process_sets=None):
         # A process that ends without shutdown() still says goodbye (BYE): the daemon then takes
         # its exit as the job's normal end rather than a crash that fails the other ranks.
         atexit.register(_shutdown_at_exit)
+        # Runs before the shutdown (atexit is last in, first out): the trace has the last step.
+        atexit.register(_timeline.stop)
         # Every rank's host rank count (its local_size), gathered once while every rank is in
         # init(): is_homogeneous() then answers without a collective of its own.
         sizes = evaluate_now(lambda: ops().allreduced_allgather(
             tf.constant([local_size()], tf.int32), tensor_name="init.local_sizes"))
         _homogeneous[0] = len(set(sizes.tolist())) == 1
     _initialized[0] = True
+    _timeline.start_from_env(rank(), _job_name())
     if process_sets:
         from allreduced.tensorflow import process_sets as _ps
         for ps in process_sets:
@@ -114,14 +117,24 @@ def evaluate_now(build):
         return session.run(build())
 
 
+def _job_name():
+    return library().allreduced_tf_job().decode()
+
+
 def start_timeline(file_path, mark_cycles=False):
-    """Horovod's timeline: not recorded by allreduced yet; this call does nothing (with a warning)
-    so scripts that start one still run."""
-    warnings.warn("allreduced does not record a timeline yet; start_timeline() does nothing")
+    """Horovod's timeline: on rank 0, records the whole job (every rank, every host) into
+    `file_path` as a Chrome trace until stop_timeline() or exit (allreduced.timeline; README
+    "Timeline"). Other ranks do nothing, as in Horovod. `mark_cycles` has no equivalent: fused
+    groups are always shown."""
+    if not _initialized[0]:
+        raise ValueError("allreduced has not been initialized; use allreduced.tensorflow.init().")
+    if rank() == 0:
+        _timeline.start(file_path, _job_name())
 
 
 def stop_timeline():
-    """Does nothing: see start_timeline()."""
+    """Stops the timeline start_timeline() (or HOROVOD_TIMELINE) started and writes its file."""
+    _timeline.stop()
 
 
 def _topology_op(index, name):

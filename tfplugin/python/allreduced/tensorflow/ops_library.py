@@ -37,6 +37,7 @@ def library():
     lib.allreduced_tf_init.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     lib.allreduced_tf_init.restype = ctypes.c_int
     lib.allreduced_tf_topology.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    lib.allreduced_tf_job.restype = ctypes.c_char_p
     lib.allreduced_tf_add_process_set.argtypes = [ctypes.c_int] * 5 + [ctypes.c_char_p,
                                                                        ctypes.c_size_t]
     lib.allreduced_tf_add_process_set.restype = ctypes.c_int
