@@ -32,6 +32,8 @@
 #include "daemon/rpc/grpc_peer_client.h"
 #include "daemon/rpc/grpc_server.h"
 #include "daemon/rpc/tls.h"
+#include "daemon/rpc/admin_socket.h"
+#include "daemon/admin/admin_mutations.h"
 #include "daemon/timeline/hub.h"
 #include "daemon/timeline/timeline_admin.h"
 
@@ -42,6 +44,11 @@ namespace {
 // stops lasts.
 constexpr size_t kTimelineMarksPerJob = 1 << 18;
 constexpr absl::Duration kTimelineMaxDuration = absl::Hours(1);
+
+// The local admin socket (rpc/admin_socket.h): beside the clients' socket.
+std::string AdminSocketPath(const DaemonConfig& config) {
+  return config.local_socket() + ".admin";
+}
 
 std::string NewInstanceId() {
   absl::BitGen gen;
@@ -169,7 +176,11 @@ absl::Status Daemon::Start() {
       *loop_, *timeline_, config_.host_name(), [this]() -> const timeline::ClockOffset* {
         return agent_ != nullptr ? &agent_->clock_offset() : nullptr;
       });
-  admin_service_ = std::make_unique<rpc::AdminService>(*admin_handler, *timeline_admin_);
+  admin_mutations_ = std::make_unique<admin::AdminMutations>(
+      *loop_, config_.host_name(), coordinator_.get(), config_.coordinator(), *jobs_);
+  admin_socket_ = std::make_unique<rpc::AdminSocket>();
+  admin_service_ = std::make_unique<rpc::AdminService>(*admin_handler, *timeline_admin_,
+                                                       *admin_mutations_, admin_socket_.get());
   negotiation_service_ = std::make_unique<rpc::NegotiationService>(
       *loop_, job_coordinator_.get(), config_.coordinator());
 
@@ -192,6 +203,7 @@ absl::Status Daemon::Start() {
                                                {cluster_service_.get(), admin_service_.get(),
                                                 negotiation_service_.get()},
                                                server_credentials));
+    ARD_RETURN_IF_ERROR(admin_socket_->Start(AdminSocketPath(config_), server_->server()));
     self_.set_address(AdvertiseAddress(config_, port_));
     ARD_RETURN_IF_ERROR(StartDataPlane());
     ARD_RETURN_IF_ERROR(StartMetrics());
@@ -378,6 +390,7 @@ void Daemon::Teardown() {
   started_ = false;
   if (metrics_server_ != nullptr) metrics_server_->Stop();  // scrapes read the components below
   if (data_listener_ != nullptr) data_listener_->Stop();
+  if (admin_socket_ != nullptr) admin_socket_->Stop();  // hands fds to the server: stops first
   if (server_ != nullptr) server_->Shutdown(absl::Milliseconds(500));
   if (loop_ != nullptr) loop_->Stop();  // drops pending tasks; nothing touches the roles after this
   // The loop has stopped: what it owned is now touched only from this thread.
@@ -391,6 +404,8 @@ void Daemon::Teardown() {
   server_.reset();
   local_.reset();
   admin_service_.reset();
+  admin_socket_.reset();
+  admin_mutations_.reset();
   timeline_admin_.reset();
   cluster_service_.reset();
   agent_.reset();

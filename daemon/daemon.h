@@ -29,6 +29,9 @@ class ChannelCredentials;
 
 namespace ard {
 
+namespace admin {
+class AdminMutations;
+}  // namespace admin
 namespace cluster {
 class PeerClient;
 class ClusterAgent;
@@ -53,6 +56,7 @@ class MetricsServer;
 }  // namespace metrics
 namespace rpc {
 class AdminService;
+class AdminSocket;
 class ClusterService;
 class GrpcPeerClient;
 class GrpcServer;
@@ -126,6 +130,8 @@ class Daemon {
   std::map<std::string, std::unique_ptr<rpc::GrpcPeerClient>> identify_clients_;
   std::unique_ptr<rpc::ClusterService> cluster_service_;
   std::unique_ptr<timeline::TimelineAdmin> timeline_admin_;
+  std::unique_ptr<admin::AdminMutations> admin_mutations_;
+  std::unique_ptr<rpc::AdminSocket> admin_socket_;  // started once the gRPC server runs
   std::unique_ptr<rpc::AdminService> admin_service_;
   std::unique_ptr<rpc::NegotiationService> negotiation_service_;
   // Cross-host jobs reach the Negotiation service through this: gRPC to the coordinator, or the

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/cli/admin_main.h"
 #include "client/cli/bench_main.h"
 #include "client/cli/run_main.h"
 #include "client/cli/jobs_format.h"
@@ -37,6 +38,10 @@ constexpr char kUsage[] =
     "  bench --sockets PATH[,PATH...] [options]\n"
     "                    nccl-tests-style collective benchmark through the client library and\n"
     "                    the daemons' local sockets; takes its own options (bench --help)\n"
+    "  forget HOST       removes a DOWN (decommissioned) host from the cluster view; root, on\n"
+    "                    the coordinator's host\n"
+    "  abort JOB         fails a running job on every host: each rank gets \"job JOB aborted by\n"
+    "                    USER\"; root or the job's owner, on a host that runs its ranks\n"
     "  timeline --job NAME -o FILE [--duration S]\n"
     "                    records a job on every host as a Chrome trace (timeline --help)\n"
     "  run -np N [-H HOST:SLOTS,...] [options] COMMAND...\n"
@@ -48,6 +53,10 @@ constexpr char kUsage[] =
     "Exit status: 0 ok, 1 daemon unreachable, 2 usage; status only: 3 the cluster answered and\n"
     "some host is DOWN, 4 the daemon (a follower) answered but cannot reach the coordinator: its\n"
     "local view is shown instead of the cluster's.\n"
+    "forget and abort go to the local daemon's admin socket (--admin_socket PATH, default\n"
+    "$ALLREDUCED_ADMIN_SOCKET, else /run/allreduced/allreduced.sock.admin), which tells the daemon\n"
+    "who you are; with --daemon they go to that daemon over TCP, where they need mutual TLS\n"
+    "(the TLS options). Exit 1 when refused (the reason is printed).\n"
     "--tls_cert FILE --tls_key FILE --tls_ca FILE: mutual TLS, for daemons configured with\n"
     "tls_cert_file/tls_key_file/tls_ca_file (PEM; all three or none).\n";
 
@@ -66,6 +75,9 @@ struct Options {
   int count = 0;  // --watch: refreshes before exiting; 0: until interrupted
   rpc::TlsFiles tls;
   std::vector<std::string> rest;  // bench, bench-worker, run: the arguments after the command
+  std::string target;             // forget: the host; abort: the job
+  std::string admin_socket;       // forget, abort
+  bool daemon_given = false;      // --daemon was on the command line
 };
 
 int Usage(const std::string& error) {
@@ -99,9 +111,11 @@ int Parse(const std::vector<std::string>& args, Options* o) {
       std::printf("allreducectl %s\n", kVersion);
       return 0;
     } else if (value("--daemon", &o->daemon)) {
+      o->daemon_given = true;
     } else if (value("--tls_cert", &o->tls.cert_file)) {
     } else if (value("--tls_key", &o->tls.key_file)) {
     } else if (value("--tls_ca", &o->tls.ca_file)) {
+    } else if (value("--admin_socket", &o->admin_socket)) {
     } else if (value("--timeout_ms", &v)) {
       if (!absl::SimpleAtoi(v, &o->timeout_ms) || o->timeout_ms <= 0) {
         return Usage("--timeout_ms needs a positive integer");
@@ -127,12 +141,18 @@ int Parse(const std::vector<std::string>& args, Options* o) {
         o->rest.assign(args.begin() + i + 1, args.end());
         return -1;
       }
+    } else if ((o->command == "forget" || o->command == "abort") && o->target.empty()) {
+      o->target = a;
     } else {
       return Usage("unexpected argument " + a);
     }
   }
   if (o->command.empty()) return Usage("no command given");
-  if (o->command != "status" && o->command != "jobs") {
+  if ((o->command == "forget" || o->command == "abort") && o->target.empty()) {
+    return Usage(o->command + (o->command == "forget" ? " needs a HOST" : " needs a JOB"));
+  }
+  if (o->command != "status" && o->command != "jobs" && o->command != "forget" &&
+      o->command != "abort") {
     return Usage("unknown command '" + o->command + "'");
   }
   if (o->watch && o->json) return Usage("--watch shows the table; it takes no --json");
@@ -246,6 +266,12 @@ int CtlMain(int argc, char** argv) {
     return TimelineMain(options.daemon, options.tls, options.timeout_ms, options.rest);
   }
   if (options.command == "jobs") return RunJobs(options);
+  if (options.command == "forget" || options.command == "abort") {
+    // An explicit --daemon (and no --admin_socket) sends it over TCP: refused without TLS.
+    const bool tcp = options.daemon_given && options.admin_socket.empty();
+    return AdminMain(options.command, options.target, options.admin_socket, options.daemon,
+                     options.tls, options.timeout_ms, tcp);
+  }
   return options.watch ? StatusWatch(options) : StatusOnce(options);
 }
 

@@ -114,6 +114,13 @@ void Coordinator::HandleHeartbeat(const HeartbeatRequest& request,
   });
 }
 
+absl::StatusOr<uint64_t> Coordinator::Forget(const std::string& host) {
+  if (!Ready()) return kStarting;
+  if (absl::Status s = table_->Forget(host, absl::Now()); !s.ok()) return s;
+  Logger("cluster")->info("host forgotten host={} epoch={}", host, table_->epoch());
+  return table_->epoch();
+}
+
 void Coordinator::HandleLeave(const LeaveRequest& request, Done<LeaveResponse> done) {
   loop_.Post([this, request, done = std::move(done)] {
     if (!Ready()) return done(kStarting);

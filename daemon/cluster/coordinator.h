@@ -44,6 +44,8 @@ class Coordinator : public ClusterHandler, public AdminHandler {
   void Start(const HostInfo& self);
   // Loop thread: whether `host` is a cluster member that is UP (false before Start ran).
   bool IsUp(const std::string& host) const { return Ready() && table_->IsUp(host); }
+  // Loop thread: `allreducectl forget` (MembershipTable::Forget). Returns the new epoch.
+  absl::StatusOr<uint64_t> Forget(const std::string& host);
 
   void HandleJoin(const JoinRequest& request, Done<JoinResponse> done) override;
   void HandleHeartbeat(const HeartbeatRequest& request, Done<HeartbeatResponse> done) override;

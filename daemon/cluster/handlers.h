@@ -2,7 +2,10 @@
 // here, so daemon/rpc/ only translates). `done` may run on any thread, exactly once.
 #pragma once
 
+#include <sys/types.h>
+
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -43,6 +46,23 @@ class TimelineHandler {
                                    Done<StartTimelineResponse> done) = 0;
   virtual void HandleStopTimeline(const StopTimelineRequest& request,
                                   Done<StopTimelineResponse> done) = 0;
+};
+
+// Who asked for a mutation (resolved by the gRPC binding from the connection).
+struct Caller {
+  uid_t uid = static_cast<uid_t>(-1);  // local admin socket: from SO_PEERCRED
+  bool mutual_tls = false;             // an authenticated TLS client: an operator (as root)
+  std::string name;                    // for messages: "alice", "uid 1234", "TLS client"
+  bool root() const { return mutual_tls || uid == 0; }
+};
+
+class MutationHandler {
+ public:
+  virtual ~MutationHandler() = default;
+  virtual void HandleForgetHost(const ForgetHostRequest& request, const Caller& caller,
+                                Done<ForgetHostResponse> done) = 0;
+  virtual void HandleAbortJob(const AbortJobRequest& request, const Caller& caller,
+                              Done<AbortJobResponse> done) = 0;
 };
 
 }  // namespace ard::cluster

@@ -5,6 +5,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "daemon/common/host_name.h"
 
 namespace ard::cluster {
@@ -182,6 +183,26 @@ void MembershipTable::Leave(const LeaveRequest& request, absl::Time now) {
   e.down_reason = "left the cluster";
   e.jobs.clear();
   ++epoch_;
+}
+
+absl::Status MembershipTable::Forget(const std::string& name, absl::Time now) {
+  auto it = hosts_.find(name);
+  if (it == hosts_.end()) {
+    return absl::NotFoundError(absl::StrCat("no host named ", name, " in the cluster view"));
+  }
+  if (name == self_name_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, " is the coordinator; it cannot be forgotten"));
+  }
+  if (it->second.state == UP) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "host ", name, " is UP (last heartbeat ",
+        absl::StrFormat("%.1f", absl::ToDoubleSeconds(now - it->second.last_heartbeat)),
+        "s ago); only a DOWN host can be forgotten: stop its daemon first"));
+  }
+  hosts_.erase(it);
+  ++epoch_;
+  return absl::OkStatus();
 }
 
 std::vector<std::string> MembershipTable::Sweep(absl::Time now) {

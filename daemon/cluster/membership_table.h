@@ -49,6 +49,10 @@ class MembershipTable {
   // Graceful departure: DOWN at once with reason "left". Ignored for a stale incarnation.
   void Leave(const LeaveRequest& request, absl::Time now);
 
+  // Removes a DOWN host (decommissioned) from the table; refuses an UP host and the coordinator
+  // (FAILED_PRECONDITION), an unknown name (NOT_FOUND). The epoch moves on.
+  absl::Status Forget(const std::string& name, absl::Time now);
+
   // Marks UP hosts silent for longer than host_timeout DOWN; returns their names.
   std::vector<std::string> Sweep(absl::Time now);
 

@@ -155,5 +155,31 @@ TEST_CASE("view is sorted by name") {
   CHECK(v.hosts(2).name() == "z");
 }
 
+TEST_CASE("forget removes a DOWN host only") {
+  MembershipTable t(Info("coord", "c1"), kTimeout, kT0);
+  REQUIRE(t.Join(Info("b", "b1"), kT0).ok());
+  REQUIRE(t.Join(Info("c", "c1"), kT0).ok());
+  absl::Status up = t.Forget("b", kT0 + absl::Seconds(2));
+  CHECK(up.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(std::string(up.message()).find("host b is UP (last heartbeat 2.0s ago)") == 0);
+  CHECK(t.Forget("coord", kT0).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(t.Forget("nope", kT0).code() == absl::StatusCode::kNotFound);
+  t.Leave([] {
+    LeaveRequest r;
+    r.set_host_name("b");
+    r.set_incarnation(1);
+    r.set_instance_id("b1");
+    return r;
+  }(), kT0 + absl::Seconds(1));
+  const uint64_t epoch = t.epoch();
+  CHECK(t.Forget("b", kT0 + absl::Seconds(3)).ok());
+  CHECK(t.epoch() == epoch + 1);
+  ClusterView v = t.View(kT0 + absl::Seconds(3));
+  CHECK(v.hosts_size() == 2);
+  for (const Host& h : v.hosts()) CHECK(h.name() != "b");
+  // A forgotten host that comes back simply joins again.
+  CHECK(t.Join(Info("b", "b2"), kT0 + absl::Seconds(4)).ok());
+}
+
 }  // namespace
 }  // namespace ard::cluster

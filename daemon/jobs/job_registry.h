@@ -48,6 +48,12 @@ class JobRegistry : public local::SessionHandler {
   // cross-host job with `status`.
   void FailCrossHostJobs(const absl::Status& status);
 
+  // The job named `name` on this host, or null (for `allreducectl abort`).
+  Job* Find(const std::string& name) {
+    auto it = jobs_.find(name);
+    return it == jobs_.end() ? nullptr : it->second.get();
+  }
+
   // For status: one summary per job on this host. Pure.
   std::vector<JobSummary> Summaries() const;
 

@@ -1,5 +1,8 @@
 #include "daemon/rpc/cluster_service.h"
 
+#include <pwd.h>
+
+#include "absl/strings/str_cat.h"
 #include "daemon/rpc/unary_reactor.h"
 
 namespace ard::rpc {
@@ -57,6 +60,64 @@ grpc::ServerUnaryReactor* AdminService::StopTimeline(grpc::CallbackServerContext
                                                      StopTimelineResponse* response) {
   auto* reactor = context->DefaultReactor();
   timeline_.HandleStopTimeline(*request, FinishWith(reactor, response));
+  return reactor;
+}
+
+absl::StatusOr<cluster::Caller> AdminService::CallerOf(
+    grpc::CallbackServerContext* context) const {
+  cluster::Caller caller;
+  if (admin_socket_ != nullptr) {
+    if (std::optional<uid_t> uid = admin_socket_->PeerUid(context->peer())) {
+      caller.uid = *uid;
+      passwd pw{};
+      passwd* found = nullptr;
+      char buf[1024];
+      caller.name = getpwuid_r(*uid, &pw, buf, sizeof(buf), &found) == 0 && found != nullptr
+                        ? std::string(found->pw_name)
+                        : absl::StrCat("uid ", *uid);
+      return caller;
+    }
+  }
+  auto auth = context->auth_context();
+  if (auth != nullptr && auth->IsPeerAuthenticated()) {
+    caller.mutual_tls = true;
+    caller.name = "TLS client";
+    for (const auto& id : auth->GetPeerIdentity()) {
+      caller.name = absl::StrCat("TLS client ", std::string(id.data(), id.size()));
+      break;
+    }
+    return caller;
+  }
+  return absl::PermissionDeniedError(
+      "forget and abort are refused on a plaintext TCP connection: run allreducectl on a host "
+      "of the cluster (it uses the daemon's local admin socket), or use mutual TLS");
+}
+
+grpc::ServerUnaryReactor* AdminService::ForgetHost(grpc::CallbackServerContext* context,
+                                                   const ForgetHostRequest* request,
+                                                   ForgetHostResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  auto done = FinishWith(reactor, response);
+  absl::StatusOr<cluster::Caller> caller = CallerOf(context);
+  if (!caller.ok()) {
+    done(caller.status());
+  } else {
+    mutations_.HandleForgetHost(*request, *caller, std::move(done));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::AbortJob(grpc::CallbackServerContext* context,
+                                                 const AbortJobRequest* request,
+                                                 AbortJobResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  auto done = FinishWith(reactor, response);
+  absl::StatusOr<cluster::Caller> caller = CallerOf(context);
+  if (!caller.ok()) {
+    done(caller.status());
+  } else {
+    mutations_.HandleAbortJob(*request, *caller, std::move(done));
+  }
   return reactor;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "daemon/cluster/handlers.h"
+#include "daemon/rpc/admin_socket.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/cluster.grpc.pb.h"
 
@@ -28,10 +29,16 @@ class ClusterService final : public ard::Cluster::CallbackService {
   cluster::ClusterHandler& handler_;  // Not owned.
 };
 
+// Mutations (ForgetHost, AbortJob) go to `mutations` with the caller: the uid of an admin-socket
+// connection (`admin_socket`, may be null), or an operator over mutual TLS; refused otherwise.
 class AdminService final : public ard::Admin::CallbackService {
  public:
-  AdminService(cluster::AdminHandler& handler, cluster::TimelineHandler& timeline)
-      : handler_(handler), timeline_(timeline) {}
+  AdminService(cluster::AdminHandler& handler, cluster::TimelineHandler& timeline,
+               cluster::MutationHandler& mutations, const AdminSocket* admin_socket)
+      : handler_(handler),
+        timeline_(timeline),
+        mutations_(mutations),
+        admin_socket_(admin_socket) {}
 
   grpc::ServerUnaryReactor* GetClusterStatus(grpc::CallbackServerContext* context,
                                              const GetClusterStatusRequest* request,
@@ -42,10 +49,20 @@ class AdminService final : public ard::Admin::CallbackService {
   grpc::ServerUnaryReactor* StopTimeline(grpc::CallbackServerContext* context,
                                          const StopTimelineRequest* request,
                                          StopTimelineResponse* response) override;
+  grpc::ServerUnaryReactor* ForgetHost(grpc::CallbackServerContext* context,
+                                       const ForgetHostRequest* request,
+                                       ForgetHostResponse* response) override;
+  grpc::ServerUnaryReactor* AbortJob(grpc::CallbackServerContext* context,
+                                     const AbortJobRequest* request,
+                                     AbortJobResponse* response) override;
 
  private:
-  cluster::AdminHandler& handler_;       // Not owned.
-  cluster::TimelineHandler& timeline_;  // Not owned.
+  absl::StatusOr<cluster::Caller> CallerOf(grpc::CallbackServerContext* context) const;
+
+  cluster::AdminHandler& handler_;          // Not owned.
+  cluster::TimelineHandler& timeline_;      // Not owned.
+  cluster::MutationHandler& mutations_;     // Not owned.
+  const AdminSocket* const admin_socket_;  // Not owned; null: no admin socket
 };
 
 }  // namespace ard::rpc

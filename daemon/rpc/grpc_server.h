@@ -35,6 +35,8 @@ class GrpcServer {
   void SetServing(bool serving);
   // Stops accepting, cancels calls still running after `grace`, waits for handlers to finish.
   void Shutdown(absl::Duration grace);
+  // The running server (null before Start and after Shutdown), for the admin socket.
+  grpc::Server* server() const { return server_.get(); }
 
  private:
   std::unique_ptr<grpc::Server> server_;
