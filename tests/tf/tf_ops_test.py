@@ -23,15 +23,19 @@ from allreduced.launch import RankGroup  # noqa: E402  (harness puts tfplugin/py
 PACKAGE_DIR = os.path.join(HERE, "..", "..", "tfplugin", "python")
 
 
-def run_workers(sockets, per_host, scenario, extra_env=None, launcher=None):
+def run_workers(sockets, per_host, scenario, extra_env=None, launcher=None, daemon=None):
     """`per_host` tf_worker processes per daemon socket, started by allreduced.launch's RankGroup.
     By default they carry ALLREDUCED_JOB and ALLREDUCED_SIZE/LOCAL_SIZE/LOCAL_RANK (no
     ALLREDUCED_RANK: the daemons number them); `launcher(rank, local_rank, size, per_host)` gives
     another launcher's variables instead, without ALLREDUCED_JOB (the job is named from them).
+    `daemon`: an admin address for hvd.start_timeline (allreducectl timeline).
     Returns (returncode, output) per process; one still running after 180 s is killed."""
     size = len(sockets) * per_host
     env = dict(extra_env or {}, PYTHONPATH=PACKAGE_DIR, TF_CPP_MIN_LOG_LEVEL="3",
-               ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"])
+               ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"],
+               ALLREDUCECTL=os.environ["ARD_BIN_ALLREDUCECTL"])
+    if daemon is not None:
+        env["ALLREDUCED_DAEMON"] = daemon
     hook = None
     if launcher is not None:
         hook = lambda s: launcher(s.rank, s.local_rank, s.size, s.local_size)  # noqa: E731
@@ -63,10 +67,43 @@ def test_ops(hosts, per_host, scenario):
     cluster = Cluster(host_timeout_ms=10000)
     try:
         daemons = [cluster.add(f"tf-{i}") for i in range(hosts)]
-        for rc, out in run_workers([d.socket for d in daemons], per_host, scenario):
+        for rc, out in run_workers([d.socket for d in daemons], per_host, scenario,
+                                   daemon=daemons[0].address):
             assert rc == 0 and f"OK {scenario}" in out, out
     finally:
         cluster.close()
+
+
+def test_horovod_timeline_records_the_whole_job(tmp_path):
+    """HOROVOD_TIMELINE=path on a 2-host job (2 daemons x 2 TensorFlow ranks): rank 0 records
+    every rank of both hosts until exit (README "Timeline")."""
+    path = str(tmp_path / "timeline.json")
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        daemons = [cluster.add(f"tl-{i}") for i in range(2)]
+        for rc, out in run_workers([d.socket for d in daemons], 2, "ops",
+                                   {"HOROVOD_TIMELINE": path}, daemon=daemons[1].address):
+            assert rc == 0 and "OK ops" in out, out
+    finally:
+        cluster.close()
+    with open(path) as f:
+        trace = json.load(f)
+    assert set(trace["otherData"]["hosts"]) == {"tl-0", "tl-1"}
+    events = trace["traceEvents"]
+    rows = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+            if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {int(name.split()[1]) for name in rows.values() if name.startswith("rank ")} == \
+        {0, 1, 2, 3}
+    phases = ["wait for ranks", "negotiation", "queued", "local reduce", "cross-host transfer",
+              "result out"]
+    by_row = {}
+    for e in events:
+        if e["ph"] == "X" and e["tid"] != 0:
+            by_row.setdefault((e["pid"], e["tid"]), []).append(e)
+    assert len(by_row) >= 4 * 3, rows  # every rank, several tensors
+    for key, row in by_row.items():
+        row.sort(key=lambda e: (e["ts"], phases.index(e["name"])))
+        assert [e["name"] for e in row] == phases * (len(row) // 6), rows[key]
 
 
 @pytest.mark.parametrize("hosts,per_host", [(1, 2), (2, 2)], ids=["1x2", "2x2"])
