@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "daemon/admin/admin_mutations.h"
 #include "daemon/cluster/cluster_agent.h"
 #include "daemon/cluster/coordinator.h"
 #include "daemon/common/logging.h"
@@ -28,12 +29,11 @@
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/process_metrics.h"
+#include "daemon/rpc/admin_socket.h"
 #include "daemon/rpc/cluster_service.h"
 #include "daemon/rpc/grpc_peer_client.h"
 #include "daemon/rpc/grpc_server.h"
 #include "daemon/rpc/tls.h"
-#include "daemon/rpc/admin_socket.h"
-#include "daemon/admin/admin_mutations.h"
 #include "daemon/timeline/hub.h"
 #include "daemon/timeline/timeline_admin.h"
 
@@ -46,9 +46,7 @@ constexpr size_t kTimelineMarksPerJob = 1 << 18;
 constexpr absl::Duration kTimelineMaxDuration = absl::Hours(1);
 
 // The local admin socket (rpc/admin_socket.h): beside the clients' socket.
-std::string AdminSocketPath(const DaemonConfig& config) {
-  return config.local_socket() + ".admin";
-}
+std::string AdminSocketPath(const DaemonConfig& config) { return config.local_socket() + ".admin"; }
 
 std::string NewInstanceId() {
   absl::BitGen gen;

@@ -10,8 +10,8 @@
 namespace ard::cli {
 
 int AdminMain(const std::string& command, const std::string& target,
-              const std::string& admin_socket, const std::string& daemon,
-              const rpc::TlsFiles& tls, int timeout_ms, bool tcp) {
+              const std::string& admin_socket, const std::string& daemon, const rpc::TlsFiles& tls,
+              int timeout_ms, bool tcp) {
   const bool use_tcp = tcp || !tls.cert_file.empty() || !tls.ca_file.empty();
   std::string socket = admin_socket;
   if (socket.empty()) {

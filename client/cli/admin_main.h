@@ -17,7 +17,7 @@ inline constexpr char kDefaultAdminSocket[] = "/run/allreduced/allreduced.sock.a
 // $ALLREDUCED_ADMIN_SOCKET, else kDefaultAdminSocket). Returns the exit status: 0 done, 1 refused
 // or unreachable.
 int AdminMain(const std::string& command, const std::string& target,
-              const std::string& admin_socket, const std::string& daemon,
-              const rpc::TlsFiles& tls, int timeout_ms, bool tcp);
+              const std::string& admin_socket, const std::string& daemon, const rpc::TlsFiles& tls,
+              int timeout_ms, bool tcp);
 
 }  // namespace ard::cli

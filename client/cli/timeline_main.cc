@@ -80,8 +80,8 @@ void Wait(double seconds) {
     if (left <= std::chrono::steady_clock::duration::zero()) return;
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
     timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-    if (sigtimedwait(&set, nullptr, &ts) >= 0) return;      // a signal: stop now
-    if (errno != EINTR && errno != EAGAIN) return;          // EAGAIN: the time is up
+    if (sigtimedwait(&set, nullptr, &ts) >= 0) return;  // a signal: stop now
+    if (errno != EINTR && errno != EAGAIN) return;      // EAGAIN: the time is up
   }
 }
 
@@ -147,8 +147,7 @@ int TimelineMain(const std::string& daemon, const rpc::TlsFiles& tls, int timeou
   }
   std::fprintf(stderr, "recording job %s on %s (%s)\n", a.job.c_str(),
                absl::StrJoin(names, ", ").c_str(),
-               a.duration_s > 0 ? absl::StrCat(a.duration_s, "s").c_str()
-                                : "until SIGINT/SIGTERM");
+               a.duration_s > 0 ? absl::StrCat(a.duration_s, "s").c_str() : "until SIGINT/SIGTERM");
   std::fflush(stderr);
   Wait(a.duration_s);
 
@@ -183,7 +182,8 @@ int TimelineMain(const std::string& daemon, const rpc::TlsFiles& tls, int timeou
     std::fprintf(stderr, "allreducectl: cannot write %s\n", a.output.c_str());
     return 1;
   }
-  std::fprintf(stderr, "wrote %s: %d tensor submissions (rank x tensor), %d fused groups, %d hosts\n",
+  std::fprintf(stderr,
+               "wrote %s: %d tensor submissions (rank x tensor), %d fused groups, %d hosts\n",
                a.output.c_str(), stats.instances, stats.groups, static_cast<int>(answers.size()));
   return rc;
 }

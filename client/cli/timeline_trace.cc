@@ -74,17 +74,30 @@ HostMarks Collect(const StopTimelineResponse& host) {
   for (const TimelineEvent& e : host.events()) {
     const int64_t t = e.time_us() + offset;
     switch (e.mark()) {
-      case kSubmit: h.submits[{e.rank(), e.tensor()}].push_back(t); break;
-      case kReady: h.readies[e.tensor()].push_back(t); break;
+      case kSubmit:
+        h.submits[{e.rank(), e.tensor()}].push_back(t);
+        break;
+      case kReady:
+        h.readies[e.tensor()].push_back(t);
+        break;
       case kCommit:
         h.commits[e.tensor()].push_back({t, e.group()});
         h.groups[e.group()].tensors.push_back(e.tensor());
         break;
-      case kExecStart: h.groups[e.group()].exec = t; break;
-      case kTransferStart: h.groups[e.group()].transfer_start = t; break;
-      case kTransferEnd: h.groups[e.group()].transfer_end = t; break;
-      case kComplete: h.groups[e.group()].complete = t; break;
-      default: break;
+      case kExecStart:
+        h.groups[e.group()].exec = t;
+        break;
+      case kTransferStart:
+        h.groups[e.group()].transfer_start = t;
+        break;
+      case kTransferEnd:
+        h.groups[e.group()].transfer_end = t;
+        break;
+      case kComplete:
+        h.groups[e.group()].complete = t;
+        break;
+      default:
+        break;
     }
   }
   for (auto& [key, v] : h.submits) std::sort(v.begin(), v.end());
@@ -105,8 +118,8 @@ HostMarks Collect(const StopTimelineResponse& host) {
         in.tensor = tensor;
         in.ready = ready[r];
         const auto& commits = h.commits[tensor];
-        auto c = std::lower_bound(commits.begin(), commits.end(),
-                                  std::make_pair(in.ready, uint64_t{0}));
+        auto c =
+            std::lower_bound(commits.begin(), commits.end(), std::make_pair(in.ready, uint64_t{0}));
         if (c != commits.end()) {
           in.commit = c->first;
           in.group = c->second;
@@ -120,9 +133,8 @@ HostMarks Collect(const StopTimelineResponse& host) {
     if (h.instances[i].commit != kNone) h.by_tensor[h.instances[i].tensor].push_back(i);
   }
   for (auto& [tensor, v] : h.by_tensor) {
-    std::sort(v.begin(), v.end(), [&](size_t a, size_t b) {
-      return h.instances[a].commit < h.instances[b].commit;
-    });
+    std::sort(v.begin(), v.end(),
+              [&](size_t a, size_t b) { return h.instances[a].commit < h.instances[b].commit; });
   }
   return h;
 }
@@ -157,8 +169,8 @@ class Writer {
     if (start == kNone || end == kNone) return false;
     if (end < start) end = start;  // clock alignment error between hosts' marks
     Add(absl::StrCat("{\"ph\":\"X\",\"cat\":\"allreduced\",\"pid\":", pid, ",\"tid\":", tid,
-                     ",\"name\":", Quote(name), ",\"ts\":", start - base_,
-                     ",\"dur\":", end - start, ",\"args\":{", args, "}}"));
+                     ",\"name\":", Quote(name), ",\"ts\":", start - base_, ",\"dur\":", end - start,
+                     ",\"args\":{", args, "}}"));
     ++slices_;
     return true;
   }
@@ -179,8 +191,7 @@ std::string RankList(const std::vector<int>& ranks) {
 }  // namespace
 
 std::string WriteChromeTrace(const std::string& job,
-                             const std::vector<StopTimelineResponse>& answers,
-                             TraceStats* stats) {
+                             const std::vector<StopTimelineResponse>& answers, TraceStats* stats) {
   std::vector<HostMarks> hosts;
   int64_t base = std::numeric_limits<int64_t>::max();
   for (const StopTimelineResponse& a : answers) {

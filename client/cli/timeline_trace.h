@@ -14,10 +14,10 @@
 namespace ard::cli {
 
 // The phases of one tensor on one rank, in order (the slice names).
-inline constexpr const char* kPhaseWait = "wait for ranks";       // submit -> this host ready
-inline constexpr const char* kPhaseNegotiate = "negotiation";     // host ready -> committed
-inline constexpr const char* kPhaseQueued = "queued";             // committed -> executor starts
-inline constexpr const char* kPhaseReduce = "local reduce";       // executor -> transfer begins
+inline constexpr const char* kPhaseWait = "wait for ranks";    // submit -> this host ready
+inline constexpr const char* kPhaseNegotiate = "negotiation";  // host ready -> committed
+inline constexpr const char* kPhaseQueued = "queued";          // committed -> executor starts
+inline constexpr const char* kPhaseReduce = "local reduce";    // executor -> transfer begins
 inline constexpr const char* kPhaseTransfer = "cross-host transfer";
 inline constexpr const char* kPhaseCopyOut = "result out";  // results written, ranks told
 
@@ -28,8 +28,7 @@ struct TraceStats {
 };
 
 // The trace JSON for `job` from the hosts' answers.
-std::string WriteChromeTrace(const std::string& job,
-                             const std::vector<StopTimelineResponse>& hosts,
+std::string WriteChromeTrace(const std::string& job, const std::vector<StopTimelineResponse>& hosts,
                              TraceStats* stats = nullptr);
 
 }  // namespace ard::cli

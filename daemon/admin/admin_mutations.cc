@@ -9,13 +9,15 @@ void AdminMutations::HandleForgetHost(const ForgetHostRequest& request,
                                       const cluster::Caller& caller,
                                       cluster::Done<ForgetHostResponse> done) {
   if (!caller.root()) {
-    return done(absl::PermissionDeniedError(
-        absl::StrCat("forget needs root; you are ", caller.name)));
+    return done(
+        absl::PermissionDeniedError(absl::StrCat("forget needs root; you are ", caller.name)));
   }
   if (coordinator_ == nullptr) {
-    return done(absl::FailedPreconditionError(
-        absl::StrCat("host ", host_name_, " is not the coordinator: run forget on the "
-                     "coordinator's host (", coordinator_address_, ")")));
+    return done(
+        absl::FailedPreconditionError(absl::StrCat("host ", host_name_,
+                                                   " is not the coordinator: run forget on the "
+                                                   "coordinator's host (",
+                                                   coordinator_address_, ")")));
   }
   loop_.Post([this, request, caller, done = std::move(done)] {
     absl::StatusOr<uint64_t> epoch = coordinator_->Forget(request.host());

@@ -94,16 +94,16 @@ void ClusterAgent::HeartbeatOnLoop(uint64_t generation) {
   // The next beat is scheduled when this one completes, so at most one is in flight; a call that
   // hangs until its deadline delays the next beat by at most the RPC timeout.
   const absl::Time sent = absl::Now();
-  coordinator_.HeartbeatAsync(request, [this, generation,
-                                        sent](absl::StatusOr<HeartbeatResponse> r) {
-    const absl::Time received = absl::Now();
-    loop_.Post([this, generation, sent, received, r = std::move(r)]() mutable {
-      if (r.ok()) {
-        clock_.AddSample(sent, absl::FromUnixMicros(r->coordinator_time_us()), received);
-      }
-      OnHeartbeat(generation, std::move(r));
-    });
-  });
+  coordinator_.HeartbeatAsync(
+      request, [this, generation, sent](absl::StatusOr<HeartbeatResponse> r) {
+        const absl::Time received = absl::Now();
+        loop_.Post([this, generation, sent, received, r = std::move(r)]() mutable {
+          if (r.ok()) {
+            clock_.AddSample(sent, absl::FromUnixMicros(r->coordinator_time_us()), received);
+          }
+          OnHeartbeat(generation, std::move(r));
+        });
+      });
 }
 
 void ClusterAgent::OnHeartbeat(uint64_t generation, absl::StatusOr<HeartbeatResponse> response) {

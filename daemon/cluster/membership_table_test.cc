@@ -164,13 +164,15 @@ TEST_CASE("forget removes a DOWN host only") {
   CHECK(std::string(up.message()).find("host b is UP (last heartbeat 2.0s ago)") == 0);
   CHECK(t.Forget("coord", kT0).code() == absl::StatusCode::kFailedPrecondition);
   CHECK(t.Forget("nope", kT0).code() == absl::StatusCode::kNotFound);
-  t.Leave([] {
-    LeaveRequest r;
-    r.set_host_name("b");
-    r.set_incarnation(1);
-    r.set_instance_id("b1");
-    return r;
-  }(), kT0 + absl::Seconds(1));
+  t.Leave(
+      [] {
+        LeaveRequest r;
+        r.set_host_name("b");
+        r.set_incarnation(1);
+        r.set_instance_id("b1");
+        return r;
+      }(),
+      kT0 + absl::Seconds(1));
   const uint64_t epoch = t.epoch();
   CHECK(t.Forget("b", kT0 + absl::Seconds(3)).ok());
   CHECK(t.epoch() == epoch + 1);

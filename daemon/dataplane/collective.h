@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "absl/status/statusor.h"
 #include "daemon/negotiation/tensor_request.h"
 #include "daemon/shm/result_arena.h"
 

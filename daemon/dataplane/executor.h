@@ -72,7 +72,7 @@ class Executor {
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a response is executing (thread or inline)
-  uint64_t groups_ = 0;  // the loop only: responses committed so far
+  uint64_t groups_ = 0;                     // the loop only: responses committed so far
   std::thread thread_;
 };
 

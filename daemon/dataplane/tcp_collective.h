@@ -63,7 +63,7 @@ class TcpCollective : public Collective {
   std::unique_ptr<tcp::TcpMesh> mesh_ ABSL_GUARDED_BY(mu_);  // from Prepare on
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   tcp::TcpMesh* mesh_for_ops_ = nullptr;  // executor thread only: mesh_ once connected
-  TransferSpan transfer_;                  // executor thread only: the last Run's
+  TransferSpan transfer_;                 // executor thread only: the last Run's
 };
 
 }  // namespace ard::dataplane

@@ -63,8 +63,7 @@ grpc::ServerUnaryReactor* AdminService::StopTimeline(grpc::CallbackServerContext
   return reactor;
 }
 
-absl::StatusOr<cluster::Caller> AdminService::CallerOf(
-    grpc::CallbackServerContext* context) const {
+absl::StatusOr<cluster::Caller> AdminService::CallerOf(grpc::CallbackServerContext* context) const {
   cluster::Caller caller;
   if (admin_socket_ != nullptr) {
     if (std::optional<uid_t> uid = admin_socket_->PeerUid(context->peer())) {

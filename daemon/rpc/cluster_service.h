@@ -59,9 +59,9 @@ class AdminService final : public ard::Admin::CallbackService {
  private:
   absl::StatusOr<cluster::Caller> CallerOf(grpc::CallbackServerContext* context) const;
 
-  cluster::AdminHandler& handler_;          // Not owned.
-  cluster::TimelineHandler& timeline_;      // Not owned.
-  cluster::MutationHandler& mutations_;     // Not owned.
+  cluster::AdminHandler& handler_;         // Not owned.
+  cluster::TimelineHandler& timeline_;     // Not owned.
+  cluster::MutationHandler& mutations_;    // Not owned.
   const AdminSocket* const admin_socket_;  // Not owned; null: no admin socket
 };
 
