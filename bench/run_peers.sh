@@ -9,7 +9,9 @@
 # Each case runs --repeat times; the report takes, per size, the median time of the repeats.
 # Prints every table, keeps them in a log directory, and writes bench/RESULTS.md (side-by-side
 # busbw, daemon/best-peer ratios at the same process count, 4 B latency) with
-# bench/make_results.py. A failing case is recorded (its error verbatim) and the others still run.
+# bench/make_results.py, and COST_MODEL.md beside it (bench/cost_model.py: an alpha-beta model
+# fitted to the daemon_Hx1 cases). A failing case is recorded (its error verbatim) and the
+# others still run.
 # See bench/README.md.
 #
 #   bench/run_peers.sh [--sizes 4:256M] [--warmup 3] [--iters 15] [--repeat 1]
@@ -224,3 +226,8 @@ python3 "$MAKE_RESULTS" --logs "$LOGS" --out "$OUT" --sizes "$SIZES" --cases "$C
 echo
 cat "$OUT"
 echo "# run_peers: wrote $OUT in $ELAPSED s (logs in $LOGS)"
+# The alpha-beta model needs daemon_Hx1 cases at two or more host counts; it says why when not.
+MODEL_OUT=$(dirname "$OUT")/COST_MODEL.md
+if python3 "$(dirname "$MAKE_RESULTS")/cost_model.py" --logs "$LOGS" --out "$MODEL_OUT"; then
+  echo "# run_peers: wrote $MODEL_OUT (bench/cost_model.py)"
+fi
