@@ -39,7 +39,7 @@ uint64_t Executor::Committed(const Response& response) {
   if (job_->timeline != nullptr && job_->timeline->on()) {
     const absl::Time now = absl::Now();
     for (const auto& t : response.tensors) {
-      job_->timeline->Record(timeline::Mark::kCommit, -1, group, t.name, now);
+      job_->timeline->RecordAt(timeline::Mark::kCommit, -1, group, t.name, now);
     }
   }
   return group;
@@ -179,7 +179,7 @@ void Executor::Execute(const Response& response, uint64_t group) {
   uint64_t bytes = 0;
   const absl::Time start = absl::Now();
   timeline::Recorder* timeline = job_->timeline.get();
-  if (timeline != nullptr) timeline->Record(timeline::Mark::kExecStart, -1, group, "", start);
+  if (timeline != nullptr) timeline->RecordAt(timeline::Mark::kExecStart, -1, group, "", start);
   if (absl::Status s = collective->Run(response, allocate, &results, &bytes); !s.ok()) {
     const absl::Status fatal = collective->JobFailure(s);
     if (job_->metrics != nullptr) job_->metrics->OnError(fatal.ok() ? "collective" : "data_plane");
@@ -199,8 +199,8 @@ void Executor::Execute(const Response& response, uint64_t group) {
   if (timeline != nullptr && timeline->on()) {
     const TransferSpan transfer = collective->last_transfer();
     if (transfer.start != absl::InfinitePast()) {
-      timeline->Record(timeline::Mark::kTransferStart, -1, group, "", transfer.start);
-      timeline->Record(timeline::Mark::kTransferEnd, -1, group, "", transfer.end);
+      timeline->RecordAt(timeline::Mark::kTransferStart, -1, group, "", transfer.start);
+      timeline->RecordAt(timeline::Mark::kTransferEnd, -1, group, "", transfer.end);
     }
   }
   for (size_t i = 0; i < response.tensors.size(); ++i) {

@@ -53,10 +53,13 @@ class Recorder {
   explicit Recorder(size_t capacity) : capacity_(capacity) {}
 
   bool on() const { return on_.load(std::memory_order_relaxed); }
-  // Cheap when off; past the deadline it turns itself off.
-  void Record(Mark mark, int32_t rank, uint64_t group, std::string_view tensor,
-              absl::Time now = absl::Now()) {
-    if (on()) RecordOn(mark, rank, group, tensor, now);
+  // Cheap when off (no clock read); past the deadline it turns itself off.
+  void Record(Mark mark, int32_t rank, uint64_t group, std::string_view tensor) {
+    if (on()) RecordOn(mark, rank, group, tensor, absl::Now());
+  }
+  // The same with a time the caller already has.
+  void RecordAt(Mark mark, int32_t rank, uint64_t group, std::string_view tensor, absl::Time at) {
+    if (on()) RecordOn(mark, rank, group, tensor, at);
   }
   // Clears the ring and records until Stop() or `until`.
   void Start(absl::Time until);

@@ -11,12 +11,12 @@ const absl::Time kT0 = absl::FromUnixSeconds(1000);
 
 TEST_CASE("a recorder records nothing until started and stops at its deadline") {
   Recorder r(8);
-  r.Record(Mark::kSubmit, 0, 0, "a", kT0);
+  r.RecordAt(Mark::kSubmit, 0, 0, "a", kT0);
   CHECK_FALSE(r.on());
   r.Start(kT0 + absl::Seconds(1));
-  r.Record(Mark::kSubmit, 1, 0, "a", kT0);
-  r.Record(Mark::kCommit, -1, 7, "a", kT0 + absl::Milliseconds(5));
-  r.Record(Mark::kSubmit, 0, 0, "b", kT0 + absl::Seconds(2));  // past the deadline
+  r.RecordAt(Mark::kSubmit, 1, 0, "a", kT0);
+  r.RecordAt(Mark::kCommit, -1, 7, "a", kT0 + absl::Milliseconds(5));
+  r.RecordAt(Mark::kSubmit, 0, 0, "b", kT0 + absl::Seconds(2));  // past the deadline
   CHECK_FALSE(r.on());
   Recording got = r.Stop();
   REQUIRE(got.events.size() == 2);
@@ -30,7 +30,7 @@ TEST_CASE("a recorder records nothing until started and stops at its deadline") 
 TEST_CASE("a full ring keeps the newest marks, oldest first, and counts the dropped") {
   Recorder r(3);
   r.Start(absl::InfiniteFuture());
-  for (int i = 0; i < 5; ++i) r.Record(Mark::kSubmit, i, 0, "t", kT0 + absl::Seconds(i));
+  for (int i = 0; i < 5; ++i) r.RecordAt(Mark::kSubmit, i, 0, "t", kT0 + absl::Seconds(i));
   Recording got = r.Stop();
   REQUIRE(got.events.size() == 3);
   CHECK(got.events[0].rank == 2);
@@ -45,7 +45,7 @@ TEST_CASE("the hub arms a job's recorder before the job exists and caps the dura
   CHECK(hub.Start("j", absl::Seconds(5), kT0) == absl::Seconds(5));
   std::shared_ptr<Recorder> job = hub.ForJob("j");  // the job made after the start
   CHECK(job->on());
-  job->Record(Mark::kReady, -1, 0, "x", kT0 + absl::Seconds(1));
+  job->RecordAt(Mark::kReady, -1, 0, "x", kT0 + absl::Seconds(1));
   auto got = hub.Stop("j");
   REQUIRE(got.ok());
   REQUIRE(got->events.size() == 1);

@@ -53,7 +53,6 @@ extern "C" void allreduced_tf_shutdown() {
   topology = ard_topology{-1, -1, -1, -1, -1, -1};
 }
 
-// The global job's name ("" before init): what `allreducectl timeline --job` takes.
 extern "C" const char* allreduced_tf_job() {
   std::lock_guard<std::mutex> lock(mu);
   auto it = clients.find(0);

@@ -21,6 +21,8 @@ __attribute__((visibility("default"))) int allreduced_tf_init(char* err, size_t 
 __attribute__((visibility("default"))) void allreduced_tf_shutdown();
 // rank, size, local_rank, local_size, cross_rank, cross_size; -1 each before init.
 __attribute__((visibility("default"))) void allreduced_tf_topology(int* out6);
+// The global job's name ("" before init), for the timeline (allreducectl timeline --job).
+__attribute__((visibility("default"))) const char* allreduced_tf_job();
 // Connects this process to process set `id` (> 0) as `rank` of `size`, `local_rank` of
 // `local_size` of the set's ranks on this host; waits until the set's job formed. 0 or a code.
 __attribute__((visibility("default"))) int allreduced_tf_add_process_set(
