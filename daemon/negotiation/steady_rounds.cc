@@ -161,7 +161,7 @@ void SteadyRounds::Flush(size_t slot, RoundOutcome* out) {
 }
 
 std::optional<RoundOutcome> SteadyRounds::TakeOutcome() {
-  if (!result_ || received_ < result_->lists) return std::nullopt;
+  if (!outcome_ready()) return std::nullopt;
   const RoundVote result = *std::move(result_);
   result_.reset();
   RoundOutcome out;
@@ -200,6 +200,23 @@ std::optional<RoundOutcome> SteadyRounds::TakeOutcome() {
   for (const auto& [name, slot] : slot_of_) {
     if (last_to_coordinator_.count(name)) Flush(slot, &out);
   }
+  return out;
+}
+
+std::vector<ReadyTensor> SteadyRounds::TakeHeld() {
+  std::vector<ReadyTensor> out;
+  for (auto& [slot, tensor] : held_) out.push_back(std::move(tensor));
+  held_.clear();
+  return out;
+}
+
+std::vector<Response> SteadyRounds::TakePending() {
+  std::vector<Response> out;
+  for (auto& [n, list] : pending_lists_) {
+    for (Response& r : list.responses) out.push_back(std::move(r));
+  }
+  pending_lists_.clear();
+  result_.reset();
   return out;
 }
 

@@ -103,6 +103,11 @@ class SteadyRounds {
   absl::Status Agreed(RoundVote result);
   // The outcome of the round Agreed() took, once every list it releases arrived; nullopt before.
   std::optional<RoundOutcome> TakeOutcome();
+  bool outcome_ready() const { return result_ && received_ >= result_->lists; }
+  // The rounds are over (the job failed, or the data plane broke): the tensors held, and the
+  // responses of the lists not released yet, in order; nothing is held or released after this.
+  std::vector<ReadyTensor> TakeHeld();
+  std::vector<Response> TakePending();
 
  private:
   struct Template {
