@@ -148,8 +148,13 @@ bool Executor::IdleRound() {
   absl::StatusOr<std::vector<Response>> released = std::vector<Response>();
   if (due.ok() && *due) released = rounds_->RunRound();
   const absl::Status status = due.ok() ? released.status() : due.status();
-  if (!status.ok()) {  // the mesh is unusable: the job fails (unless it already did)
-    if (job_->failure().ok()) {
+  if (!status.ok()) {  // the mesh is unusable: the job fails (unless it already did or ended)
+    bool stopping;
+    {
+      absl::MutexLock lock(&mu_);
+      stopping = stopping_;
+    }
+    if (!stopping && job_->failure().ok()) {
       Logger("dataplane")
           ->warn("readiness round failed job={} error=\"{}\"", job_->name, status.message());
       const absl::Status cause = job_->AwaitFailure(host_->cause_grace());
@@ -158,12 +163,14 @@ bool Executor::IdleRound() {
     return false;
   }
   for (Response& response : *released) {
+    bool stopping;
     {
       absl::MutexLock lock(&mu_);
       busy_ = true;
+      stopping = stopping_;
     }
     Item item{std::move(response), nullptr};
-    Dispatch(item, /*stopping=*/false);
+    Dispatch(item, stopping);
     absl::MutexLock lock(&mu_);
     busy_ = false;
   }
