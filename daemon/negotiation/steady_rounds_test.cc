@@ -49,12 +49,12 @@ struct Job {
   // A coordinator list committing `names` (every rank), caching those given ids.
   CommittedList List(const std::vector<std::string>& names,
                      std::vector<std::pair<uint32_t, std::string>> put = {},
-                     std::vector<uint32_t> evict = {}) const {
+                     std::vector<uint32_t> evict = {}, int64_t elements = 1) const {
     CommittedList list;
     for (const std::string& name : names) {
       Response r;
       ReadyTensor t{name, std::vector<std::optional<TensorRequest>>(size())};
-      for (int rank = 0; rank < size(); ++rank) t.ranks[rank] = Request(rank, name);
+      for (int rank = 0; rank < size(); ++rank) t.ranks[rank] = Request(rank, name, elements);
       r.tensors.push_back(std::move(t));
       list.responses.push_back(std::move(r));
     }
@@ -231,9 +231,11 @@ TEST_CASE("votes of different rounds are a broken invariant") {
 }
 
 // A small model of the job: each host's ranks submit the same tensors every step in their own
-// order; a host's tensor can be submitted again once it ran there; the coordinator commits a
-// tensor once every host sent it (caching it the first time) and its lists reach each host after
-// a random delay; rounds run whenever some host changed. Every host must run the same sequence.
+// order (t0's shape changes at step 2); a host's tensor can be submitted again once it ran there;
+// the coordinator commits a tensor once every host sent it (caching it, or re-caching it under a
+// new id when its shape changed) and its lists reach each host after a random delay; rounds run
+// whenever some host changed. Every host must run the same sequence, and after the first step
+// only t0's new shape reaches the coordinator (once from every host).
 TEST_CASE(
     "random interleavings: every host runs the same sequence; steady steps skip the "
     "coordinator") {
@@ -250,9 +252,12 @@ TEST_CASE(
     std::vector<std::string> sequence(hosts);
     std::vector<std::deque<CommittedList>> inbox(hosts);
     std::map<std::string, std::set<int>> at_coordinator;
-    std::set<std::string> cached;
+    std::map<std::string, std::pair<uint32_t, int64_t>> cached;  // name -> id, elements
     uint32_t next_id = 1;
     int central_after_first_step = 0;
+    auto elements = [&](int h, const std::string& name) -> int64_t {
+      return name == "t0" && step[h] >= 2 ? 2 : 1;
+    };
     bool round_open = false;
     auto next_step = [&](int h) {
       todo[h] = names;
@@ -265,9 +270,16 @@ TEST_CASE(
       from.insert(h);
       if (static_cast<int>(from.size()) < hosts) return;
       at_coordinator.erase(name);
+      const int64_t n = elements(h, name);  // every host is at the same shape here
       std::vector<std::pair<uint32_t, std::string>> put;
-      if (cached.insert(name).second) put.push_back({next_id++, name});
-      for (int g = 0; g < hosts; ++g) inbox[g].push_back(job.List({name}, put));
+      std::vector<uint32_t> evict;
+      auto entry = cached.find(name);
+      if (entry == cached.end() || entry->second.second != n) {
+        if (entry != cached.end()) evict.push_back(entry->second.first);
+        cached[name] = {next_id, n};
+        put.push_back({next_id++, name});
+      }
+      for (int g = 0; g < hosts; ++g) inbox[g].push_back(job.List({name}, put, evict, n));
     };
     for (int iteration = 0; iteration < 100000; ++iteration) {
       bool all_done = true;
@@ -280,7 +292,7 @@ TEST_CASE(
             std::string name = todo[h].back();
             todo[h].pop_back();
             running[h].insert(name);
-            ReadyTensor t = job.Local(h, name);
+            ReadyTensor t = job.Local(h, name, elements(h, name));
             if (!job.host[h].Offer(t)) to_coordinator(h, name);
           }
           break;
@@ -322,7 +334,7 @@ TEST_CASE(
     }
     for (int h = 0; h < hosts; ++h) REQUIRE(step[h] == steps);
     for (int h = 1; h < hosts; ++h) CHECK(sequence[h] == sequence[0]);
-    CHECK(central_after_first_step == 0);
+    CHECK(central_after_first_step == hosts);
   }
 }
 
