@@ -51,9 +51,10 @@ def health(address, service=""):
 
 @pytest.fixture
 def pair():
+    # The coordinator path, whatever the default: test_scrape counts a Negotiate call per step.
     c = Cluster(heartbeat_ms=100, host_timeout_ms=2000)
-    c.add("h-a", extra_flags=["--metrics_address=127.0.0.1:0"])
-    c.add("h-b", extra_flags=["--metrics_address=127.0.0.1:0",
+    c.add("h-a", extra_flags=["--metrics_address=127.0.0.1:0", "--steady_state=false"])
+    c.add("h-b", extra_flags=["--metrics_address=127.0.0.1:0", "--steady_state=false",
                               f"--metrics_job_retention_s={RETENTION_S}"])
 
     def both_up():
