@@ -20,6 +20,7 @@
 # Binaries: $ARD_BIN_DIR (a Bazel bin directory) or the runfiles of `bazel run //bench:run_peers`
 # or <repo>/bazel-bin; each can be overridden with ARD_BIN_ALLREDUCED, ARD_BIN_ALLREDUCECTL,
 # ARD_BIN_GLOO_BENCH, ARD_BIN_MPI_BENCH. CASE_TIMEOUT_S bounds each run of a case (default 420).
+# ARD_DAEMON_FLAGS adds flags to every daemon (e.g. --steady_state=true).
 set -u -o pipefail
 
 SIZES=4:256M
@@ -125,7 +126,8 @@ start_daemons() {
     rm -f "$WORK/$name.port" "$WORK/$name.sock"
     "$ALLREDUCED" --cluster_address=127.0.0.1:0 --host_name=$name \
         --local_socket="$WORK/$name.sock" --port_file="$WORK/$name.port" \
-        ${coordinator:+--coordinator=$coordinator} >"$LOGS/$case_name.$name.log" 2>&1 &
+        ${coordinator:+--coordinator=$coordinator} ${ARD_DAEMON_FLAGS:-} \
+        >"$LOGS/$case_name.$name.log" 2>&1 &
     local pid=$!
     DAEMON_PIDS+=("$pid")
     local port

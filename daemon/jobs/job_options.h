@@ -45,7 +45,11 @@ struct JobOptions {
   // daemon's ordinal, so the process's CUDA_VISIBLE_DEVICES may differ from the daemon's.
   std::vector<std::string> gpu_pci_bus_ids;
   metrics::DaemonMetrics* metrics = nullptr;  // Not owned; null: metrics off
-  timeline::Hub* timeline = nullptr;          // Not owned; null: no timeline
+  // Cross-host jobs agree on cached tensors among their hosts (DESIGN.md "Steady state without
+  // the coordinator"), fusing them up to the smallest of the hosts' thresholds.
+  bool steady_state = false;
+  uint64_t fusion_threshold_bytes = 128ull << 20;
+  timeline::Hub* timeline = nullptr;  // Not owned; null: no timeline
 };
 
 }  // namespace ard::jobs
