@@ -78,7 +78,39 @@ absl::Status Job::CheckHello(const wire::Hello& hello, int size) const {
 
 void Job::AddMember(const std::shared_ptr<Session>& s) {
   members_.push_back(s);
-  if (static_cast<int>(members_.size()) == local_size_) Form();
+  last_arrival_ = absl::Now();
+  if (!elastic() && static_cast<int>(members_.size()) == local_size_) Form();
+}
+
+void Job::MakeElastic(ElasticSpec spec, uint64_t previous_generation) {
+  elastic_ = spec;
+  lifecycle_ = JobLifecycle(previous_generation);
+}
+
+void Job::MaybeFormElastic(bool predecessor, bool predecessor_attached, absl::Duration settle) {
+  if (!elastic() || state() != JobState::kForming || formation_in_flight_ || members_.empty() ||
+      predecessor_attached) {
+    return;
+  }
+  const int n = static_cast<int>(members_.size());
+  const bool full = elastic_.max_np > 0 && n >= elastic_.max_np;
+  if (!predecessor && !full && absl::Now() - last_arrival_ < settle) return;
+  // Several hosts: the coordinator counts every host's ranks against min_np.
+  if (!elastic_.coordinated && n < elastic_.min_np) return;
+  local_size_ = n;
+  if (!elastic_.coordinated) size_ = n;
+  Form();
+}
+
+void Job::HostsUpdated() {
+  if (state() != JobState::kRunning || hosts_updated_) return;
+  hosts_updated_ = true;
+  Logger("local")->info("elastic job has ranks waiting to join job={} id={} generation={}", name_,
+                        id_, lifecycle_.generation());
+  const std::string notify = local::EncodeError(wire::MsgType::kNotify, 0, 0, wire::kHostsUpdated);
+  for (const auto& m : members_) {
+    if (m != nullptr) m->Send(notify);
+  }
 }
 
 void Job::Form() {
@@ -110,6 +142,10 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
     return AbandonForming(arena.status());
   }
   cluster_job_id_ = formation->job_id;
+  if (elastic()) {  // this generation's size, as the negotiator numbered it
+    size_ = formation->hosts.size;
+    local_size_ = formation->local_size;
+  }
   std::vector<std::shared_ptr<Session>> by_rank(size_);
   local_order_.assign(local_size_, -1);
   here_.assign(size_, false);
@@ -175,6 +211,15 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
 
 void Job::FormTimeout() {
   if (state() != JobState::kForming) return;
+  if (elastic()) {
+    const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
+        "elastic job ", name_, " generation ", lifecycle_.generation() + 1, " did not form within ",
+        absl::FormatDuration(options_.form_timeout), ": ", members_.size(),
+        " rank(s) registered on host ", options_.host_name, ", fewer than min_np ", elastic_.min_np,
+        elastic_.coordinated ? " in the cluster" : "", "; the job stops"));
+    Logger("local")->warn("{}", status.message());
+    return AbandonForming(status);
+  }
   std::vector<int> have;
   for (const auto& m : members_) {
     if (m->rank >= 0) have.push_back(m->rank);
@@ -227,17 +272,29 @@ void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful,
   EndIfDetached();
 }
 
-void Job::Fail(const absl::Status& status, bool tell_others) {
-  if (!lifecycle_.Fail(status).ok()) return;  // already failed or ended: the first one wins
-  if (context_ == nullptr) return;            // forming: the members hear it from the caller
+void Job::Fail(const absl::Status& failure, bool tell_others) {
+  // An elastic job that loses a member re-forms (its survivors register again) unless the
+  // daemon itself stops; its ranks get a recoverable error naming what was lost.
+  const bool reform = elastic() && state() == JobState::kRunning &&
+                      failure.code() != absl::StatusCode::kUnavailable;
+  const absl::Status status =
+      reform ? absl::AbortedError(absl::StrCat("elastic job ", name_, " generation ",
+                                               lifecycle_.generation(),
+                                               " re-forms: ", failure.message()))
+             : failure;
+  if (state() == JobState::kReforming) return;  // this generation already ended
+  if (!(reform ? lifecycle_.Reform() : lifecycle_.Fail(status)).ok()) return;  // first one wins
+  if (reform) reform_reason_ = std::string(status.message());
+  if (context_ == nullptr) return;  // forming: the members hear it from the caller
   context_->Fail(status);
   executor_->Abort(status);
   if (tell_others) negotiator_->ReportFailure(status);
   if (gpu_ != nullptr) gpu_->FailRegistrations(status, members_);
   Logger("local")->warn("job failed job={} id={} generation={} error=\"{}\"", name_, id_,
                         lifecycle_.generation(), status.message());
-  const std::string notify = local::EncodeError(
-      wire::MsgType::kNotify, 0, static_cast<int32_t>(status.code()), lifecycle_.failure());
+  const std::string notify =
+      local::EncodeError(wire::MsgType::kNotify, 0, static_cast<int32_t>(status.code()),
+                         std::string(status.message()));
   for (const auto& m : members_) {
     if (m != nullptr) m->Send(notify);
   }

@@ -63,6 +63,22 @@ class Job : private NegotiationSink {
   uid_t uid() const { return uid_; }
   JobState state() const { return lifecycle_.state(); }
   bool cross_host() const { return local_size_ < size_; }
+  bool elastic() const { return elastic_.min_np > 0; }
+  uint64_t generation() const { return lifecycle_.generation(); }
+  // Some process of this job is still attached.
+  bool attached() const { return connected() > 0; }
+
+  // Makes this (forming, memberless) job elastic (DESIGN.md "Elastic training"): it forms from
+  // the ranks present rather than a fixed size, succeeds generation `previous_generation`, and a
+  // lost member re-forms it (reforming) instead of failing it. Call once, before AddMember.
+  void MakeElastic(ElasticSpec spec, uint64_t previous_generation);
+  // Elastic, forming: forms now if it may. `predecessor`: an earlier generation of this job
+  // exists on this host; `predecessor_attached`: some of its processes have not re-registered
+  // (or gone) yet. Without a predecessor the job forms once `settle` passed since the last
+  // arrival (or max_np arrived).
+  void MaybeFormElastic(bool predecessor, bool predecessor_attached, absl::Duration settle);
+  // Elastic, running: ranks wait to join; every member is told (NOTIFY 0 kHostsUpdated), once.
+  void HostsUpdated();
 
   // HELLO: why this process cannot join (size or rank disagreement, not forming), or OK.
   absl::Status CheckHello(const wire::Hello& hello, int size) const;
@@ -110,8 +126,8 @@ class Job : private NegotiationSink {
   GpuProcesses* const gpu_processes_;
   const uint32_t id_;  // this daemon's id of the job (the cluster's is the formation's job_id)
   const std::string name_;
-  const int size_;
-  const int local_size_;
+  int size_;         // elastic: set at formation
+  int local_size_;   // elastic: set at formation
   const uid_t uid_;  // of its first process: processes of other users cannot join it
   const absl::Time created_;
   const std::unique_ptr<Negotiator> negotiator_;
@@ -119,6 +135,10 @@ class Job : private NegotiationSink {
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 
   JobLifecycle lifecycle_;
+  ElasticSpec elastic_;         // min_np 0: a fixed-size job
+  absl::Time last_arrival_;     // elastic, forming: the latest AddMember
+  bool hosts_updated_ = false;  // elastic, running: the members were told others wait
+  std::string reform_reason_;   // elastic: why this generation ended (reforming)
   uint64_t cluster_job_id_ = 0;
   // Forming: in arrival order; then index = rank (null for ranks on other hosts). Sessions stay
   // listed after they close (so reports can name them) until the job is dropped.

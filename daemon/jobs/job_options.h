@@ -38,6 +38,9 @@ struct JobOptions {
   // Each GPU's PCI bus id (index = ordinal; empty when unknown): GPU_REGISTER's bus id picks the
   // daemon's ordinal, so the process's CUDA_VISIBLE_DEVICES may differ from the daemon's.
   std::vector<std::string> gpu_pci_bus_ids;
+  // Elastic jobs: a new job forms once no rank arrived for this long (DESIGN.md "Elastic
+  // training"); a re-formation forms as soon as every survivor registered again.
+  absl::Duration elastic_settle = absl::Milliseconds(500);
 };
 
 }  // namespace ard::jobs

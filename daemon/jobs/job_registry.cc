@@ -38,6 +38,7 @@ void JobRegistry::ScheduleStallInspection() {
     if (shut_down_) return;
     const absl::Time now = absl::Now();
     for (auto& [name, job] : jobs_) job->InspectStalls(now);
+    for (auto& job : retired_) job->InspectStalls(now);
     ScheduleStallInspection();
   });
 }
@@ -46,17 +47,110 @@ void JobRegistry::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   for (auto& [name, job] : jobs_) job->Shutdown();
+  for (auto& job : retired_) job->Shutdown();
   jobs_.clear();
+  retired_.clear();
 }
 
 Job* JobRegistry::JobOf(const Session& s) {
   auto it = jobs_.find(s.job);
-  return it == jobs_.end() ? nullptr : it->second.get();
+  if (it != jobs_.end() && it->second->id() == s.job_id) return it->second.get();
+  for (auto& job : retired_) {
+    if (job->id() == s.job_id) return job.get();
+  }
+  return nullptr;
 }
 
 void JobRegistry::Drop(const std::string& name, uint32_t id) {
   auto it = jobs_.find(name);
   if (it != jobs_.end() && it->second->id() == id) jobs_.erase(it);
+  const size_t retired = retired_.size();
+  retired_.erase(std::remove_if(retired_.begin(), retired_.end(),
+                                [id](const auto& job) { return job->id() == id; }),
+                 retired_.end());
+  if (retired_.size() != retired) TryFormElastic(name);  // its successor may form now
+}
+
+Job* JobRegistry::NewJob(const std::string& name, int size, int local_size, uid_t uid,
+                         std::unique_ptr<Negotiator> negotiator) {
+  const uint32_t id = next_job_id_++;
+  auto job = std::make_unique<Job>(JobEnvironment{loop_, options_, listener_, gpu_.get()}, id, name,
+                                   size, local_size, uid, std::move(negotiator),
+                                   [this, name, id] { Drop(name, id); });
+  loop_.PostAfter(options_.form_timeout, [this, name, id] {
+    auto j = jobs_.find(name);
+    if (j != jobs_.end() && j->second->id() == id) j->second->FormTimeout();
+  });
+  return (jobs_[name] = std::move(job)).get();
+}
+
+void JobRegistry::HandleElasticHello(const std::shared_ptr<Session>& s, const wire::Hello& hello,
+                                     int fd) {
+  const std::string name = hello.job;
+  auto it = jobs_.find(name);
+  if (it != jobs_.end()) {
+    absl::Status refused;
+    if (it->second->uid() != s->creds().uid) {
+      refused = absl::PermissionDeniedError(absl::StrCat("job ", name, " belongs to uid ",
+                                                         it->second->uid(), "; a process of uid ",
+                                                         s->creds().uid, " cannot join it"));
+    } else if (!it->second->elastic()) {
+      refused = absl::InvalidArgumentError(
+          absl::StrCat("job ", name, " is not elastic but this process registers elastically"));
+    }
+    if (!refused.ok()) {
+      close(fd);
+      return s->Reject(0, refused);
+    }
+  }
+  if (auto st = s->input.AddSegment(0, fd, hello.segment_bytes); !st.ok()) {
+    return s->Reject(0, st);
+  }
+  uint64_t previous_generation = 0;
+  if (it != jobs_.end() && it->second->state() != JobState::kForming) {
+    // The generation that runs (or re-forms) stays until its processes detach; the new one
+    // forms after that.
+    previous_generation = it->second->generation();
+    it->second->HostsUpdated();
+    retired_.push_back(std::move(it->second));
+    jobs_.erase(it);
+    it = jobs_.end();
+  }
+  Job* job = it != jobs_.end() ? it->second.get() : nullptr;
+  if (job == nullptr) {
+    ElasticSpec spec{static_cast<int>(hello.elastic_min_np), std::max(0, hello.size),
+                     coordinator_ != nullptr};
+    std::unique_ptr<Negotiator> negotiator;
+    if (spec.coordinated) {
+      negotiator = std::make_unique<CoordinatedNegotiator>(loop_, *coordinator_, options_,
+                                                           data_address_, name, 0, 0, spec);
+    } else {
+      negotiator = std::make_unique<LocalNegotiator>(options_, 0);
+    }
+    job = NewJob(name, 0, 0, s->creds().uid, std::move(negotiator));
+    job->MakeElastic(spec, previous_generation);
+  }
+  s->job = name;
+  s->job_id = job->id();
+  s->rank = hello.rank;  // the process's place in rank order (renumbered at formation)
+  s->local_rank = -1;
+  job->AddMember(s);
+  TryFormElastic(name);
+  loop_.PostAfter(options_.elastic_settle + absl::Milliseconds(1),
+                  [this, name] { TryFormElastic(name); });
+}
+
+void JobRegistry::TryFormElastic(const std::string& name) {
+  auto it = jobs_.find(name);
+  if (it == jobs_.end() || !it->second->elastic()) return;
+  bool predecessor = false;
+  bool attached = false;
+  for (const auto& job : retired_) {
+    if (job->name() != name) continue;
+    predecessor = true;
+    attached = attached || job->attached();
+  }
+  it->second->MaybeFormElastic(predecessor, attached, options_.elastic_settle);
 }
 
 void JobRegistry::OnFrame(const std::shared_ptr<Session>& s, local::DecodedFrame frame, int fd) {
@@ -114,6 +208,7 @@ void JobRegistry::HandleHello(const std::shared_ptr<Session>& s, const wire::Hel
     return s->Reject(0, absl::AlreadyExistsError(absl::StrCat(
                                  "this process already registered with job ", s->job)));
   }
+  if (hello.elastic_min_np > 0) return HandleElasticHello(s, hello, fd);
   const std::string name = hello.job;
   const int size = hello.size >= 1 ? hello.size : hello.local_size >= 1 ? hello.local_size : 1;
   const bool cross_host = hello.local_size >= 1 && size > hello.local_size;
@@ -152,17 +247,11 @@ void JobRegistry::HandleHello(const std::shared_ptr<Session>& s, const wire::Hel
     } else {
       negotiator = std::make_unique<LocalNegotiator>(options_, size);
     }
-    const uint32_t id = next_job_id_++;
-    auto job = std::make_unique<Job>(JobEnvironment{loop_, options_, listener_, gpu_.get()}, id,
-                                     name, size, local_size, s->creds().uid,
-                                     std::move(negotiator), [this, name, id] { Drop(name, id); });
-    loop_.PostAfter(options_.form_timeout, [this, name, id] {
-      auto j = jobs_.find(name);
-      if (j != jobs_.end() && j->second->id() == id) j->second->FormTimeout();
-    });
-    it = jobs_.emplace(name, std::move(job)).first;
+    NewJob(name, size, local_size, s->creds().uid, std::move(negotiator));
+    it = jobs_.find(name);
   }
   s->job = name;
+  s->job_id = it->second->id();
   s->rank = hello.rank;
   s->local_rank = hello.local_rank;
   it->second->AddMember(s);
@@ -178,12 +267,16 @@ void JobRegistry::FailCrossHostJobs(const absl::Status& status) {
   for (auto& [name, job] : jobs_) {
     if (job->cross_host() && job->state() == JobState::kRunning) job->Fail(status, false);
   }
+  for (auto& job : retired_) {
+    if (job->cross_host() && job->state() == JobState::kRunning) job->Fail(status, false);
+  }
 }
 
 std::vector<JobSummary> JobRegistry::Summaries() const {
   std::vector<JobSummary> out;
   const absl::Time now = absl::Now();
   for (const auto& [name, job] : jobs_) out.push_back(job->Summary(now));
+  for (const auto& job : retired_) out.push_back(job->Summary(now));
   return out;
 }
 

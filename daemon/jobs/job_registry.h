@@ -53,6 +53,14 @@ class JobRegistry : public local::SessionHandler {
 
  private:
   void HandleHello(const std::shared_ptr<local::Session>& s, const wire::Hello& hello, int fd);
+  // HELLO of an elastic job (wire::Hello::elastic_min_np): joins the forming generation, or
+  // starts the next one (the running generation's ranks are told; a re-forming one retires).
+  void HandleElasticHello(const std::shared_ptr<local::Session>& s, const wire::Hello& hello,
+                          int fd);
+  // Forms the forming generation of elastic job `name` if it may (Job::MaybeFormElastic).
+  void TryFormElastic(const std::string& name);
+  Job* NewJob(const std::string& name, int size, int local_size, uid_t uid,
+              std::unique_ptr<Negotiator> negotiator);
   Job* JobOf(const local::Session& s);
   void Drop(const std::string& name, uint32_t id);
   void ScheduleStallInspection();
@@ -60,6 +68,8 @@ class JobRegistry : public local::SessionHandler {
   EventLoop& loop_;
   const JobOptions options_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by name
+  // Earlier generations of elastic jobs, until their last process detached.
+  std::vector<std::unique_ptr<Job>> retired_;
   uint32_t next_job_id_ = 1;
   cluster::PeerClient* coordinator_ = nullptr;       // Not owned; null: single-host jobs only.
   dataplane::tcp::DataListener* listener_ = nullptr;  // Not owned.
