@@ -145,7 +145,9 @@ struct Hello {
   uint32_t pid;             // informational; the daemon trusts SO_PEERCRED
   // 0: a fixed-size job. >= 1: an elastic job that runs with at least this many ranks; then
   // `size` is its maximum (or -1), `rank` only orders this process among the job's (-1: after the
-  // others), local fields are -1, and the daemon forms each generation from the ranks present.
+  // others), local_rank is -1, local_size the launcher's (a new job's first generation on this
+  // host waits for that many, or settles), and the daemon forms each generation from the ranks
+  // present.
   uint32_t elastic_min_np;
   uint64_t segment_bytes;   // size of the segment passed with this frame
 };

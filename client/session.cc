@@ -84,8 +84,7 @@ Status Session::SendHello() {
   if (config_.elastic_min_np > 0) {  // the daemon numbers each generation (local_wire.h)
     hello.rank = config_.elastic_order;
     hello.size = config_.elastic_max_np;
-    hello.local_rank = -1;
-    hello.local_size = -1;
+    hello.local_rank = -1;  // local_size stays the launcher's: the first generation waits for it
     hello.elastic_min_np = static_cast<uint32_t>(config_.elastic_min_np);
   }
   hello.segment_bytes = arena_->first_segment_bytes();

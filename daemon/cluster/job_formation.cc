@@ -71,9 +71,12 @@ void JobFormation::Register(const RegisterRanksRequest& request, Done<RegisterRa
   forming->hosts[request.host()] = {request, std::move(done)};
   forming->last_registration = absl::Now();
   if (elastic) {
-    loop_.PostAfter(kElasticSettle + absl::Milliseconds(1), [this, name = request.job()] {
-      if (forming_.count(name) != 0) TryForm(name);
-    });
+    for (int quarter : {1, 4}) {
+      loop_.PostAfter(quarter * kElasticSettle + absl::Milliseconds(1),
+                      [this, name = request.job()] {
+                        if (forming_.count(name) != 0) TryForm(name);
+                      });
+    }
   }
   TryForm(request.job());
 }
@@ -142,8 +145,8 @@ void JobFormation::TryForm(const std::string& name) {
     }
     on_formed_(*layout);
     Logger("negotiation")
-        ->info("cross-host job formed job={} id={} size={} hosts={}", name, layout->job_id(),
-               done->size, layout->hosts_size());
+        ->info("cross-host job formed job={} id={} size={} hosts={} generation={}", name,
+               layout->job_id(), layout->size(), layout->hosts_size(), layout->generation());
   }
   RegisterRanksResponse response;
   if (layout.ok()) *response.mutable_layout() = *layout;
@@ -188,7 +191,10 @@ bool JobFormation::ElasticReady(const std::string& name, const Forming& f, int t
     for (const std::string& host : previous->second) all = all && f.hosts.count(host) != 0;
     if (all) return true;
   }
-  return absl::Now() - f.last_registration >= kElasticSettle;
+  // A new job: its hosts start their ranks at different times.
+  const absl::Duration settle =
+      previous == elastic_hosts_.end() ? 4 * kElasticSettle : kElasticSettle;
+  return absl::Now() - f.last_registration >= settle;
 }
 
 void JobFormation::OnHostDown(const std::string& host) {

@@ -93,7 +93,8 @@ void Job::MaybeFormElastic(bool predecessor, bool predecessor_attached, absl::Du
     return;
   }
   const int n = static_cast<int>(members_.size());
-  const bool full = elastic_.max_np > 0 && n >= elastic_.max_np;
+  const bool full = (elastic_.max_np > 0 && n >= elastic_.max_np) ||
+                    (!predecessor && elastic_.first_local > 0 && n >= elastic_.first_local);
   if (!predecessor && !full && absl::Now() - last_arrival_ < settle) return;
   // Several hosts: the coordinator counts every host's ranks against min_np.
   if (!elastic_.coordinated && n < elastic_.min_np) return;
@@ -103,8 +104,12 @@ void Job::MaybeFormElastic(bool predecessor, bool predecessor_attached, absl::Du
 }
 
 void Job::HostsUpdated() {
-  if (state() != JobState::kRunning || hosts_updated_) return;
-  hosts_updated_ = true;
+  if (state() == JobState::kForming) {
+    hosts_updated_ = true;  // told once formed (OnFormed)
+    return;
+  }
+  if (state() != JobState::kRunning || (hosts_updated_ && told_hosts_updated_)) return;
+  hosts_updated_ = told_hosts_updated_ = true;
   Logger("local")->info("elastic job has ranks waiting to join job={} id={} generation={}", name_,
                         id_, lifecycle_.generation());
   const std::string notify = local::EncodeError(wire::MsgType::kNotify, 0, 0, wire::kHostsUpdated);
@@ -204,6 +209,7 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
     w.job_id = id_;
     m->Send(local::EncodeWelcome(w), segment->readonly_fd());
   }
+  if (hosts_updated_) HostsUpdated();  // ranks arrived while it formed
   Logger("local")->info("job formed job={} id={} size={} hosts={} cross_rank={} generation={}",
                         name_, cross_host() ? cluster_job_id_ : id_, size_, hosts.cross_size,
                         hosts.cross_rank, lifecycle_.generation());

@@ -67,6 +67,7 @@ class Job : private NegotiationSink {
   uint64_t generation() const { return lifecycle_.generation(); }
   // Some process of this job is still attached.
   bool attached() const { return connected() > 0; }
+  bool formation_in_flight() const { return formation_in_flight_; }
 
   // Makes this (forming, memberless) job elastic (DESIGN.md "Elastic training"): it forms from
   // the ranks present rather than a fixed size, succeeds generation `previous_generation`, and a
@@ -77,7 +78,7 @@ class Job : private NegotiationSink {
   // (or gone) yet. Without a predecessor the job forms once `settle` passed since the last
   // arrival (or max_np arrived).
   void MaybeFormElastic(bool predecessor, bool predecessor_attached, absl::Duration settle);
-  // Elastic, running: ranks wait to join; every member is told (NOTIFY 0 kHostsUpdated), once.
+  // Elastic: ranks wait to join; every member is told (NOTIFY 0 kHostsUpdated) once it runs.
   void HostsUpdated();
 
   // HELLO: why this process cannot join (size or rank disagreement, not forming), or OK.

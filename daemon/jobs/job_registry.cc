@@ -107,7 +107,8 @@ void JobRegistry::HandleElasticHello(const std::shared_ptr<Session>& s, const wi
     return s->Reject(0, st);
   }
   uint64_t previous_generation = 0;
-  if (it != jobs_.end() && it->second->state() != JobState::kForming) {
+  if (it != jobs_.end() &&
+      (it->second->state() != JobState::kForming || it->second->formation_in_flight())) {
     // The generation that runs (or re-forms) stays until its processes detach; the new one
     // forms after that.
     previous_generation = it->second->generation();
@@ -119,7 +120,7 @@ void JobRegistry::HandleElasticHello(const std::shared_ptr<Session>& s, const wi
   Job* job = it != jobs_.end() ? it->second.get() : nullptr;
   if (job == nullptr) {
     ElasticSpec spec{static_cast<int>(hello.elastic_min_np), std::max(0, hello.size),
-                     coordinator_ != nullptr};
+                     coordinator_ != nullptr, std::max(0, hello.local_size)};
     std::unique_ptr<Negotiator> negotiator;
     if (spec.coordinated) {
       negotiator = std::make_unique<CoordinatedNegotiator>(loop_, *coordinator_, options_,

@@ -25,6 +25,7 @@ struct ElasticSpec {
   int min_np = 0;
   int max_np = 0;            // 0: no bound
   bool coordinated = false;  // formed by the coordinator (a daemon with cross-host jobs)
+  int first_local = 0;       // the launcher's local size: a new job's first generation waits for it
 };
 
 // One local process of a forming job, as registered (HELLO).

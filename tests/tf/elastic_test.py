@@ -183,8 +183,7 @@ def test_the_reset_limit_stops_a_job_whose_ranks_keep_dying():
         codes = job.wait()
         assert codes[:3] == [0, 0, 0], job.output()  # no limit: one reset, then done
         job = Job([daemon.socket], 4, 1, "elastic-limit2",
-                  {"ELASTIC_DIE_AT": "3:3,2:6", "ALLREDUCED_ELASTIC_RESET_LIMIT": "1",
-                   "ELASTIC_KEEP_DYING": "1"})
+                  {"ELASTIC_DIE_AT": "3:3,2:6", "ALLREDUCED_ELASTIC_RESET_LIMIT": "1"})
         codes = job.wait()
         assert codes[2:] == [-signal.SIGKILL] * 2 and codes[:2] != [0, 0], job.output()
         for rank in (0, 1):

@@ -5,9 +5,8 @@ rank adds an offset that averages to zero), so the final weights equal the refer
 whatever ranks come and go, provided a reset rolls back to the last commit.
 
 Environment: ELASTIC_STEPS, ELASTIC_COMMIT, ELASTIC_SLEEP_S; ELASTIC_DIE_AT="<rank>:<step>,..."
-(the process that has that rank at that step SIGKILLs itself, in the first generation only
-unless ELASTIC_KEEP_DYING=1);
-ELASTIC_MODE=tape|keras. Prints "STEP <step> <rank> <size>", "RESUMED <unix time> <size>" at the
+(the process launched as that rank SIGKILLs itself at that step)
+(by the rank the launcher gave); ELASTIC_MODE=tape|keras. Prints "STEP <step> <rank> <size>", "RESUMED <unix time> <size>" at the
 first collective after each reset, "DIE <unix time>" before dying, "FINAL <rank> <size> <json>"."""
 import json
 import os
@@ -47,9 +46,11 @@ def on_reset():
     first_after_reset[0] = True
 
 
+LAUNCH_RANK = int(os.environ.get("ALLREDUCED_RANK", "-1"))
+
+
 def maybe_die(step):
-    first = resets[0] == 0 or os.environ.get("ELASTIC_KEEP_DYING") == "1"
-    if first and (hvd.rank(), step) in DIE_AT:
+    if (LAUNCH_RANK, step) in DIE_AT:
         print(f"DIE {time.time()}", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
 
