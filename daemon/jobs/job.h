@@ -138,7 +138,8 @@ class Job : private NegotiationSink {
   JobLifecycle lifecycle_;
   ElasticSpec elastic_;         // min_np 0: a fixed-size job
   absl::Time last_arrival_;     // elastic, forming: the latest AddMember
-  bool hosts_updated_ = false;  // elastic, running: the members were told others wait
+  bool hosts_updated_ = false;       // elastic: ranks wait to join this generation
+  bool told_hosts_updated_ = false;  // elastic: the members were told so
   std::string reform_reason_;   // elastic: why this generation ended (reforming)
   uint64_t cluster_job_id_ = 0;
   // Forming: in arrival order; then index = rank (null for ranks on other hosts). Sessions stay
