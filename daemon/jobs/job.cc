@@ -281,8 +281,7 @@ void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful,
 void Job::Fail(const absl::Status& failure, bool tell_others) {
   // An elastic job that loses a member re-forms (its survivors register again) unless the
   // daemon itself stops; its ranks get a recoverable error naming what was lost.
-  const bool reform = elastic() && state() == JobState::kRunning &&
-                      failure.code() != absl::StatusCode::kUnavailable;
+  const bool reform = elastic() && state() == JobState::kRunning && !shutting_down_;
   const absl::Status status =
       reform ? absl::AbortedError(absl::StrCat("elastic job ", name_, " generation ",
                                                lifecycle_.generation(),
@@ -326,6 +325,7 @@ void Job::EndIfDetached() {
 }
 
 void Job::Shutdown() {
+  shutting_down_ = true;
   Fail(absl::UnavailableError("allreduced is shutting down"));
   if (executor_ != nullptr) executor_->Stop();
 }

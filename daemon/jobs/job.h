@@ -140,6 +140,7 @@ class Job : private NegotiationSink {
   absl::Time last_arrival_;     // elastic, forming: the latest AddMember
   bool hosts_updated_ = false;       // elastic: ranks wait to join this generation
   bool told_hosts_updated_ = false;  // elastic: the members were told so
+  bool shutting_down_ = false;       // the daemon stops: even an elastic job fails
   std::string reform_reason_;   // elastic: why this generation ended (reforming)
   uint64_t cluster_job_id_ = 0;
   // Forming: in arrival order; then index = rank (null for ranks on other hosts). Sessions stay
