@@ -1,28 +1,39 @@
 #!/usr/bin/env python3
 """Writes bench/RESULTS.md from the logs of bench/run_peers.sh.
 
-Each case left <case>.out (an nccl-tests-style table: '#' comment lines, then rows whose columns
-0, 4 and 6 are size (B), time (us) and busbw (GB/s)), <case>.err and <case>.rc in the log
-directory. Ratios are computed from times (best peer time / daemon time), which equals the busbw
-ratio at a given size and process count and stays meaningful where busbw rounds to 0.00.
+Each repeat k of a case left <case>.r<k>.out (an nccl-tests-style table: '#' comment lines, then
+rows whose columns 0, 4 and 6 are size (B), time (us) and busbw (GB/s)), <case>.r<k>.err and
+<case>.r<k>.rc in the log directory. Per size the report takes the median time over the repeats
+that have that size (and that row's busbw). Ratios are computed from times (best peer time /
+daemon time at the same process count), which equals the busbw ratio and stays meaningful where
+busbw rounds to 0.00.
 """
 import argparse
 import datetime
+import glob
 import os
 import platform
+import re
 
-DAEMON_CASES = [("daemon_1x4", "daemon 1x4"), ("daemon_2x2", "daemon 2x2"),
-                ("daemon_4x1", "daemon 4x1")]
-PEER_CASES = [("gloo", "Gloo"), ("mpi_tcp", "MPI TCP"), ("mpi_vader", "MPI vader")]
-TCP_PEERS = ("gloo", "mpi_tcp")
-COMMANDS = {
-    "daemon_1x4": "1 daemon; allreducectl bench --sockets h0 --np 4",
-    "daemon_2x2": "2 daemons; allreducectl bench --sockets h0,h1 --np 2",
-    "daemon_4x1": "4 daemons; allreducectl bench --sockets h0,h1,h2,h3 --np 1",
-    "gloo": "gloo_allreduce_bench --np 4 (best of ring, chunked, halving-doubling)",
-    "mpi_tcp": "mpirun -np 4 --mca btl tcp,self --mca btl_tcp_if_include lo mpi_allreduce_bench",
-    "mpi_vader": "mpirun -np 4 --mca btl vader,self mpi_allreduce_bench",
-}
+
+def case_info(name):
+    """(title, process count, command) of a run_peers.sh case name."""
+    m = re.fullmatch(r"daemon_(\d+)x(\d+)", name)
+    if m:
+        hosts, per_host = int(m.group(1)), int(m.group(2))
+        socks = ",".join(f"h{i}" for i in range(hosts))
+        return (f"daemon {hosts}x{per_host}", hosts * per_host,
+                f"{hosts} daemon{'s' if hosts > 1 else ''}; allreducectl bench --sockets {socks} "
+                f"--np {per_host}")
+    kind, np = name.rsplit("_", 1)
+    np = int(np)
+    if kind == "gloo":
+        return (f"Gloo np{np}", np,
+                f"gloo_allreduce_bench --np {np} (best of ring, chunked, halving-doubling)")
+    if kind == "mpi_tcp":
+        return (f"MPI TCP np{np}", np, f"mpirun -np {np} --mca btl tcp,self "
+                "--mca btl_tcp_if_include lo mpi_allreduce_bench")
+    return (f"MPI vader np{np}", np, f"mpirun -np {np} --mca btl vader,self mpi_allreduce_bench")
 
 
 def read(path, default=""):
@@ -33,9 +44,8 @@ def read(path, default=""):
         return default
 
 
-def parse_case(logs, name):
-    """{'rows': {size: (time_us, busbw, extra)}, 'rc', 'err', 'out', 'comments'}."""
-    out = read(os.path.join(logs, name + ".out"))
+def parse_run(logs, run, gloo):
+    out = read(os.path.join(logs, run + ".out"))
     rows, comments = {}, []
     for line in out.splitlines():
         if line.startswith("#"):
@@ -43,10 +53,28 @@ def parse_case(logs, name):
             continue
         f = line.split()
         if len(f) >= 7 and f[0].isdigit():
-            rows[int(f[0])] = (float(f[4]), float(f[6]), f[-1] if name == "gloo" else "")
-    rc = read(os.path.join(logs, name + ".rc"), "missing").strip()
-    return {"rows": rows, "rc": rc, "err": read(os.path.join(logs, name + ".err")).strip(),
-            "out": out.rstrip(), "comments": comments}
+            rows[int(f[0])] = (float(f[4]), float(f[6]), f[-1] if gloo else "")
+    rc = read(os.path.join(logs, run + ".rc"), "missing").strip()
+    return {"rows": rows, "rc": rc, "err": read(os.path.join(logs, run + ".err")).strip(),
+            "out": out.rstrip(), "comments": comments, "run": run}
+
+
+def parse_case(logs, name):
+    """{'rows': {size: (median time_us, busbw, extra)}, 'rc', 'err', 'out', 'comments',
+    'runs'}: rc is the worst repeat's, err/out those of the first failing (else last) repeat."""
+    runs = sorted((os.path.basename(p)[:-len(".rc")] for p in
+                   glob.glob(os.path.join(logs, name + ".r*.rc")) if ".try1." not in p),
+                  key=lambda r: int(r.rsplit(".r", 1)[1]))
+    parsed = [parse_run(logs, r, name.startswith("gloo")) for r in runs]
+    rows = {}
+    for size in sorted(set().union(*(p["rows"].keys() for p in parsed))):
+        at = sorted((p["rows"][size] for p in parsed if size in p["rows"]), key=lambda r: r[0])
+        rows[size] = at[(len(at) - 1) // 2]  # the median (the lower one of an even count)
+    failing = [p for p in parsed if p["rc"] != "0"]
+    shown = failing[0] if failing else (parsed[-1] if parsed else None)
+    return {"rows": rows, "rc": shown["rc"] if shown else "missing",
+            "err": shown["err"] if shown else "", "out": shown["out"] if shown else "",
+            "comments": shown["comments"] if shown else [], "runs": runs}
 
 
 def human(size):
@@ -78,16 +106,16 @@ def machine_line():
             f"at the end {' '.join(read('/proc/loadavg').split(' ')[:3])} (shared machine)")
 
 
-def retry_notes(logs, name, title):
-    """The failed first attempt of a daemon case that run_peers.sh retried, verbatim."""
-    prefix = os.path.join(logs, name + ".try1.")
+def retry_notes(logs, run, title):
+    """The failed first attempt of a daemon run that run_peers.sh retried, verbatim."""
+    prefix = os.path.join(logs, run + ".try1.")
     if not os.path.exists(prefix + "rc"):
         return []
-    lines = ["", f"{title}: the first attempt failed (exit {read(prefix + 'rc').strip()}) and was "
-             "retried; its stderr verbatim:", "", "```", read(prefix + "err").strip()[-4000:]
-             or "(empty)", "```"]
+    lines = ["", f"{title} ({run}): the first attempt failed (exit {read(prefix + 'rc').strip()}) "
+             "and was retried; its stderr verbatim:", "", "```",
+             read(prefix + "err").strip()[-4000:] or "(empty)", "```"]
     sigterm = [f"{h}: {l}" for h in sorted(os.listdir(logs))
-               if h.startswith(name + ".try1.h") and h.endswith(".log")
+               if h.startswith(run + ".try1.h") and h.endswith(".log")
                for l in read(os.path.join(logs, h)).splitlines() if "received SIG" in l]
     if sigterm:
         lines += ["", "Its daemons' logs (run_peers.sh stops daemons only after a case ends):", "",
@@ -97,71 +125,82 @@ def retry_notes(logs, name, title):
 
 def main():
     ap = argparse.ArgumentParser()
-    for flag in ("--logs", "--out", "--sizes", "--warmup", "--iters", "--elapsed_s", "--source"):
+    for flag in ("--logs", "--out", "--sizes", "--cases", "--warmup", "--iters", "--repeat",
+                 "--elapsed_s", "--source"):
         ap.add_argument(flag, required=True)
     a = ap.parse_args()
-    names = [n for n, _ in DAEMON_CASES + PEER_CASES]
-    titles = dict(DAEMON_CASES + PEER_CASES)
+    names = a.cases.split(",")
+    info = {n: case_info(n) for n in names}
+    daemons = [n for n in names if n.startswith("daemon_")]
+    peers = [n for n in names if not n.startswith("daemon_")]
+    tcp_peers = [n for n in peers if not n.startswith("mpi_vader")]
     cases = {n: parse_case(a.logs, n) for n in names}
     sizes = sorted(set().union(*(c["rows"].keys() for c in cases.values())))
+
+    def compared(d):
+        """The peers a daemon case is compared with: TCP peers at its process count (any peer
+        at its count for a single-host case, whose data stays in shared memory)."""
+        np = info[d][1]
+        pool = peers if d.startswith("daemon_1x") else tcp_peers
+        return [p for p in pool if info[p][1] == np]
+
     md = ["# allreduced vs. Gloo and Open MPI on one machine (bench/run_peers.sh)", "",
           f"- Run: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, {a.elapsed_s} s; "
-          f"sizes {a.sizes} per rank, warmup {a.warmup}, iters {a.iters}, --check everywhere; "
-          "float32 sum, 4 processes in every case, all on loopback", machine_line(),
-          f"- Source: {a.source}",
+          f"sizes {a.sizes} per rank, warmup {a.warmup}, iters {a.iters}, repeat {a.repeat} "
+          "(median time per size), --check everywhere; float32 sum, all on loopback",
+          machine_line(), f"- Source: {a.source}",
           "- time = the slowest rank's mean iteration; busbw = algbw * 2(n-1)/n (nccl-tests), "
-          "GB/s = 1e9 B/s. Noisy: 2 vCPUs shared with other work, 4 processes oversubscribe them; "
-          "differences under ~20% are noise (shared/MEASUREMENTS.md).", "",
-          "## Cases", "", "| case | what ran | exit | notes |", "|---|---|---|---|"]
+          "GB/s = 1e9 B/s. Noisy: 2 vCPUs shared with other work, 4-8 processes oversubscribe "
+          "them; differences under ~20% are noise (shared/MEASUREMENTS.md).", "",
+          "## Cases", "", "| case | processes | what ran | exit | notes |", "|---|---|---|---|---|"]
     for n in names:
         c = cases[n]
         notes = [l.lstrip("# ") for l in c["comments"] if "teardown" in l or "Out of bounds" in l]
         if c["rc"] != "0" and c["err"]:
             notes.append("error below")
-        if os.path.exists(os.path.join(a.logs, n + ".try1.rc")):
-            notes.append("first attempt failed, retried (below)")
-        md.append(f"| {titles[n]} | {COMMANDS[n]} | {c['rc']} | {'; '.join(notes) or '-'} |")
+        if any(os.path.exists(os.path.join(a.logs, r + ".try1.rc")) for r in c["runs"]):
+            notes.append("a first attempt failed, retried (below)")
+        md.append(f"| {info[n][0]} | {info[n][1]} | {info[n][2]} | {c['rc']} | "
+                  f"{'; '.join(notes) or '-'} |")
     for n in names:
         c = cases[n]
         if c["rc"] != "0" or (c["err"] and not c["rows"]):
-            md += ["", f"{titles[n]} failed (exit {c['rc']}); stderr verbatim:", "", "```",
+            md += ["", f"{info[n][0]} failed (exit {c['rc']}); stderr verbatim:", "", "```",
                    c["err"][-4000:] or "(empty)", "```"]
-    for n, title in DAEMON_CASES:
-        md += retry_notes(a.logs, n, title)
+    for n in daemons:
+        for r in cases[n]["runs"]:
+            md += retry_notes(a.logs, r, info[n][0])
 
-    headline = [s for s in (1 << 20, 16 << 20, 256 << 20) if s in sizes]
-    md += ["", "## Headline (the shape of shared/MEASUREMENTS.md's peers table)", "",
+    headline = [s for s in (1 << 20, 16 << 20, 64 << 20, 256 << 20) if s in sizes]
+    md += ["", "## Headline", "",
            "| case | 4 B time (us) | " + " | ".join(f"busbw {human(s)}" for s in headline) + " |",
            "|---|---|" + "---|" * len(headline)]
     for n in names:
-        md.append(f"| {titles[n]} | {cell(cases, n, 4, 0)} | " +
+        md.append(f"| {info[n][0]} | {cell(cases, n, 4, 0)} | " +
                   " | ".join(cell(cases, n, s, 1) for s in headline) + " |")
 
     md += ["", "## busbw (GB/s) per size, and daemon / best peer", "",
-           "Ratios are daemon busbw / best peer busbw (> 1: the daemon is faster). Cross-host "
-           "daemon cases (2x2, 4x1) are compared with the best TCP peer (Gloo, MPI TCP); the "
-           "single-host case (1x4, shared memory inside the daemon) with the best of all three.",
-           "", "| size | " + " | ".join(titles[n] for n in names) +
-           " | Gloo algo | 2x2 / TCP peer | 4x1 / TCP peer | 1x4 / any peer |",
-           "|" + "---|" * (len(names) + 5)]
+           "Ratios are daemon busbw / best peer busbw at the same process count (> 1: the daemon "
+           "is faster): cross-host daemon cases against the TCP peers (Gloo, MPI TCP), a "
+           "single-host case (shared memory inside the daemon) against every peer.", "",
+           "| size | " + " | ".join(info[n][0] for n in names) + " | " +
+           " | ".join(f"{info[d][0][7:]} / peer" for d in daemons) + " |",
+           "|" + "---|" * (len(names) + len(daemons) + 1)]
     for s in sizes:
-        g = cases["gloo"]["rows"].get(s)
-        md.append(f"| {human(s)} | " + " | ".join(cell(cases, n, s, 1) for n in names) +
-                  f" | {g[2] if g else '-'} | {ratio(cases, 'daemon_2x2', TCP_PEERS, s)} | "
-                  f"{ratio(cases, 'daemon_4x1', TCP_PEERS, s)} | "
-                  f"{ratio(cases, 'daemon_1x4', [n for n, _ in PEER_CASES], s)} |")
+        md.append(f"| {human(s)} | " + " | ".join(cell(cases, n, s, 1) for n in names) + " | " +
+                  " | ".join(ratio(cases, d, compared(d), s) for d in daemons) + " |")
 
     latency_sizes = [s for s in (4, 1024, 65536) if s in sizes]
     md += ["", "## Small tensors: time (us)", "",
            "| case | " + " | ".join(human(s) for s in latency_sizes) + " |",
            "|---|" + "---|" * len(latency_sizes)]
     for n in names:
-        md.append(f"| {titles[n]} | " + " | ".join(cell(cases, n, s, 0) for s in latency_sizes)
+        md.append(f"| {info[n][0]} | " + " | ".join(cell(cases, n, s, 0) for s in latency_sizes)
                   + " |")
 
-    md += ["", "## Raw tables", ""]
+    md += ["", "## Raw tables (the first failing repeat, else the last)", ""]
     for n in names:
-        md += [f"### {titles[n]}: {COMMANDS[n]}", "", "```", cases[n]["out"] or "(no output)",
+        md += [f"### {info[n][0]}: {info[n][2]}", "", "```", cases[n]["out"] or "(no output)",
                "```", ""]
     with open(a.out, "w") as f:
         f.write("\n".join(md).rstrip() + "\n")

@@ -1,38 +1,55 @@
 #!/usr/bin/env bash
-# Measures allreduced against its peers on this machine, in one run, at 4 processes in all:
-#   daemon 1x4 (1 host x 4 processes), 2x2 (2 hosts x 2), 4x1 (4 hosts x 1): allreduced daemons
-#     started here (each one "host" on loopback, as tests/integration/harness.py does), measured
-#     with `allreducectl bench --sockets ... --np P --check`;
-#   Gloo (gloo_allreduce_bench --np 4, TCP on loopback, best of its algorithm classes);
-#   Open MPI TCP (btl tcp,self on lo) and Open MPI shared memory (btl vader,self), 4 ranks.
+# Measures allreduced against its peers on this machine, in one run:
+#   daemon HxP (H hosts x P processes each): 1x4, 2x1, 2x2, 4x1, 8x1: allreduced daemons started
+#     here (each one "host" on loopback, as tests/integration/harness.py does), measured with
+#     `allreducectl bench --sockets ... --np P --check`;
+#   at each process count of those cases (2, 4, 8): Gloo (gloo_allreduce_bench --np N, TCP on
+#     loopback, best of its algorithm classes) and Open MPI TCP (btl tcp,self on lo); at 4 also
+#     Open MPI shared memory (btl vader,self).
+# Each case runs --repeat times; the report takes, per size, the median time of the repeats.
 # Prints every table, keeps them in a log directory, and writes bench/RESULTS.md (side-by-side
-# busbw, daemon/best-peer ratios, 4 B latency) with bench/make_results.py. A failing case is
-# recorded (its error verbatim) and the others still run. See bench/README.md.
+# busbw, daemon/best-peer ratios at the same process count, 4 B latency) with
+# bench/make_results.py. A failing case is recorded (its error verbatim) and the others still run.
+# See bench/README.md.
 #
-#   bench/run_peers.sh [--sizes 4:256M] [--warmup 3] [--iters 15] [--out FILE] [--logs DIR]
+#   bench/run_peers.sh [--sizes 4:256M] [--warmup 3] [--iters 15] [--repeat 1]
+#       [--cases daemon_2x1,gloo_2,...] [--out FILE] [--logs DIR]
 #
 # Binaries: $ARD_BIN_DIR (a Bazel bin directory) or the runfiles of `bazel run //bench:run_peers`
 # or <repo>/bazel-bin; each can be overridden with ARD_BIN_ALLREDUCED, ARD_BIN_ALLREDUCECTL,
-# ARD_BIN_GLOO_BENCH, ARD_BIN_MPI_BENCH. CASE_TIMEOUT_S bounds each case (default 420).
+# ARD_BIN_GLOO_BENCH, ARD_BIN_MPI_BENCH. CASE_TIMEOUT_S bounds each run of a case (default 420).
 set -u -o pipefail
 
 SIZES=4:256M
 WARMUP=3
 ITERS=15
-NP_TOTAL=4  # the process count of every case; the topologies below assume 4
+REPEAT=1
+# Every case, in run order: daemon_<hosts>x<per host>, gloo_<np>, mpi_tcp_<np>, mpi_vader_<np>.
+ALL_CASES=daemon_1x4,daemon_2x1,daemon_2x2,daemon_4x1,daemon_8x1,gloo_2,gloo_4,gloo_8,mpi_tcp_2,mpi_tcp_4,mpi_tcp_8,mpi_vader_4
+CASES=$ALL_CASES
 REPO=${BUILD_WORKSPACE_DIRECTORY:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=$REPO/bench/RESULTS.md
 LOGS=""
+usage() {
+  echo "usage: $0 [--sizes 4:256M] [--warmup 3] [--iters 15] [--repeat 1] [--cases LIST]" \
+       "[--out FILE] [--logs DIR]; cases: $ALL_CASES" >&2
+  exit 2
+}
 while [ $# -gt 0 ]; do
   case "$1" in
     --sizes) SIZES=$2; shift 2 ;;
     --warmup) WARMUP=$2; shift 2 ;;
     --iters) ITERS=$2; shift 2 ;;
+    --repeat) REPEAT=$2; shift 2 ;;
+    --cases) CASES=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --logs) LOGS=$2; shift 2 ;;
-    *) echo "usage: $0 [--sizes 4:256M] [--warmup 3] [--iters 15] [--out FILE] [--logs DIR]" >&2
-       exit 2 ;;
+    *) usage ;;
   esac
+done
+[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || usage
+for c in ${CASES//,/ }; do
+  [[ ",$ALL_CASES," == *",$c,"* ]] || { echo "run_peers: unknown case '$c'" >&2; usage; }
 done
 
 # Binaries: explicit variables, else the first directory that has all four.
@@ -96,7 +113,7 @@ except Exception:
     print(0)'
 }
 
-# Starts $1 daemons h0..h{n-1} (h0 coordinates) with logs in $LOGS/<case>.<host>.log; sets
+# Starts $1 daemons h0..h{n-1} (h0 coordinates) with logs in $LOGS/<run>.<host>.log; sets
 # SOCKETS to their comma-separated sockets. Returns 1 (message on stderr) if they do not come up.
 start_daemons() {
   local n=$1 case_name=$2 coordinator="" i
@@ -126,47 +143,62 @@ start_daemons() {
   return 1
 }
 
-# Runs one case: its table goes to the terminal and $LOGS/<case>.out, stderr to <case>.err,
-# its exit status to <case>.rc.
+# Runs one repeat of a case: its table goes to the terminal and $LOGS/<run>.out, stderr to
+# <run>.err, its exit status to <run>.rc (<run> = <case>.r<repeat>).
 run_case() {
-  local case_name=$1
+  local run=$1
   shift
   echo
-  echo "=== $case_name: $*"
+  echo "=== $run: $*"
   local start=$SECONDS
-  timeout -k 5 "${CASE_TIMEOUT_S:-420}" "$@" 2> >(tee "$LOGS/$case_name.err" >&2) \
-      | tee "$LOGS/$case_name.out"
+  timeout -k 5 "${CASE_TIMEOUT_S:-420}" "$@" 2> >(tee "$LOGS/$run.err" >&2) \
+      | tee "$LOGS/$run.out"
   local rc=$?
-  echo "$rc" >"$LOGS/$case_name.rc"
-  echo "=== $case_name: exit status $rc, $((SECONDS - start)) s"
+  echo "$rc" >"$LOGS/$run.rc"
+  echo "=== $run: exit status $rc, $((SECONDS - start)) s"
 }
 
-# One daemon topology: $1 hosts x $2 processes per host. A failed attempt is retried once (other
-# sessions on this machine have been seen to SIGTERM every allreduced mid-run); its files are kept
-# as <case>.try1.* and make_results.py reports them.
+# One repeat of a daemon topology: $1 hosts x $2 processes per host, repeat $3. A failed attempt
+# is retried once (other sessions on this machine have been seen to SIGTERM every allreduced
+# mid-run); its files are kept as <run>.try1.* and make_results.py reports them.
 run_daemon_case() {
-  local hosts=$1 per_host=$2 case_name=daemon_${1}x${2} attempt f
+  local hosts=$1 per_host=$2 run=daemon_${1}x${2}.r$3 attempt f
   for attempt in 1 2; do
-    if start_daemons "$hosts" "$case_name" 2>"$LOGS/$case_name.err"; then
-      run_case "$case_name" "$CTL" bench --sockets "$SOCKETS" --np "$per_host" --sizes "$SIZES" \
+    if start_daemons "$hosts" "$run" 2>"$LOGS/$run.err"; then
+      run_case "$run" "$CTL" bench --sockets "$SOCKETS" --np "$per_host" --sizes "$SIZES" \
           --warmup "$WARMUP" --iters "$ITERS" --check
     else
-      cat "$LOGS/$case_name.err" >&2
-      : >"$LOGS/$case_name.out"
-      echo 1 >"$LOGS/$case_name.rc"
+      cat "$LOGS/$run.err" >&2
+      : >"$LOGS/$run.out"
+      echo 1 >"$LOGS/$run.rc"
     fi
     stop_daemons
-    if [ "$(cat "$LOGS/$case_name.rc")" = 0 ] || [ "$attempt" = 2 ]; then
+    if [ "$(cat "$LOGS/$run.rc")" = 0 ] || [ "$attempt" = 2 ]; then
       return
     fi
-    for f in "$LOGS/$case_name".*; do mv "$f" "${f/$case_name./$case_name.try1.}"; done
-    echo "=== $case_name failed; retrying once (first attempt: $LOGS/$case_name.try1.*)"
+    for f in "$LOGS/$run".*; do mv "$f" "${f/$run./$run.try1.}"; done
+    echo "=== $run failed; retrying once (first attempt: $LOGS/$run.try1.*)"
   done
 }
 
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np "$NP_TOTAL")
-COMMON=(--sizes "$SIZES" --warmup "$WARMUP" --iters "$ITERS" --check)
-echo "# run_peers: $NP_TOTAL processes per case, sizes $SIZES, warmup $WARMUP, iters $ITERS;" \
+# One repeat ($2) of case $1.
+run_named_case() {
+  local c=$1 r=$2 np=${1##*_}
+  local common=(--sizes "$SIZES" --warmup "$WARMUP" --iters "$ITERS" --check)
+  local mpirun=(mpirun --allow-run-as-root --oversubscribe -np "$np")
+  case "$c" in
+    daemon_*x*)
+      local topology=${c#daemon_}
+      run_daemon_case "${topology%x*}" "${topology#*x}" "$r" ;;
+    gloo_*) run_case "$c.r$r" "$GLOO" --np "$np" "${common[@]}" ;;
+    mpi_tcp_*)
+      run_case "$c.r$r" "${mpirun[@]}" --mca btl tcp,self --mca btl_tcp_if_include lo "$MPI" \
+          "${common[@]}" ;;
+    mpi_vader_*) run_case "$c.r$r" "${mpirun[@]}" --mca btl vader,self "$MPI" "${common[@]}" ;;
+  esac
+}
+
+echo "# run_peers: cases $CASES; sizes $SIZES, warmup $WARMUP, iters $ITERS, repeat $REPEAT;" \
      "logs in $LOGS"
 # What is measured, recorded before the run (others may commit or rebuild meanwhile).
 SOURCE="commit $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -177,19 +209,18 @@ if [ -n "$(git -C "$REPO" --no-optional-locks status --porcelain -- daemon clien
 fi
 SOURCE="$SOURCE; allreduced binary built $(date -r "$ALLREDUCED" '+%F %T')"
 T0=$SECONDS
-run_daemon_case 1 4
-run_daemon_case 2 2
-run_daemon_case 4 1
-run_case gloo "$GLOO" --np "$NP_TOTAL" "${COMMON[@]}"
-run_case mpi_tcp "${MPIRUN[@]}" --mca btl tcp,self --mca btl_tcp_if_include lo "$MPI" \
-    "${COMMON[@]}"
-run_case mpi_vader "${MPIRUN[@]}" --mca btl vader,self "$MPI" "${COMMON[@]}"
+# Repeats interleave (every case once, then again), so that a burst of load on this shared
+# machine lands on one repeat of several cases rather than on every repeat of one.
+for r in $(seq 1 "$REPEAT"); do
+  for c in ${CASES//,/ }; do run_named_case "$c" "$r"; done
+done
 ELAPSED=$((SECONDS - T0))
 
 MAKE_RESULTS=$(dirname "$0")/make_results.py
 [ -f "$MAKE_RESULTS" ] || MAKE_RESULTS=$REPO/bench/make_results.py
-python3 "$MAKE_RESULTS" --logs "$LOGS" --out "$OUT" --sizes "$SIZES" \
-    --warmup "$WARMUP" --iters "$ITERS" --elapsed_s "$ELAPSED" --source "$SOURCE"
+python3 "$MAKE_RESULTS" --logs "$LOGS" --out "$OUT" --sizes "$SIZES" --cases "$CASES" \
+    --warmup "$WARMUP" --iters "$ITERS" --repeat "$REPEAT" --elapsed_s "$ELAPSED" \
+    --source "$SOURCE"
 echo
 cat "$OUT"
 echo "# run_peers: wrote $OUT in $ELAPSED s (logs in $LOGS)"

@@ -92,6 +92,7 @@ enum {
   ARD_MIN = 3,
   ARD_MAX = 4,
   ARD_PRODUCT = 5,
+  ARD_ADASUM = 6, /* allreduce of ARD_FLOAT16/32/64 host memory only (README "Adasum") */
 };
 
 /* How to connect. Fields left at their ard_options_init value come from the environment:
@@ -165,7 +166,8 @@ ARD_API void ard_client_topology(const ard_client* client, ard_topology* out);
 
 /* One collective on one tensor. Initialise with ard_request_init, then set what applies.
  *   collective   ARD_ALLREDUCE .. ARD_JOIN; dtype ARD_UINT8 .. ARD_BOOL;
- *   reduce_op    ARD_SUM .. ARD_PRODUCT (allreduce, reducescatter); root_rank: broadcast;
+ *   reduce_op    ARD_SUM .. ARD_ADASUM (allreduce; reducescatter: not ARD_ADASUM); root_rank:
+ *                broadcast;
  *   prescale/postscale  allreduce/reducescatter factors (1.0: none);
  *   name         non-empty, < 256 bytes, unique among this rank's requests in flight; the same
  *                name on every rank identifies the tensor;

@@ -56,7 +56,7 @@ static_assert(Same(ARD_UINT8, DataType::kUint8) && Same(ARD_INT8, DataType::kInt
               "ARD_* dtypes != wire::DataType");
 static_assert(Same(ARD_SUM, ReduceOp::kSum) && Same(ARD_AVERAGE, ReduceOp::kAverage) &&
                   Same(ARD_MIN, ReduceOp::kMin) && Same(ARD_MAX, ReduceOp::kMax) &&
-                  Same(ARD_PRODUCT, ReduceOp::kProduct),
+                  Same(ARD_PRODUCT, ReduceOp::kProduct) && Same(ARD_ADASUM, ReduceOp::kAdasum),
               "ARD_* reduce ops != wire::ReduceOp");
 
 int Report(const Status& status, char* err, size_t err_len) {

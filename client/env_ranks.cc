@@ -83,9 +83,18 @@ Status RanksFromEnv(const EnvLookup& env, RankInfo* out) {
 }
 
 Status ValidateRanks(const RankInfo& r) {
-  if (r.rank < -1 || r.local_rank < -1) return InvalidArgument("a rank must be >= 0 (or -1)");
-  if (r.size == 0 || r.size < -1 || r.local_size == 0 || r.local_size < -1) {
-    return InvalidArgument("a size must be >= 1 (or -1)");
+  // -1 is "unset" (ard_options' default: taken from the launcher's environment); say so.
+  struct Value {
+    const char* name;
+    int value;
+    int min;
+  };
+  for (const Value& v : {Value{"rank", r.rank, 0}, Value{"local_rank", r.local_rank, 0},
+                         Value{"size", r.size, 1}, Value{"local_size", r.local_size, 1}}) {
+    if (v.value < v.min && v.value != -1) {
+      return InvalidArgument(std::string(v.name) + " " + std::to_string(v.value) + " must be >= " +
+                             std::to_string(v.min) + " (or -1: unset, taken from the launcher)");
+    }
   }
   if (r.rank >= 0 && r.size > 0 && r.rank >= r.size) {
     return InvalidArgument("rank " + std::to_string(r.rank) + " is not below size " +

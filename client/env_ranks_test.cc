@@ -90,6 +90,18 @@ TEST_CASE("a malformed variable of the chosen family is an error naming it") {
              "ALLREDUCED");
 }
 
+TEST_CASE("ValidateRanks names the bad value and says what -1 means") {
+  RankInfo r;
+  CHECK(ValidateRanks(r).ok());  // all -1: unset
+  r.rank = -3;
+  CHECK(ValidateRanks(r).message() ==
+        "rank -3 must be >= 0 (or -1: unset, taken from the launcher)");
+  r.rank = 0;
+  r.local_size = 0;
+  CHECK(ValidateRanks(r).message() ==
+        "local_size 0 must be >= 1 (or -1: unset, taken from the launcher)");
+}
+
 TEST_CASE("ParseInt64 accepts only whole decimal integers in range") {
   int64_t v = 0;
   CHECK(ParseInt64("42", 0, 100, &v));

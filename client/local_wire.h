@@ -102,6 +102,7 @@ enum class ReduceOp : uint32_t {
   kMin = 3,
   kMax = 4,
   kProduct = 5,
+  kAdasum = 6,  // Horovod's Adasum: allreduce of float16/32/64 host tensors only
 };
 
 // Status codes in COMPLETE/ERROR/NOTIFY: the numbering of absl::StatusCode / grpc::StatusCode.

@@ -57,7 +57,7 @@ Status CheckShapeAndBytes(const ard_request& r, const std::string& what) {
 Status CheckOperation(const ard_request& r, const std::string& what) {
   if (Reduces(r.collective)) {
     if (r.reduce_op < static_cast<int>(wire::ReduceOp::kSum) ||
-        r.reduce_op > static_cast<int>(wire::ReduceOp::kProduct)) {
+        r.reduce_op > static_cast<int>(wire::ReduceOp::kAdasum)) {
       return InvalidArgument(what + ": unknown reduce op " + std::to_string(r.reduce_op));
     }
     if (!std::isfinite(r.prescale) || !std::isfinite(r.postscale)) {

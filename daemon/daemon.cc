@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +13,7 @@
 #include "daemon/cluster/cluster_agent.h"
 #include "daemon/cluster/coordinator.h"
 #include "daemon/common/logging.h"
+#include "daemon/common/make_dirs.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/common/version.h"
 #include "daemon/config/config_loader.h"
@@ -22,6 +25,9 @@
 #include "daemon/jobs/job_registry.h"
 #include "daemon/rpc/negotiation_service.h"
 #include "daemon/local/local_socket_server.h"
+#include "daemon/metrics/daemon_metrics.h"
+#include "daemon/metrics/metrics_server.h"
+#include "daemon/metrics/process_metrics.h"
 #include "daemon/rpc/cluster_service.h"
 #include "daemon/rpc/grpc_peer_client.h"
 #include "daemon/rpc/grpc_server.h"
@@ -33,6 +39,13 @@ namespace {
 std::string NewInstanceId() {
   absl::BitGen gen;
   return absl::StrFormat("%016x", absl::Uniform<uint64_t>(gen));
+}
+
+// `path` made absolute against the working directory, as launchers on other hosts need it.
+std::string AbsolutePath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  char cwd[4096];
+  return getcwd(cwd, sizeof(cwd)) != nullptr ? absl::StrCat(cwd, "/", path) : path;
 }
 
 // The address peers dial: the configured one, else the listen host with the bound port, with a
@@ -70,6 +83,7 @@ absl::Status Daemon::Start() {
   self_.set_instance_id(NewInstanceId());
   self_.set_start_time_unix_ms(absl::ToUnixMillis(absl::Now()));
   self_.set_pid(getpid());
+  self_.set_local_socket(AbsolutePath(config_.local_socket()));
   gpu::DescribeDevices(&self_);
   std::string gpu_unavailable;
   if (gpu_ != nullptr) {
@@ -81,6 +95,10 @@ absl::Status Daemon::Start() {
     gpu_unavailable = std::string(device.status().message());
   }
 
+  if (!config_.metrics_address().empty()) {
+    metrics_ = std::make_unique<metrics::DaemonMetrics>(
+        config_.host_name(), absl::Seconds(config_.metrics_job_retention_s()));
+  }
   loop_ = std::make_unique<EventLoop>("ard-control");
   jobs_ = std::make_unique<jobs::JobRegistry>(
       *loop_, jobs::JobOptions{
@@ -92,7 +110,8 @@ absl::Status Daemon::Start() {
                   static_cast<int>(config_.max_pending_tensors()), gpu_unavailable, gpu_,
                   config_.gpu_mode(), config_.gpu_fusion_buffer_bytes(),
                   absl::Milliseconds(config_.gpu_comm_init_timeout_ms()),
-                  config_.max_gpu_event_pool(), gpu::PhysicalIds(self_), gpu::PciBusIds(self_)});
+                  config_.max_gpu_event_pool(), gpu::PhysicalIds(self_), gpu::PciBusIds(self_),
+                  metrics_.get()});
   const cluster::LocalJobsSource local_jobs = [this] { return jobs_->Summaries(); };
 
   const absl::Duration heartbeat = absl::Milliseconds(config_.heartbeat_ms());
@@ -163,6 +182,7 @@ absl::Status Daemon::Start() {
                                                server_credentials));
     self_.set_address(AdvertiseAddress(config_, port_));
     ARD_RETURN_IF_ERROR(StartDataPlane());
+    ARD_RETURN_IF_ERROR(StartMetrics());
     return WritePortFile();
   }();
   started_ = true;
@@ -174,6 +194,7 @@ absl::Status Daemon::Start() {
   if (coordinator_ != nullptr) coordinator_->Start(self_);
   if (agent_ != nullptr) agent_->Start(self_);
 
+  loop_->Post([this, heartbeat] { HealthOnLoop(heartbeat); });
   const absl::Duration watchdog = notifier_.WatchdogInterval();
   if (watchdog > absl::ZeroDuration()) {
     loop_->Post([this, watchdog] { WatchdogOnLoop(watchdog); });
@@ -200,6 +221,12 @@ absl::Status Daemon::StartDataPlane() {
       .IgnoreError();
   dataplane::tcp::DataListenerOptions options;
   options.address = absl::StrCat(host, ":", config_.data_address().empty() ? 0 : port);
+  // Validated by the config loader.
+  options.algorithms.allreduce =
+      dataplane::tcp::ParseAllreduceAlgorithm(config_.cross_host_algorithm())
+          .value_or(dataplane::tcp::AllreduceAlgorithm::kAuto);
+  options.algorithms.ring_threshold_bytes = config_.cross_host_ring_threshold_bytes();
+  options.algorithms.chunk_bytes = config_.cross_host_chunk_bytes();
   data_listener_ = std::make_unique<dataplane::tcp::DataListener>(options);
   if (auto s = data_listener_->Start(); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("data plane: cannot listen on ", options.address,
@@ -237,6 +264,48 @@ void Daemon::IdentifyOnLoop(const std::string& address, const IdentifyRequest& r
   client->IdentifyAsync(request, std::move(done));
 }
 
+// The health service says SERVING while this daemon is a member: the coordinator once started, a
+// follower while joined and in contact. Polled (at the heartbeat) rather than pushed by the roles.
+void Daemon::HealthOnLoop(absl::Duration interval) {
+  server_->SetServing(coordinator_ != nullptr || (agent_ != nullptr && agent_->MemberOnLoop()));
+  loop_->PostAfter(interval, [this, interval] { HealthOnLoop(interval); });
+}
+
+absl::Status Daemon::StartMetrics() {
+  if (metrics_ == nullptr) return absl::OkStatus();
+  metrics::AddProcessMetrics(metrics_->registry());
+  metrics_->registry().AddCollector([this] { CollectMetrics(); });
+  metrics_server_ = std::make_unique<metrics::MetricsServer>(metrics_->registry());
+  ARD_ASSIGN_OR_RETURN(metrics_port_, metrics_server_->Start(config_.metrics_address()));
+  Logger("daemon")->info("metrics serving address={} port={}", config_.metrics_address(),
+                         metrics_port_);
+  return absl::OkStatus();
+}
+
+// Loop-owned state is read on the loop; a wedged loop costs a scrape 2 s and stale values, never
+// a hang (the endpoint stops before the loop does).
+void Daemon::CollectMetrics() {
+  auto done = std::make_shared<absl::Notification>();
+  loop_->Post([this, done] {
+    metrics_->SetLocalJobs(jobs_->Summaries());
+    metrics_->SetClientConnections(local_->session_count());
+    metrics_->SetJoined(coordinator_ != nullptr || (agent_ != nullptr && agent_->MemberOnLoop()));
+    done->Notify();
+  });
+  const std::shared_ptr<dataplane::tcp::DataTraffic>& traffic = data_listener_->traffic();
+  metrics_->SetDataPlaneBytes(traffic->sent_bytes.load(), traffic->received_bytes.load());
+  if (coordinator_ != nullptr) {
+    auto view_done = std::make_shared<absl::Notification>();
+    coordinator_->HandleGetClusterStatus(
+        {}, [this, view_done](absl::StatusOr<GetClusterStatusResponse> r) {
+          if (r.ok()) metrics_->SetCluster(r->view());
+          view_done->Notify();
+        });
+    view_done->WaitForNotificationWithTimeout(absl::Seconds(2));
+  }
+  done->WaitForNotificationWithTimeout(absl::Seconds(2));
+}
+
 // Pings from the control loop, so a wedged loop stops the pings and systemd restarts us.
 void Daemon::WatchdogOnLoop(absl::Duration interval) {
   notifier_.Watchdog();
@@ -244,20 +313,24 @@ void Daemon::WatchdogOnLoop(absl::Duration interval) {
 }
 
 absl::Status Daemon::WritePortFile() const {
-  if (config_.port_file().empty()) return absl::OkStatus();
-  // Write then rename, so a reader never sees a partial file.
-  const std::string temp = absl::StrCat(config_.port_file(), ".tmp.", getpid());
-  FILE* f = std::fopen(temp.c_str(), "w");
-  if (f == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write port_file ", config_.port_file()));
+  const std::string& path = config_.port_file();
+  if (path.empty()) return absl::OkStatus();
+  auto failed = [&path](const std::string& why) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot write port_file ", path, ": ", why));
+  };
+  // Its directory is created like the local socket's (mkdir -p, 0755).
+  if (absl::Status dir = MakeDirs(Dirname(path)); !dir.ok()) {
+    return failed(std::string(dir.message()));
   }
+  // Write then rename, so a reader never sees a partial file.
+  const std::string temp = absl::StrCat(path, ".tmp.", getpid());
+  FILE* f = std::fopen(temp.c_str(), "w");
+  if (f == nullptr) return failed(std::strerror(errno));
   std::fprintf(f, "%d\n", port_);
-  const bool ok = std::fclose(f) == 0 && std::rename(temp.c_str(), config_.port_file().c_str()) == 0;
-  if (!ok) {
+  if (std::fclose(f) != 0 || std::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
     std::remove(temp.c_str());
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write port_file ", config_.port_file()));
+    return failed(why);
   }
   return absl::OkStatus();
 }
@@ -291,6 +364,7 @@ void Daemon::Shutdown() {
 
 void Daemon::Teardown() {
   started_ = false;
+  if (metrics_server_ != nullptr) metrics_server_->Stop();  // scrapes read the components below
   if (data_listener_ != nullptr) data_listener_->Stop();
   if (server_ != nullptr) server_->Shutdown(absl::Milliseconds(500));
   if (loop_ != nullptr) loop_->Stop();  // drops pending tasks; nothing touches the roles after this
@@ -301,6 +375,7 @@ void Daemon::Teardown() {
   negotiation_client_.reset();  // waits for calls in flight (their posts are dropped)
   identify_clients_.clear();
   peer_.reset();
+  metrics_server_.reset();
   server_.reset();
   local_.reset();
   admin_service_.reset();
@@ -312,6 +387,7 @@ void Daemon::Teardown() {
   jobs_.reset();
   data_listener_.reset();
   loop_.reset();
+  metrics_.reset();
 }
 
 }  // namespace ard

@@ -3,10 +3,11 @@
 // reverse. Several Daemons can run in one process (tests do).
 //
 // Lifecycle: 1. construct with a validated config; 2. Start() opens the local socket, binds the
-// gRPC port, takes the coordinator or follower role, writes the port file and tells systemd
-// READY=1; on error nothing is left running; 3. Shutdown() (or the destructor) tells systemd
-// STOPPING=1, leaves the cluster, closes sockets and joins every thread. Start/Shutdown are
-// called from one thread.
+// gRPC port (with the health service: SERVING while this daemon is a cluster member), opens the
+// metrics endpoint when configured, takes the coordinator or follower role, writes the port file
+// and tells systemd READY=1; on error nothing is left running; 3. Shutdown() (or the destructor)
+// tells systemd STOPPING=1, leaves the cluster, closes sockets and joins every thread.
+// Start/Shutdown are called from one thread.
 #pragma once
 
 #include <functional>
@@ -46,6 +47,10 @@ class JobRegistry;
 namespace local {
 class LocalSocketServer;
 }  // namespace local
+namespace metrics {
+class DaemonMetrics;
+class MetricsServer;
+}  // namespace metrics
 namespace rpc {
 class AdminService;
 class ClusterService;
@@ -76,6 +81,7 @@ class Daemon {
 
   // Valid after a successful Start().
   int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }  // 0: metrics_address is empty
   const std::string& address() const { return self_.address(); }
   bool is_coordinator() const { return config_.coordinator().empty(); }
 
@@ -84,6 +90,9 @@ class Daemon {
   absl::Status StartDataPlane();
   absl::Status WritePortFile() const;
   void WatchdogOnLoop(absl::Duration interval);
+  void HealthOnLoop(absl::Duration interval);
+  absl::Status StartMetrics();
+  void CollectMetrics();  // the scrape's thread: copies loop-owned state into metrics_
   void IdentifyOnLoop(const std::string& address, const IdentifyRequest& request,
                       std::function<void(absl::StatusOr<IdentifyResponse>)> done);
 
@@ -91,10 +100,12 @@ class Daemon {
   std::function<void(const absl::Status&)> on_fatal_;
   HostInfo self_;
   int port_ = 0;
+  int metrics_port_ = 0;
   bool started_ = false;
   systemd::Notifier notifier_;
 
   // Declared in construction order; destroyed in reverse.
+  std::unique_ptr<metrics::DaemonMetrics> metrics_;  // null when metrics_address is empty
   std::unique_ptr<gpu::Device> gpu_device_;  // GPU path: the CUDA device, when opened here
   gpu::Device* gpu_ = nullptr;  // the device in use (injected or gpu_device_); null: none
   std::unique_ptr<EventLoop> loop_;
@@ -116,6 +127,7 @@ class Daemon {
   std::unique_ptr<cluster::PeerClient> negotiation_client_;
   std::unique_ptr<local::LocalSocketServer> local_;
   std::unique_ptr<rpc::GrpcServer> server_;
+  std::unique_ptr<metrics::MetricsServer> metrics_server_;
 };
 
 }  // namespace ard

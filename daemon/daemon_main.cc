@@ -11,6 +11,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/common/logging.h"
+#include "daemon/common/version.h"
 #include "daemon/config/config_loader.h"
 #include "daemon/config/config_reload.h"
 #include "daemon/daemon.h"
@@ -64,6 +65,10 @@ void ReloadConfig(const std::vector<std::string>& args, DaemonConfig* running) {
 
 int DaemonMain(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
+  if (std::find(args.begin(), args.end(), "--version") != args.end()) {
+    std::printf("allreduced %s\n", kVersion);
+    return 0;
+  }
   bool help = false;
   absl::StatusOr<DaemonConfig> config = config::LoadConfig(args, &help);
   if (help) {

@@ -9,12 +9,14 @@ APT_PACKAGES=(
   g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev catch2 libsystemd-dev
+  libcpp-httplib-dev   # the metrics endpoint's HTTP server
   libgloo-dev openmpi-bin libopenmpi-dev   # peers measured side by side in bench/
-  python3 python3-pytest python3-venv
+  python3 python3-pytest python3-venv python3-yaml   # python3-yaml: tests/deploy (k8s manifests)
   systemd
   iproute2 procps
   clang libclang-rt-14-dev   # hostile local clients: libFuzzer + ASan/UBSan (tests/fuzz/)
   openssl util-linux   # fault suite (issue 7): test certificates; unshare/nsenter for link cuts
+  openssh-client openssh-server   # the launcher's ssh path, tested against a private sshd
 )
 
 missing=()
@@ -33,13 +35,15 @@ if ((${#missing[@]})); then
 fi
 
 # The Python virtual environment in the repository (.venv): TensorFlow (CPU) for the plugin and
-# the Python tests. Re-created only when tools/requirements.txt changes.
+# the Python tests, and tf_keras without its dependencies (tools/requirements_nodeps.txt says
+# why). Re-installed only when either requirements file changes.
 venv=.venv
-want=$(sha256sum tools/requirements.txt | cut -d' ' -f1)
+want=$(cat tools/requirements.txt tools/requirements_nodeps.txt | sha256sum | cut -d' ' -f1)
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$want" ]; then
   echo "bootstrap: creating $venv (tensorflow-cpu and test packages from PyPI)" >&2
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --upgrade pip
   "$venv/bin/pip" install -q -r tools/requirements.txt
+  "$venv/bin/pip" install -q --no-deps -r tools/requirements_nodeps.txt
   echo "$want" >"$venv/.requirements.sha256"
 fi

@@ -46,7 +46,7 @@ done | sort -u |
 cp tests/gpu/*.py "$stage/ard/py/tests/gpu/"
 cp tests/integration/harness.py "$stage/ard/py/tests/integration/"
 mkdir -p "$stage/ard/py/tfplugin/python/allreduced"  # harness.py imports allreduced.launch
-cp tfplugin/python/allreduced/__init__.py tfplugin/python/allreduced/launch.py \
+cp -r tfplugin/python/allreduced/__init__.py tfplugin/python/allreduced/launch \
   "$stage/ard/py/tfplugin/python/allreduced/"
 cp tests/pytest_main.py "$stage/ard/py/tests/"
 {

@@ -80,6 +80,8 @@ double Combine(int dtype, int op, double a, double b) {
         return std::min(x, y);
       case ReduceOp::kMax:
         return std::max(x, y);
+      case ReduceOp::kAdasum:
+        break;  // not a --reduce choice
     }
     return x;
   };
@@ -133,6 +135,8 @@ int Value(const BenchPatternSpec& s, int r, uint64_t i) {
       return static_cast<int>((5 * r + i) % 9);
     case ReduceOp::kProduct:
       return (i % s.ranks == static_cast<uint64_t>(r) ? 2 : 1) * (r == 0 ? 1 + i % 7 : 1);
+    case ReduceOp::kAdasum:
+      break;  // not a --reduce choice
   }
   return 0;
 }
@@ -149,6 +153,8 @@ uint64_t Period(const BenchPatternSpec& s) {
       return 9;
     case ReduceOp::kProduct:
       return std::lcm<uint64_t>(s.ranks, 7);
+    case ReduceOp::kAdasum:
+      break;  // not a --reduce choice
   }
   return 1;
 }

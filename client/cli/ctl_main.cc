@@ -1,13 +1,21 @@
 #include "client/cli/ctl_main.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/cli/bench_main.h"
+#include "client/cli/run_main.h"
+#include "client/cli/jobs_format.h"
 #include "client/cli/status_format.h"
+#include "daemon/common/version.h"
 #include "daemon/rpc/tls.h"
 #include "grpcpp/create_channel.h"
 #include "proto/admin.grpc.pb.h"
@@ -16,31 +24,45 @@ namespace ard::cli {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: allreducectl [--daemon HOST:PORT] [--timeout_ms N] <command> [options]\n"
+    "usage: allreducectl [--daemon HOST:PORT] [--timeout_ms N] [TLS options] <command> [options]\n"
+    "       allreducectl --version | --help\n"
     "\n"
     "commands:\n"
     "  status [--json]   hosts of the cluster (state, incarnation, GPUs, versions) and jobs\n"
+    "  status --watch [--interval S] [--count N]\n"
+    "                    the status table again every S seconds (default 2; --count: N times)\n"
+    "  jobs [--json]     running jobs and recently ended or failed ones: duration, throughput,\n"
+    "                    and why a failed job failed\n"
     "  bench --sockets PATH[,PATH...] [options]\n"
     "                    nccl-tests-style collective benchmark through the client library and\n"
     "                    the daemons' local sockets; takes its own options (bench --help)\n"
+    "  run -np N [-H HOST:SLOTS,...] [options] COMMAND...\n"
+    "                    horovodrun-style launch: runs the Python launcher allreduced.launch\n"
+    "                    ($ALLREDUCED_PYTHON, default python3); run --help lists its options\n"
     "\n"
     "--daemon defaults to $ALLREDUCED_DAEMON, else 127.0.0.1:7070. Any daemon of the cluster\n"
     "answers; a non-coordinator forwards to the coordinator.\n"
-    "status exits 0 ok, 1 daemon unreachable, 2 usage, 3 the daemon (a follower) answered but\n"
-    "cannot reach the coordinator: its local view is shown instead of the cluster's.\n"
+    "Exit status: 0 ok, 1 daemon unreachable, 2 usage; status only: 3 the cluster answered and\n"
+    "some host is DOWN, 4 the daemon (a follower) answered but cannot reach the coordinator: its\n"
+    "local view is shown instead of the cluster's.\n"
     "--tls_cert FILE --tls_key FILE --tls_ca FILE: mutual TLS, for daemons configured with\n"
     "tls_cert_file/tls_key_file/tls_ca_file (PEM; all three or none).\n";
 
-// The daemon answered without a cluster view (a follower cut off from its coordinator).
-constexpr int kExitNoClusterView = 3;
+// `status`: the cluster answered and at least one host is DOWN.
+constexpr int kExitHostDown = 3;
+// `status`: the daemon answered without a cluster view (a follower cut off from its coordinator).
+constexpr int kExitNoClusterView = 4;
 
 struct Options {
   std::string daemon;
   int timeout_ms = 5000;
   std::string command;
   bool json = false;
+  bool watch = false;
+  double interval_s = 2;
+  int count = 0;  // --watch: refreshes before exiting; 0: until interrupted
   rpc::TlsFiles tls;
-  std::vector<std::string> rest;  // bench, bench-worker: the arguments after the command
+  std::vector<std::string> rest;  // bench, bench-worker, run: the arguments after the command
 };
 
 int Usage(const std::string& error) {
@@ -70,6 +92,9 @@ int Parse(const std::vector<std::string>& args, Options* o) {
     if (a == "-h" || a == "--help" || a == "help") {
       std::fputs(kUsage, stdout);
       return 0;
+    } else if (a == "--version") {
+      std::printf("allreducectl %s\n", kVersion);
+      return 0;
     } else if (value("--daemon", &o->daemon)) {
     } else if (value("--tls_cert", &o->tls.cert_file)) {
     } else if (value("--tls_key", &o->tls.key_file)) {
@@ -78,13 +103,23 @@ int Parse(const std::vector<std::string>& args, Options* o) {
       if (!absl::SimpleAtoi(v, &o->timeout_ms) || o->timeout_ms <= 0) {
         return Usage("--timeout_ms needs a positive integer");
       }
-    } else if (a == "--json" && o->command == "status") {
+    } else if (a == "--json" && (o->command == "status" || o->command == "jobs")) {
       o->json = true;
+    } else if (a == "--watch" && o->command == "status") {
+      o->watch = true;
+    } else if (o->command == "status" && value("--interval", &v)) {
+      if (!absl::SimpleAtod(v, &o->interval_s) || !(o->interval_s >= 0.1)) {
+        return Usage("--interval needs a number of seconds >= 0.1");
+      }
+    } else if (o->command == "status" && value("--count", &v)) {
+      if (!absl::SimpleAtoi(v, &o->count) || o->count <= 0) {
+        return Usage("--count needs a positive integer");
+      }
     } else if (a.rfind("-", 0) == 0) {
       return Usage("unknown option " + a);
     } else if (o->command.empty()) {
       o->command = a;
-      if (a == "bench" || a == "bench-worker" || a == "bench-nccl") {
+      if (a == "bench" || a == "bench-worker" || a == "bench-nccl" || a == "run") {
         o->rest.assign(args.begin() + i + 1, args.end());
         return -1;
       }
@@ -93,30 +128,39 @@ int Parse(const std::vector<std::string>& args, Options* o) {
     }
   }
   if (o->command.empty()) return Usage("no command given");
-  if (o->command != "status") return Usage("unknown command '" + o->command + "'");
+  if (o->command != "status" && o->command != "jobs") {
+    return Usage("unknown command '" + o->command + "'");
+  }
+  if (o->watch && o->json) return Usage("--watch shows the table; it takes no --json");
   return -1;
 }
 
-int RunStatus(const Options& o) {
+// Asks the daemon for the cluster status; prints why and returns false when it cannot.
+bool FetchStatus(const Options& o, GetClusterStatusResponse* response) {
   auto credentials = rpc::MakeChannelCredentials(o.tls);
   if (!credentials.ok()) {
     std::fprintf(stderr, "allreducectl: %s\n", std::string(credentials.status().message()).c_str());
-    return 2;
+    return false;
   }
-  auto channel = grpc::CreateChannel(o.daemon, *credentials);
-  auto stub = ard::Admin::NewStub(channel);
+  auto stub = ard::Admin::NewStub(grpc::CreateChannel(o.daemon, *credentials));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o.timeout_ms));
-  GetClusterStatusResponse response;
-  grpc::Status status = stub->GetClusterStatus(&context, GetClusterStatusRequest(), &response);
+  grpc::Status status = stub->GetClusterStatus(&context, GetClusterStatusRequest(), response);
   if (!status.ok()) {
     std::string why = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                               status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
                           ? "cannot reach daemon at " + o.daemon
                           : "daemon at " + o.daemon + " failed the request";
     std::fprintf(stderr, "allreducectl: %s: %s\n", why.c_str(), status.error_message().c_str());
-    return 1;
+    return false;
   }
+  return true;
+}
+
+// One status report; returns the exit status (see kUsage).
+int StatusOnce(const Options& o) {
+  GetClusterStatusResponse response;
+  if (!FetchStatus(o, &response)) return 1;
   if (o.json) {
     absl::StatusOr<std::string> json = FormatStatusJson(response);
     if (!json.ok()) {
@@ -127,12 +171,60 @@ int RunStatus(const Options& o) {
   } else {
     std::fputs(FormatStatusTable(response).c_str(), stdout);
   }
+  std::fflush(stdout);
   if (!response.cluster_view_error().empty()) {
     // The daemon answered, but only with its own view: say so, distinctly from "unreachable".
     std::fprintf(stderr, "allreducectl: cluster view unavailable (%s's local view shown): %s\n",
                  response.answered_by().c_str(), response.cluster_view_error().c_str());
     return kExitNoClusterView;
   }
+  std::vector<std::string> down;
+  for (const Host& h : response.view().hosts()) {
+    if (h.state() == DOWN) down.push_back(h.name());
+  }
+  if (!down.empty()) {
+    std::fprintf(stderr, "allreducectl: %zu host(s) DOWN: %s\n", down.size(),
+                 absl::StrJoin(down, ", ").c_str());
+    return kExitHostDown;
+  }
+  return 0;
+}
+
+// `status --watch`: the table every interval (the screen cleared first on a terminal) until
+// interrupted or --count reports; exits with the last report's status.
+int StatusWatch(const Options& o) {
+  const bool tty = isatty(STDOUT_FILENO) == 1;
+  int rc = 0;
+  for (int n = 1;; ++n) {
+    if (tty) std::fputs("\033[H\033[2J", stdout);
+    const std::string now = absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone());
+    std::printf("Every %.1fs: allreducectl status (%s)    %s\n\n", o.interval_s, o.daemon.c_str(),
+                now.c_str());
+    std::fflush(stdout);
+    rc = StatusOnce(o);
+    if (o.count > 0 && n >= o.count) return rc;
+    absl::SleepFor(absl::Seconds(o.interval_s));
+  }
+}
+
+int RunJobs(const Options& o) {
+  GetClusterStatusResponse response;
+  if (!FetchStatus(o, &response)) return 1;
+  if (!response.cluster_view_error().empty()) {
+    std::fprintf(stderr, "allreducectl: cluster view unavailable (asked %s): %s\n",
+                 response.answered_by().c_str(), response.cluster_view_error().c_str());
+    return kExitNoClusterView;
+  }
+  if (!o.json) {
+    std::fputs(FormatJobsTable(response.view()).c_str(), stdout);
+    return 0;
+  }
+  absl::StatusOr<std::string> json = FormatJobsJson(response.view());
+  if (!json.ok()) {
+    std::fprintf(stderr, "allreducectl: %s\n", std::string(json.status().message()).c_str());
+    return 1;
+  }
+  std::printf("%s\n", json->c_str());
   return 0;
 }
 
@@ -145,7 +237,9 @@ int CtlMain(int argc, char** argv) {
   if (options.command == "bench") return BenchMain(options.rest);
   if (options.command == "bench-worker") return BenchWorkerMain(options.rest);
   if (options.command == "bench-nccl") return BenchNcclMain(options.rest);
-  return RunStatus(options);
+  if (options.command == "run") return RunMain(options.daemon, options.tls, options.rest);
+  if (options.command == "jobs") return RunJobs(options);
+  return options.watch ? StatusWatch(options) : StatusOnce(options);
 }
 
 }  // namespace ard::cli

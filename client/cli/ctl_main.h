@@ -4,6 +4,7 @@
 // 2 usage error, 3 the daemon answered without a cluster view (a follower that cannot reach the
 // coordinator: its local view is printed, and one line on stderr says why). `allreducectl bench ...` (and the hidden `bench-worker` it re-executes) run the
 // client-library benchmark instead (bench_main.h); they speak to the daemons' local sockets.
+// `allreducectl run ...` hands over to the Python launcher (run_main.h).
 #pragma once
 
 namespace ard::cli {

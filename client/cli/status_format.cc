@@ -14,8 +14,9 @@ namespace {
 
 using Row = std::vector<std::string>;
 
-// Left-aligned columns separated by two spaces.
-std::string RenderTable(const std::vector<Row>& rows) {
+}  // namespace
+
+std::string RenderTable(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width;
   for (const Row& row : rows) {
     width.resize(std::max(width.size(), row.size()));
@@ -32,6 +33,8 @@ std::string RenderTable(const std::vector<Row>& rows) {
   }
   return out;
 }
+
+namespace {
 
 std::string GpuSummary(const Host& host) {
   if (host.gpus_size() == 0) return "0";

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/admin.pb.h"
@@ -16,6 +17,9 @@ absl::StatusOr<std::string> FormatStatusJson(const GetClusterStatusResponse& sta
 
 // "3d4h", "2h5m", "4m10s", "12.3s": compact durations for table cells.
 std::string FormatDuration(double seconds);
+
+// Left-aligned columns separated by two spaces; the first row is the header.
+std::string RenderTable(const std::vector<std::vector<std::string>>& rows);
 
 // "512 B", "1.5 MiB", "3.0 GiB".
 std::string FormatBytes(uint64_t bytes);

@@ -50,6 +50,9 @@ class ClusterAgent : public ClusterHandler, public AdminHandler {
   // the call failed (any thread).
   void LeaveAsync(std::function<void()> done);
 
+  // Loop thread: joined and in contact with the coordinator (the health service's SERVING).
+  bool MemberOnLoop() const { return state_ == State::kJoined && !cut_off_reported_; }
+
   void HandleJoin(const JoinRequest& request, Done<JoinResponse> done) override;
   void HandleHeartbeat(const HeartbeatRequest& request, Done<HeartbeatResponse> done) override;
   void HandleLeave(const LeaveRequest& request, Done<LeaveResponse> done) override;

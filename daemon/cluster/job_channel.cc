@@ -1,6 +1,7 @@
 #include "daemon/cluster/job_channel.h"
 
 #include "absl/strings/str_cat.h"
+#include "daemon/metrics/daemon_metrics.h"
 #include "daemon/negotiation/meta_convert.h"
 
 namespace ard::cluster {
@@ -122,6 +123,9 @@ void JobChannel::Flush() {
   NegotiateRequest request = NewRequest();
   for (auto& t : outgoing_) *request.add_ready() = std::move(t);
   for (uint32_t id : outgoing_ids_) request.add_cached_ids(id);
+  if (options_.metrics != nullptr) {
+    options_.metrics->OnNegotiationCycle(layout_.job(), outgoing_ids_.size(), outgoing_.size());
+  }
   outgoing_.clear();
   outgoing_ids_.clear();
   coordinator_.NegotiateAsync(request, [this, alive = std::weak_ptr<bool>(alive_)](

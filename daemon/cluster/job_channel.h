@@ -26,6 +26,10 @@
 #include "daemon/negotiation/tensor_request.h"
 #include "proto/negotiation.pb.h"
 
+namespace ard::metrics {
+class DaemonMetrics;
+}  // namespace ard::metrics
+
 namespace ard::cluster {
 
 // This host's ranks of a job, as the coordinator needs them to form it.
@@ -75,6 +79,7 @@ class JobChannel {
     absl::Duration form_timeout = absl::Seconds(60);
     absl::Duration rpc_timeout = absl::Seconds(2);
     absl::Duration cycle_time = absl::ZeroDuration();  // coalescing delay for host-ready tensors
+    metrics::DaemonMetrics* metrics = nullptr;         // Not owned; null: metrics off
   };
   JobChannel(EventLoop& loop, PeerClient& coordinator, Options options);
   ~JobChannel();

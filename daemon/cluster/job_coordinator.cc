@@ -4,6 +4,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
 
@@ -130,7 +131,7 @@ void JobCoordinator::OnWatchEnded(const WatchJobRequest& request,
   }
   Logger("negotiation")
       ->debug("watch stream ended id={} host={}; waiting {} for its left", request.job_id(),
-              request.host(), absl::FormatDuration(options_.watch_end_grace));
+              request.host(), FormatDurationShort(options_.watch_end_grace));
   // `sink` is held until then, so it cannot be confused with a later stream at its address.
   loop_.PostAfter(options_.watch_end_grace, [this, request, sink = std::move(sink)] {
     if (stopping_) return;

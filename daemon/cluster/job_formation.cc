@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
 #include "daemon/negotiation/rank_assignment.h"
 
@@ -173,12 +174,12 @@ void JobFormation::FormTimeout(const std::string& name, uint64_t token) {
   const absl::Status status =
       f->elastic_min_np > 0
           ? absl::DeadlineExceededError(absl::StrCat(
-                "elastic job ", name, " did not form within ", absl::FormatDuration(f->timeout),
+                "elastic job ", name, " did not form within ", FormatDurationShort(f->timeout),
                 ": ", total, " rank(s) registered, fewer than min_np ", f->elastic_min_np,
                 ", on hosts ", absl::StrJoin(who, ", ")))
           : absl::DeadlineExceededError(absl::StrCat(
-                "job ", name, " did not form within ", absl::FormatDuration(f->timeout), ": ",
-                total, " of ", f->size, " ranks registered, on hosts ", absl::StrJoin(who, ", ")));
+                "job ", name, " did not form within ", FormatDurationShort(f->timeout), ": ", total,
+                " of ", f->size, " ranks registered, on hosts ", absl::StrJoin(who, ", ")));
   for (auto& [host, reg] : f->hosts) reg.second(status);
 }
 

@@ -4,6 +4,7 @@ namespace ard::cluster {
 
 void JobHistory::Add(JobSummary summary, absl::Time ended) {
   if (capacity_ == 0) return;
+  summary.set_duration_s(summary.age_s());
   ended_.push_back({std::move(summary), ended});
   while (ended_.size() > capacity_ ||
          (!ended_.empty() && ended - ended_.front().ended > max_age_)) {

@@ -1,7 +1,7 @@
-// The coordinator's memory of cross-host jobs that ended, so `allreducectl status` shows a job
-// that failed (state "failed", with the reason) at once and for a while after, rather than
-// dropping it or showing the last "running" report of a host that died. Bounded: the last
-// `capacity` jobs, none older than `max_age`.
+// The coordinator's memory of cross-host jobs that ended, so `allreducectl status` and `jobs` show
+// a job that failed (state "failed", with the reason) at once and for a while after, rather than
+// dropping it or showing the last "running" report of a host that died; with its duration
+// (duration_s). Bounded: the last `capacity` jobs, none older than `max_age`.
 // Thread: the control loop only (owned by the JobCoordinator).
 #pragma once
 

@@ -26,7 +26,8 @@ TEST_CASE("the last `capacity` ended jobs are kept, oldest first") {
   REQUIRE(jobs.size() == 2);
   CHECK(jobs[0].job_id() == 2);
   CHECK(jobs[1].job_id() == 3);
-  CHECK(jobs[1].age_s() == 12);  // 10 s old when it ended, 2 s ago
+  CHECK(jobs[1].age_s() == 12);       // 10 s old when it ended, 2 s ago
+  CHECK(jobs[1].duration_s() == 10);  // what it lasted, whatever its age
   CHECK(history.Find(1) == nullptr);
   REQUIRE(history.Find(3) != nullptr);
   CHECK(history.Find(3)->state() == "failed");

@@ -136,6 +136,14 @@ TEST_CASE("Leave marks DOWN at once; a stale Leave is ignored") {
   CHECK(b.down_reason() == "left the cluster");
 }
 
+TEST_CASE("the view carries each host's local socket, for launchers") {
+  MembershipTable t(Info("coord", "c1"), kTimeout, kT0);
+  HostInfo b = Info("b", "b1");
+  b.set_local_socket("/run/b/allreduced.sock");
+  REQUIRE(t.Join(b, kT0).ok());
+  CHECK(Find(t.View(kT0), "b").local_socket() == "/run/b/allreduced.sock");
+}
+
 TEST_CASE("view is sorted by name") {
   MembershipTable t(Info("m", "c1"), kTimeout, kT0);
   REQUIRE(t.Join(Info("z", "z1"), kT0).ok());

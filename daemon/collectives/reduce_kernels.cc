@@ -264,6 +264,8 @@ ReduceFn ReduceFnFor(DataType dtype, ReduceOp op, KernelIsa isa) {
       return ReduceFnFor<MaxOp>(dtype, isa);
     case ReduceOp::kProduct:
       return ReduceFnFor<ProductOp>(dtype, isa);
+    case ReduceOp::kAdasum:
+      return nullptr;  // not element-wise: adasum.h
   }
   return nullptr;
 }
@@ -294,6 +296,8 @@ T IdentityOf(ReduceOp op) {
       return Limits::has_infinity ? Limits::infinity() : Limits::max();
     case ReduceOp::kMax:
       return Limits::has_infinity ? -Limits::infinity() : Limits::lowest();
+    case ReduceOp::kAdasum:
+      break;  // not element-wise: adasum.h
   }
   ARD_CHECK(false && "unknown ReduceOp");
   return T(0);

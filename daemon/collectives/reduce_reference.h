@@ -108,6 +108,8 @@ T Apply(ReduceOp op, T a, T b) {
         return std::min(a, b);
       case ReduceOp::kMax:
         return std::max(a, b);
+      case ReduceOp::kAdasum:
+        break;  // not element-wise: adasum_reference.h
     }
   } else {
     T r = 0;
@@ -125,6 +127,8 @@ T Apply(ReduceOp op, T a, T b) {
       case ReduceOp::kMax:
         r = (std::isnan(a) || std::isnan(b)) ? NAN : (a < b ? b : a);
         break;
+      case ReduceOp::kAdasum:
+        break;  // not element-wise: adasum_reference.h
     }
     return std::isnan(r) ? std::numeric_limits<T>::quiet_NaN() : r;
   }

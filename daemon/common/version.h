@@ -1,4 +1,5 @@
-// The allreduced version reported to peers and the CLI.
+// The allreduced version: reported to peers, printed by `allreduced --version` and
+// `allreducectl --version` (the one source of both).
 #pragma once
 
 namespace ard {

@@ -16,6 +16,8 @@
 #include "daemon/common/host_name.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/common/version.h"
+#include "daemon/config/flag_docs.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/descriptor.pb.h"
 #include "google/protobuf/dynamic_message.h"
@@ -65,8 +67,12 @@ absl::Status ParseFile(const std::string& path, DaemonConfig* config) {
   if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat("config file ", path, " is a directory"));
   }
+  errno = 0;
   std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
+  if (!in) {
+    const std::string why = errno != 0 ? std::strerror(errno) : "cannot open";
+    return absl::NotFoundError(absl::StrCat("cannot read config file ", path, ": ", why));
+  }
   std::stringstream text;
   text << in.rdbuf();
   if (in.bad()) {
@@ -150,6 +156,9 @@ DaemonConfig Defaults() {
   c.set_fusion_threshold_bytes(128ull << 20);
   c.set_cache_capacity(1024);
   c.set_cycle_time_ms(0);
+  c.set_cross_host_algorithm("auto");
+  c.set_cross_host_ring_threshold_bytes(64 << 10);
+  c.set_cross_host_chunk_bytes(4 << 20);
   c.set_max_clients(4096);
   c.set_max_jobs(1024);
   c.set_max_pending_tensors(65536);
@@ -160,6 +169,7 @@ DaemonConfig Defaults() {
   c.set_gpu_fusion_buffer_bytes(64ull << 20);
   c.set_gpu_comm_init_timeout_ms(60000);
   c.set_max_gpu_event_pool(1024);
+  c.set_metrics_job_retention_s(3600);
   return c;
 }
 
@@ -273,6 +283,11 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
       return field_error("data_address", s);
     }
   }
+  if (!c->metrics_address().empty()) {
+    if (auto s = SplitHostPort(c->metrics_address(), &host, &port); !s.ok()) {
+      return field_error("metrics_address", s);
+    }
+  }
   if (c->local_socket().empty() || c->local_socket().size() > kMaxUnixPath) {
     return absl::InvalidArgumentError(absl::StrCat(
         "local_socket: path must be 1-", kMaxUnixPath, " bytes, got ", c->local_socket().size()));
@@ -282,6 +297,16 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
   if (c->gpu_mode() != "auto" && c->gpu_mode() != "nccl" && c->gpu_mode() != "hierarchical") {
     return absl::InvalidArgumentError(absl::StrCat(
         "gpu_mode: '", c->gpu_mode(), "' is not one of auto, nccl, hierarchical"));
+  }
+  if (c->cross_host_algorithm().empty()) c->set_cross_host_algorithm("auto");
+  if (c->cross_host_algorithm() != "auto" && c->cross_host_algorithm() != "ring" &&
+      c->cross_host_algorithm() != "recursive_doubling") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cross_host_algorithm: '", c->cross_host_algorithm(),
+                     "' is not one of auto, ring, recursive_doubling"));
+  }
+  if (c->cross_host_chunk_bytes() == 0) {
+    return absl::InvalidArgumentError("cross_host_chunk_bytes must be > 0");
   }
   if (c->host_timeout_ms() < 2 * c->heartbeat_ms()) {
     return absl::InvalidArgumentError(
@@ -340,16 +365,26 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
 
 std::string Usage() {
   const DaemonConfig defaults = Defaults();
-  std::string out =
-      "usage: allreduced [--config=FILE] [--<field>=<value> ...]\n\n"
-      "The config file is protobuf text format (proto/config.proto); flags override it.\n\n"
-      "flags:\n  --config=FILE\n";
+  std::string out = absl::StrCat(
+      "usage: allreduced [--config=FILE] [--<field>=<value> ...]\n"
+      "       allreduced --version | --help\n\n"
+      "allreduced ",
+      kVersion,
+      ": the per-host all-reduce daemon. The config file is protobuf text format\n"
+      "(proto/config.proto, where each field is documented in full); flags override it.\n\n"
+      "flags:\n"
+      "  --config=FILE\n      The config file (default: none; built-in defaults and flags only)\n");
   const auto* desc = DaemonConfig::descriptor();
   for (int i = 0; i < desc->field_count(); ++i) {
     const FieldDescriptor* f = desc->field(i);
     std::string def;
     google::protobuf::TextFormat::PrintFieldValueToString(defaults, f, -1, &def);
-    absl::StrAppend(&out, "  --", f->name(), "=", f->type_name(), "  (default ", def, ")\n");
+    const char* doc = "";
+    for (const FlagDoc& d : kFlagDocs) {
+      if (f->name() == d.name) doc = d.text;
+    }
+    absl::StrAppend(&out, "  --", f->name(), "=", f->type_name(), "  (default ", def, ")\n      ",
+                    doc, "\n");
   }
   return out;
 }

@@ -31,6 +31,18 @@ TEST_CASE("defaults are valid and fill the host name") {
   CHECK(!c->host_name().empty());
   CHECK(c->gpu_mode() == "auto");
   CHECK(c->gpu_fusion_buffer_bytes() == 64ull << 20);
+  CHECK(c->cross_host_algorithm() == "auto");
+  CHECK(c->cross_host_ring_threshold_bytes() == 64 << 10);
+  CHECK(c->cross_host_chunk_bytes() == 4 << 20);
+}
+
+TEST_CASE("cross-host algorithm flags set the data plane's selection") {
+  auto c = Load({"--cross_host_algorithm=recursive_doubling",
+                 "--cross_host_ring_threshold_bytes=1024", "--cross_host_chunk_bytes=65536"});
+  REQUIRE(c.ok());
+  CHECK(c->cross_host_algorithm() == "recursive_doubling");
+  CHECK(c->cross_host_ring_threshold_bytes() == 1024);
+  CHECK(c->cross_host_chunk_bytes() == 65536);
 }
 
 TEST_CASE("file overrides defaults and flags override the file") {
@@ -55,6 +67,26 @@ TEST_CASE("every field is a flag") {
   }
 }
 
+TEST_CASE("--help describes every flag in one line from proto/config.proto") {
+  const std::string usage = Usage();
+  const auto* desc = DaemonConfig::descriptor();
+  for (int i = 0; i < desc->field_count(); ++i) {
+    const std::string flag = "  --" + desc->field(i)->name() + "=";
+    INFO(flag);
+    const size_t at = usage.find(flag);
+    REQUIRE(at != std::string::npos);
+    // The flag's line, then its description: one indented, non-empty line.
+    const size_t line_end = usage.find('\n', at);
+    const size_t doc_end = usage.find('\n', line_end + 1);
+    const std::string doc = usage.substr(line_end + 1, doc_end - line_end - 1);
+    CHECK(doc.rfind("      ", 0) == 0);
+    CHECK(doc.size() > 12);
+    CHECK(doc.size() <= 6 + 200);
+  }
+  CHECK(usage.find("HOST:PORT of the coordinator daemon") != std::string::npos);
+  CHECK(usage.find("--version") != std::string::npos);
+}
+
 TEST_CASE("Horovod's environment knobs set defaults that the file and flags override") {
   setenv("HOROVOD_FUSION_THRESHOLD", "1048576", 1);
   setenv("HOROVOD_CYCLE_TIME", "2.5", 1);
@@ -72,6 +104,17 @@ TEST_CASE("Horovod's environment knobs set defaults that the file and flags over
   unsetenv("HOROVOD_FUSION_THRESHOLD");
   REQUIRE(!bad.ok());
   CHECK(std::string(bad.status().message()).find("HOROVOD_FUSION_THRESHOLD") != std::string::npos);
+}
+
+TEST_CASE("metrics are off by default; metrics_address must be HOST:PORT") {
+  auto c = Load({});
+  REQUIRE(c.ok());
+  CHECK(c->metrics_address().empty());
+  CHECK(c->metrics_job_retention_s() == 3600);
+  CHECK(Load({"--metrics_address=127.0.0.1:9470"}).ok());
+  auto bad = Load({"--metrics_address=nonsense"});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.status().message()).find("metrics_address") != std::string::npos);
 }
 
 TEST_CASE("--help is reported, not an error") {
@@ -98,7 +141,8 @@ TEST_CASE("bad input gives one clear error") {
       {{"--bogus=1"}, "unknown flag --bogus"},
       {{"--bogus"}, "unknown flag --bogus"},
       {{"stray"}, "unexpected argument 'stray'"},
-      {{"--config=/nonexistent/x.conf"}, "cannot read config file /nonexistent/x.conf"},
+      {{"--config=/nonexistent/x.conf"},
+       "cannot read config file /nonexistent/x.conf: No such file or directory"},
       {{"--config=" + malformed}, "bad.conf:2:"},
       {{"--config=" + wrong_type}, "bad2.conf:1:"},
       {{"--config=" + twice}, "twice.conf:3:"},
@@ -123,6 +167,9 @@ TEST_CASE("bad input gives one clear error") {
       {{"--peer_policy=everyone"}, "peer_policy 'everyone' must be same_user, group or any"},
       {{"--max_client_outbox_bytes=1000"}, "max_client_outbox_bytes must be >= 64 KiB"},
       {{"--gpu_mode=fast"}, "gpu_mode: 'fast' is not one of auto, nccl, hierarchical"},
+      {{"--cross_host_algorithm=tree"},
+       "cross_host_algorithm: 'tree' is not one of auto, ring, recursive_doubling"},
+      {{"--cross_host_chunk_bytes=0"}, "cross_host_chunk_bytes must be > 0"},
   };
   for (const Case& c : cases) {
     INFO("args: " << c.args[0]);

@@ -3,8 +3,10 @@
 #include <pthread.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "daemon/common/logging.h"
 #include "daemon/local/frame_codec.h"
+#include "daemon/metrics/daemon_metrics.h"
 
 namespace ard::dataplane {
 
@@ -161,8 +163,10 @@ void Executor::Execute(const Response& response) {
   // Compute every tensor first (a group is atomic: one failure fails the group), then complete.
   std::vector<std::vector<RankResult>> results;
   uint64_t bytes = 0;
+  const absl::Time start = absl::Now();
   if (absl::Status s = collective->Run(response, allocate, &results, &bytes); !s.ok()) {
     const absl::Status fatal = collective->JobFailure(s);
+    if (job_->metrics != nullptr) job_->metrics->OnError(fatal.ok() ? "collective" : "data_plane");
     if (fatal.ok()) {  // only these tensors: the job goes on
       Logger("dataplane")->warn("collective failed job={} tensor={} error=\"{}\"", job_->name,
                                 response.tensors.empty() ? "-" : response.tensors[0].name,
@@ -186,6 +190,11 @@ void Executor::Execute(const Response& response) {
   }
   job_->collectives_completed.fetch_add(response.tensors.size(), std::memory_order_relaxed);
   job_->bytes_reduced.fetch_add(bytes, std::memory_order_relaxed);
+  if (job_->metrics != nullptr) {
+    job_->metrics->OnCollective(job_->name, negotiation::CollectiveName(response.collective),
+                                response.tensors.size(), bytes, absl::Now() - start,
+                                job_->results->used_bytes());
+  }
   SPDLOG_LOGGER_TRACE(Logger("dataplane"), "executed job={} tensors={} bytes={}", job_->name,
                       response.tensors.size(), bytes);
 }

@@ -16,6 +16,10 @@
 #include "daemon/local/session.h"
 #include "daemon/shm/result_arena.h"
 
+namespace ard::metrics {
+class DaemonMetrics;
+}  // namespace ard::metrics
+
 namespace ard::dataplane {
 
 struct JobContext {
@@ -30,6 +34,7 @@ struct JobContext {
 
   std::atomic<uint64_t> collectives_completed{0};
   std::atomic<uint64_t> bytes_reduced{0};  // input bytes of one rank, summed over tensors
+  metrics::DaemonMetrics* metrics = nullptr;  // Not owned (the Daemon's); null: metrics off
 
   // The first failure wins; later calls are ignored. Returns true when this call failed the job.
   bool Fail(absl::Status status) {

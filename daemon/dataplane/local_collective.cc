@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/collectives/reduce_kernels.h"
 #include "daemon/collectives/row_split.h"
+#include "daemon/dataplane/adasum_ranks.h"
 #include "daemon/local/frame_codec.h"
 
 namespace ard::dataplane {
@@ -84,7 +85,15 @@ absl::Status Allreduce(const ReadyTensor& t, int size, const SlotAllocator& allo
   const wire::Submit& m = t.first().meta;
   auto slot = Allocate(allocate, m.bytes);
   if (!slot.ok()) return slot.status();
-  if (*slot) ReduceRange(t, size, 0, m.bytes / wire::DataTypeSize(m.dtype), (*slot)->data);
+  const uint64_t count = m.bytes / wire::DataTypeSize(m.dtype);
+  if (*slot && m.reduce_op == static_cast<uint32_t>(wire::ReduceOp::kAdasum)) {
+    std::vector<int> ranks(size);
+    for (int r = 0; r < size; ++r) ranks[r] = r;
+    AdasumOfRanks(t, ranks, (*slot)->data);
+    collectives::Scale((*slot)->data, count, static_cast<wire::DataType>(m.dtype), m.postscale);
+  } else if (*slot) {
+    ReduceRange(t, size, 0, count, (*slot)->data);
+  }
   for (int r = 0; r < size; ++r) {
     if (t.ranks[r]) (*out)[r] = RankResult{*slot, Shape(m), {}};
   }

@@ -1,8 +1,8 @@
 // The data of every collective for ranks on one host (a single-host job): reads each rank's input
 // from its arena, writes results into slots of the job's result arena. Reductions run in rank
-// order with the kernels of daemon/collectives, so results are deterministic and every rank reads
-// the same bytes (allreduce/allgather/broadcast share one slot; alltoall/reducescatter give each
-// rank its own). An error concerns only the response's tensors: the job goes on.
+// order with the kernels of daemon/collectives (Adasum: its tree over the ranks in rank order),
+// so results are deterministic and every rank reads the same bytes (allreduce/allgather/broadcast
+// share one slot; alltoall/reducescatter give each rank its own). An error concerns only the response's tensors: the job goes on.
 // Stateless besides the job size; runs on the job's executor thread (or inline on the loop).
 #pragma once
 

@@ -9,6 +9,7 @@
 #include "daemon/collectives/reduce_kernels.h"
 #include "daemon/collectives/row_split.h"
 #include "daemon/common/logging.h"
+#include "daemon/dataplane/adasum_ranks.h"
 #include "daemon/dataplane/tcp/host_collectives.h"
 
 namespace ard::dataplane {
@@ -82,15 +83,25 @@ absl::Status Allreduce(const Response& response, const HostLayout& job, tcp::Tcp
     uint64_t total = 0;
     for (size_t i : members) total += response.tensors[i].first().meta.bytes;
     fusion.resize(total);
-    uint64_t offset = 0;
-    for (size_t i : members) {
-      LocalPartial(response.tensors[i], job, fusion.data() + offset);
-      offset += response.tensors[i].first().meta.bytes;
-    }
     const auto dtype = static_cast<wire::DataType>(std::get<0>(kind));
     const auto op = static_cast<wire::ReduceOp>(std::get<1>(kind));
-    absl::Status s = tcp::AllreduceInPlace(mesh, fusion.data(),
-                                           total / wire::DataTypeSize(std::get<0>(kind)), dtype, op);
+    const size_t elem = wire::DataTypeSize(std::get<0>(kind));
+    // Adasum: this host's tree over its ranks, then the tree over hosts (DESIGN.md "Adasum").
+    const bool adasum = op == wire::ReduceOp::kAdasum;
+    std::vector<size_t> counts;
+    uint64_t offset = 0;
+    for (size_t i : members) {
+      const ReadyTensor& t = response.tensors[i];
+      if (adasum) {
+        AdasumOfRanks(t, job.ranks_of_host[job.cross_rank], fusion.data() + offset);
+      } else {
+        LocalPartial(t, job, fusion.data() + offset);
+      }
+      counts.push_back(t.first().meta.bytes / elem);
+      offset += t.first().meta.bytes;
+    }
+    absl::Status s = adasum ? tcp::AdasumInPlace(mesh, fusion.data(), counts, dtype)
+                            : tcp::AllreduceInPlace(mesh, fusion.data(), total / elem, dtype, op);
     if (!s.ok()) return s;
     offset = 0;
     for (size_t i : members) {

@@ -67,6 +67,8 @@ absl::Status NcclCommunicator::Allreduce(const void* send, void* recv, size_t co
         custom = true;
       }
       break;
+    case wire::ReduceOp::kAdasum:
+      return absl::InvalidArgumentError("Adasum is not reduced on GPU communicators");
   }
   cudaSetDevice(device_);
   ncclResult_t res = ncclAllReduce(send, recv, count, *type, nccl_op, comm_, StreamOf(stream));

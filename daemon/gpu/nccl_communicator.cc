@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/common/duration_format.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/gpu/cuda_device_internal.h"
 
@@ -150,9 +151,9 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CudaDevice::InitCommu
       }
       if (absl::Now() > deadline) {
         abort_all();
-        return absl::DeadlineExceededError(
-            absl::StrCat("NCCL communicator init (", size, " ranks) not done within ",
-                         absl::FormatDuration(timeout), "; aborted"));
+        return absl::DeadlineExceededError(absl::StrCat("NCCL communicator init (", size,
+                                                        " ranks) not done within ",
+                                                        FormatDurationShort(timeout), "; aborted"));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }

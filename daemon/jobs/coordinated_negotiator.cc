@@ -25,7 +25,7 @@ CoordinatedNegotiator::CoordinatedNegotiator(EventLoop& loop, cluster::PeerClien
       channel_(loop, coordinator,
                cluster::JobChannel::Options{options.host_name, std::move(data_address),
                                             options.form_timeout, options.rpc_timeout,
-                                            options.cycle_time}) {}
+                                            options.cycle_time, options.metrics}) {}
 
 void CoordinatedNegotiator::FormAsync(const std::vector<MemberInfo>& members,
                                       std::function<void(absl::StatusOr<Formation>)> done) {

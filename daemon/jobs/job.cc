@@ -5,9 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
 #include "daemon/dataplane/local_collective.h"
 #include "daemon/dataplane/tcp/data_listener.h"
+#include "daemon/metrics/daemon_metrics.h"
 #include "daemon/shm/result_arena.h"
 
 namespace ard::jobs {
@@ -168,6 +170,7 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
   context_->size = size_;
   context_->ranks = members_;
   context_->results = *arena;
+  context_->metrics = options_.metrics;
   context_->report_failure = [this, alive = std::weak_ptr<bool>(alive_)](absl::Status status) {
     loop_.Post([this, alive, status] {
       if (!alive.expired()) Fail(status);
@@ -232,7 +235,7 @@ void Job::FormTimeout() {
   }
   std::sort(have.begin(), have.end());
   const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
-      "job ", name_, " did not form within ", absl::FormatDuration(options_.form_timeout), ": ",
+      "job ", name_, " did not form within ", FormatDurationShort(options_.form_timeout), ": ",
       members_.size(), " of ", local_size_ < size_ ? local_size_ : size_, " ranks registered",
       have.empty() ? "" : absl::StrCat(" (ranks ", absl::StrJoin(have, ", "), ")"),
       "; check ALLREDUCED_JOB / the launcher's rank and size variables"));
@@ -290,6 +293,7 @@ void Job::Fail(const absl::Status& failure, bool tell_others) {
   if (state() == JobState::kReforming) return;  // this generation already ended
   if (!(reform ? lifecycle_.Reform() : lifecycle_.Fail(status)).ok()) return;  // first one wins
   if (reform) reform_reason_ = std::string(status.message());
+  if (options_.metrics != nullptr) options_.metrics->OnError("job");
   if (context_ == nullptr) return;  // forming: the members hear it from the caller
   context_->Fail(status);
   executor_->Abort(status);

@@ -10,6 +10,9 @@
 namespace ard::gpu {
 class Device;
 }  // namespace ard::gpu
+namespace ard::metrics {
+class DaemonMetrics;
+}  // namespace ard::metrics
 
 namespace ard::jobs {
 
@@ -22,7 +25,7 @@ struct JobOptions {
   uint64_t max_result_bytes = 8ull << 30;
   absl::Duration rpc_timeout = absl::Seconds(2);
   absl::Duration cycle_time = absl::ZeroDuration();  // coalescing delay for host-ready tensors
-  int max_jobs = 1024;              // forming or running jobs at once
+  int max_jobs = 1024;                               // forming or running jobs at once
   int max_pending_tensors = 65536;  // per job: submitted by some ranks, not yet by all
   // GPU path: why this daemon has no usable GPU device ("" when it has one).
   std::string gpu_unavailable;
@@ -41,6 +44,7 @@ struct JobOptions {
   // Elastic jobs: a new job forms once no rank arrived for this long (DESIGN.md "Elastic
   // training"); a re-formation forms as soon as every survivor registered again.
   absl::Duration elastic_settle = absl::Milliseconds(500);
+  metrics::DaemonMetrics* metrics = nullptr;  // Not owned; null: metrics off
 };
 
 }  // namespace ard::jobs

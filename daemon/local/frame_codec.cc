@@ -57,7 +57,7 @@ absl::Status CheckSubmit(const wire::Submit& s, const std::vector<int64_t>& spli
   }
   if (wire::DataTypeSize(s.dtype) == 0) return Bad(absl::StrCat("unknown dtype ", s.dtype));
   const bool reduces = collective == Collective::kAllreduce || collective == Collective::kReducescatter;
-  if (reduces && (s.reduce_op < 1 || s.reduce_op > static_cast<uint32_t>(wire::ReduceOp::kProduct))) {
+  if (reduces && (s.reduce_op < 1 || s.reduce_op > static_cast<uint32_t>(wire::ReduceOp::kAdasum))) {
     return Bad(absl::StrCat("unknown reduce op ", s.reduce_op));
   }
   if (!std::isfinite(s.prescale) || !std::isfinite(s.postscale)) {

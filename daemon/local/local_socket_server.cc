@@ -12,7 +12,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
+#include "daemon/common/make_dirs.h"
 #include "daemon/local/seqpacket.h"
 
 namespace ard::local {
@@ -22,38 +24,12 @@ absl::Status Errno(const std::string& what) {
   return absl::FailedPreconditionError(absl::StrCat(what, ": ", std::strerror(errno)));
 }
 
-std::string Dirname(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
 bool FillAddress(const std::string& path, sockaddr_un* addr) {
   std::memset(addr, 0, sizeof(*addr));
   addr->sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr->sun_path)) return false;
   std::memcpy(addr->sun_path, path.c_str(), path.size());
   return true;
-}
-
-// mkdir -p with mode 0755 for directories it creates.
-absl::Status MakeDirs(const std::string& dir) {
-  struct stat st;
-  if (stat(dir.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) {
-      return absl::FailedPreconditionError(absl::StrCat(dir, " exists and is not a directory"));
-    }
-    return absl::OkStatus();
-  }
-  if (dir != "/" && dir != ".") {
-    absl::Status parent = MakeDirs(Dirname(dir));
-    if (!parent.ok()) return parent;
-  }
-  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return Errno(absl::StrCat("cannot create directory ", dir));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -253,8 +229,8 @@ void LocalSocketServer::HelloDeadline(int fd, std::weak_ptr<Session> weak) {
       session->welcomed) {
     return;
   }
-  const std::string why = absl::StrCat("did not register (HELLO) within ",
-                                       absl::FormatDuration(options_.hello_timeout));
+  const std::string why =
+      absl::StrCat("did not register (HELLO) within ", FormatDurationShort(options_.hello_timeout));
   Logger("local")->warn("dropping client pid={} uid={}: {}", session->creds().pid,
                         session->creds().uid, why);
   session->Send(EncodeError(wire::MsgType::kError, 0,

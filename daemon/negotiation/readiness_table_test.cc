@@ -149,6 +149,35 @@ TEST_CASE("mismatches produce Horovod-shaped errors for every rank") {
   }
 }
 
+TEST_CASE("Adasum is an allreduce of float host tensors: anything else fails on every rank") {
+  auto adasum = [](int rank, Collective c, wire::DataType dtype, bool gpu) {
+    TensorRequest r = Req(rank, "x", c, {4, 2}, dtype);
+    r.meta.reduce_op = static_cast<uint32_t>(wire::ReduceOp::kAdasum);
+    if (gpu) r.gpu = wire::GpuPlacement{};
+    return r;
+  };
+  auto outcome = [&](Collective c, wire::DataType dtype, bool gpu) {
+    ReadinessTable t(2);
+    std::vector<Response> ready;
+    t.Submit(adasum(0, c, dtype, gpu), kT0, &ready).IgnoreError();
+    t.Submit(adasum(1, c, dtype, gpu), kT0, &ready).IgnoreError();
+    REQUIRE(ready.size() == 1);
+    return ready[0].error;
+  };
+  for (auto dtype : {wire::DataType::kFloat16, wire::DataType::kFloat32, wire::DataType::kFloat64}) {
+    CHECK(outcome(Collective::kAllreduce, dtype, false).ok());
+  }
+  const absl::Status integer = outcome(Collective::kAllreduce, wire::DataType::kInt32, false);
+  CHECK(integer.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(integer.message() == "Adasum of x: it needs float16, float32 or float64, not int32.");
+  CHECK(outcome(Collective::kAllreduce, wire::DataType::kBfloat16, false).code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(outcome(Collective::kReducescatter, wire::DataType::kFloat32, false).message() ==
+        "Adasum of x: REDUCESCATTER does not support it (allreduce does).");
+  CHECK(outcome(Collective::kAllreduce, wire::DataType::kFloat32, true).message() ==
+        "Adasum of x: it reduces host (CPU) memory only, not GPU tensors.");
+}
+
 TEST_CASE("a group is emitted whole, once all its tensors are ready") {
   ReadinessTable t(2);
   std::vector<Response> ready;

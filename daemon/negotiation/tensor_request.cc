@@ -47,6 +47,7 @@ const char* ReduceOpName(uint32_t op) {
     case wire::ReduceOp::kMin: return "Min";
     case wire::ReduceOp::kMax: return "Max";
     case wire::ReduceOp::kProduct: return "Product";
+    case wire::ReduceOp::kAdasum: return "Adasum";
   }
   return "Unknown";
 }

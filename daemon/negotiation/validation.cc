@@ -26,6 +26,23 @@ bool Reduces(Collective c) {
   return c == Collective::kAllreduce || c == Collective::kReducescatter;
 }
 
+// Adasum (daemon/collectives/adasum.h) is an allreduce of host float tensors.
+absl::Status ValidateAdasum(const TensorRequest& r) {
+  if (r.meta.reduce_op != static_cast<uint32_t>(wire::ReduceOp::kAdasum)) return absl::OkStatus();
+  const auto dtype = static_cast<wire::DataType>(r.meta.dtype);
+  std::string why;
+  if (r.collective() != Collective::kAllreduce) {
+    why = absl::StrCat(CollectiveName(r.collective()), " does not support it (allreduce does)");
+  } else if (dtype != wire::DataType::kFloat16 && dtype != wire::DataType::kFloat32 &&
+             dtype != wire::DataType::kFloat64) {
+    why = absl::StrCat("it needs float16, float32 or float64, not ", DataTypeName(r.meta.dtype));
+  } else if (r.gpu.has_value()) {
+    why = "it reduces host (CPU) memory only, not GPU tensors";
+  }
+  if (why.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("Adasum of ", r.name(), ": ", why, "."));
+}
+
 // Rules that need only one request.
 absl::Status ValidateOne(const TensorRequest& r, int job_size) {
   const Collective c = r.collective();
@@ -38,6 +55,7 @@ absl::Status ValidateOne(const TensorRequest& r, int job_size) {
                                                      DataTypeName(r.meta.dtype), " (tensor ",
                                                      r.name(), ")"));
     }
+    if (auto s = ValidateAdasum(r); !s.ok()) return s;
   }
   if (c == Collective::kBroadcast && (r.meta.root_rank < 0 || r.meta.root_rank >= job_size)) {
     return absl::InvalidArgumentError(absl::StrCat("Invalid root rank ", r.meta.root_rank,

@@ -7,13 +7,13 @@
 
 #include <cerrno>
 #include <cstring>
-
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/logging.h"
 #include "daemon/config/config_loader.h"
 #include "grpc/support/log.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 
 namespace ard::rpc {
@@ -83,6 +83,9 @@ absl::StatusOr<int> GrpcServer::Start(const std::string& listen_address,
                            credentials ? credentials : grpc::InsecureServerCredentials(), &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   for (grpc::Service* service : services) builder.RegisterService(service);
+  // grpc.health.v1.Health on the same port (probes: Kubernetes, grpc_health_probe). A global
+  // switch in gRPC, read by BuildAndStart.
+  grpc::EnableDefaultHealthCheckService(true);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
     server_.reset();
@@ -90,11 +93,27 @@ absl::StatusOr<int> GrpcServer::Start(const std::string& listen_address,
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen_address, ": ",
                                                why.empty() ? "gRPC could not bind" : why));
   }
+  {
+    absl::MutexLock lock(&health_mu_);
+    health_ = server_->GetHealthCheckService();
+  }
+  SetServing(false);
   return port;
+}
+
+void GrpcServer::SetServing(bool serving) {
+  absl::MutexLock lock(&health_mu_);
+  if (health_ == nullptr) return;
+  health_->SetServingStatus(serving);                 // every name, "" included ...
+  health_->SetServingStatus(kLivenessService, true);  // ... but the process is alive
 }
 
 void GrpcServer::Shutdown(absl::Duration grace) {
   if (server_ == nullptr) return;
+  {
+    absl::MutexLock lock(&health_mu_);
+    health_ = nullptr;
+  }
   server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
   server_->Wait();
   server_.reset();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Checks the deploy/ files: the systemd unit passes `systemd-analyze verify` and has the settings
-# the daemon relies on, and the example config only sets fields of ard.DaemonConfig.
+# Checks the deploy/ files: the systemd unit passes `systemd-analyze verify`, rates below 3.0 in
+# `systemd-analyze security` and has the settings the daemon relies on, and the example config
+# only sets fields of ard.DaemonConfig.
 #
 # Usage: systemd_unit_test.sh ALLREDUCED_BINARY UNIT_FILE CONFIG_EXAMPLE CONFIG_PROTO
 # (Bazel passes the runfiles-relative paths of //daemon:allreduced, deploy/allreduced.service,
@@ -18,7 +19,8 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
 # --- 1. Settings the daemon depends on (sd_notify, watchdog pings, socket directory, SIGHUP reload).
 for want in '^Type=notify$' '^Restart=on-failure$' '^WatchdogSec=[0-9]' '^RuntimeDirectory=allreduced$' \
-  '^ExecStart=/usr/local/bin/allreduced ' '^ExecReload=/bin/kill -HUP \$MAINPID$'; do
+  '^ExecStart=/usr/local/bin/allreduced ' '^ExecReload=/bin/kill -HUP \$MAINPID$' \
+  '^RestartPreventExitStatus=2$' '^CapabilityBoundingSet=$' '^SystemCallArchitectures=native$'; do
   grep -Eq "$want" "$unit" || fail "$unit has no line matching $want"
 done
 
@@ -106,6 +108,21 @@ if systemd-analyze --help 2>&1 | grep -q -- '--recursive-errors'; then
   verify no --recursive-errors=yes
 else
   verify yes  # older systemd: errors in the host's units fail the exit status too
+fi
+
+# --- 4. Exposure below 3.0 (`systemd-analyze security`, offline: no running systemd needed).
+if systemd-analyze --help 2>&1 | grep -q -- '--offline'; then
+  report=$(systemd-analyze security --offline=true --no-pager "$copy" 2>&1 || true)
+  exposure=$(sed -nE 's/.*Overall exposure level for [^:]*: ([0-9]+\.[0-9]+).*/\1/p' <<<"$report")
+  if [[ -z $exposure ]]; then
+    fail "systemd-analyze security printed no exposure level:"$'\n'"$report"
+  elif awk -v e="$exposure" 'BEGIN { exit !(e >= 3.0) }'; then
+    fail "systemd-analyze security exposure $exposure, want below 3.0:"$'\n'"$(grep '✗' <<<"$report")"
+  else
+    echo "systemd-analyze security: exposure $exposure (below 3.0)"
+  fi
+else
+  echo "note: this systemd-analyze has no --offline; exposure not checked"
 fi
 
 if [[ $failures -ne 0 ]]; then

@@ -109,7 +109,7 @@ def test_coordinator_sigterm_exits_zero_and_followers_report_it(cluster):
     a.signal(signal.SIGTERM)
     assert a.wait_exit() == 0, a.read_log()
     r = ctl("--daemon", b.address, "--timeout_ms", "3000", "status")
-    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    assert r.returncode == 4, (r.returncode, r.stdout, r.stderr)
     assert r.stderr.count("\n") == 1, r.stderr
     assert "cannot reach the coordinator" in r.stderr
     # The follower keeps running and rejoins when a coordinator comes back on the same port.
@@ -213,7 +213,7 @@ def test_crashed_daemon_restarted_rejoins_before_its_host_timeout():
 
 def test_status_from_a_follower_whose_coordinator_is_not_running(cluster):
     """The follower answers with its own view (role, coordinator, join attempts, last error, local
-    jobs) and says the cluster view is unavailable and why; exit 3, not 'cannot reach daemon'."""
+    jobs) and says the cluster view is unavailable and why; exit 4, not 'cannot reach daemon'."""
     coordinator = f"127.0.0.1:{free_port()}"  # nothing listens there
     b = Daemon(cluster.workdir, "host-b", coordinator=coordinator)
     cluster.daemons["host-b"] = b
@@ -225,7 +225,7 @@ def test_status_from_a_follower_whose_coordinator_is_not_running(cluster):
     try:
         def local_view():
             r = ctl("--daemon", b.address, "--timeout_ms", "3000", "status", "--json")
-            if r.returncode != 3:
+            if r.returncode != 4:
                 return None
             view = json.loads(r.stdout)
             return view if view["local"]["jobs"] else None
@@ -246,7 +246,7 @@ def test_status_from_a_follower_whose_coordinator_is_not_running(cluster):
         assert [j["name"] for j in local["jobs"]] == ["train"]
 
         r = ctl("--daemon", b.address, "--timeout_ms", "3000", "status")
-        assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+        assert r.returncode == 4, (r.returncode, r.stdout, r.stderr)
         assert r.stderr.count("\n") == 1, r.stderr
         assert r.stderr.startswith("allreducectl: cluster view unavailable (host-b's local view "
                                    f"shown): host host-b cannot reach the coordinator at "

@@ -11,8 +11,8 @@
 //   DONE <cases checked>
 // Exit status: 0 when every check passed, 1 on a wrong result (with a MISMATCH line), 2 on usage.
 //
-// Scenarios: matrix, many, mismatch, join, stuck (submit one tensor and report how it ends),
-// latency, soak (ARD_SOAK_STEPS steps, default 500), and the fault scenarios of
+// Scenarios: matrix, many, mismatch, adasum, join, stuck (submit one tensor and report how it
+// ends), latency, soak (ARD_SOAK_STEPS steps, default 500), and the fault scenarios of
 // worker_faults.h (steps, slow, uneven, after).
 #include <unistd.h>
 
@@ -188,6 +188,31 @@ int Many(ard_client* client, const ard_topology& topo, int count, int steps, uin
   return 0;
 }
 
+// Adasum: every float case checked against the plain reference within rounding (the RESULT
+// hashes let the test compare ranks bit for bit), a group, then two refusals (an int32 tensor, a
+// reducescatter) that fail on every rank with INVALID_ARGUMENT while the job goes on.
+int Adasum(Worker& w) {
+  int checked = 0;
+  for (const Case& c : AdasumCases()) {
+    if (!w.Run(c)) return 1;
+    ++checked;
+  }
+  const std::vector<Case> group = AdasumGroupCases();
+  if (!w.RunGroup(group)) return 1;
+  checked += group.size();
+  for (const Case& c : AdasumRefusedCases()) {
+    ard_result r;
+    Inputs in = MakeInputs(c, w.topo().size, 1);
+    const int code = w.SubmitAndWait(c, in.per_rank[w.topo().rank], &r, c.name);
+    std::printf("ERROR %s %d %s\n", c.name.c_str(), code, r.message ? r.message : "");
+    if (code == 0) return Fail(c.name + " was accepted");
+    ard_release(w.client(), w.last_handle());
+  }
+  if (!w.Run(AdasumCases()[0])) return 1;  // the job goes on
+  std::printf("DONE %d\n", checked + 1);
+  return 0;
+}
+
 // Rank-dependent shapes: every rank must get the same Horovod-shaped error, then the job goes on.
 int Mismatch(Worker& w) {
   Case bad = SmallAllreduce(1);
@@ -353,7 +378,8 @@ int Stuck(Worker& w) {
 int main(int argc, char** argv) {
   using namespace ard::testing;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: collective_worker matrix|many|mismatch|join|stuck [seed]\n");
+    std::fprintf(stderr,
+                 "usage: collective_worker matrix|many|mismatch|adasum|join|stuck [seed]\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -377,6 +403,7 @@ int main(int argc, char** argv) {
   if (mode == "matrix") rc = Matrix(worker);
   if (mode == "many") rc = Many(client, t, 1000, 2, seed);
   if (mode == "mismatch") rc = Mismatch(worker);
+  if (mode == "adasum") rc = Adasum(worker);
   if (mode == "join") rc = Join(client, t, seed);
   if (mode == "stuck") rc = Stuck(worker);
   if (mode == "latency") rc = Latency(client, t, 2000);

@@ -1,6 +1,7 @@
 """Three daemons on loopback, each one host with its own client processes, running one job
-across them: every collective x op x dtype checked against a reference that follows the daemon's
-documented order (ranks within a host, then hosts) and bit-identical across ranks; 1,000 tensors a
+across them: every collective x op x dtype checked against a reference (ranks within a host in
+rank order, then hosts; inputs whose sums and products are exact in any order, since the hosts
+combine in their algorithm's order) and bit-identical across ranks; 1,000 tensors a
 step fused across hosts; two jobs at once; a trainer killed and a daemon SIGKILLed mid-step (the
 others get errors naming them; the next job works after the daemon restarts); status and stalls;
 a job that failed shows as failed in the coordinator's status at once; a daemon SIGKILLed between
@@ -11,7 +12,8 @@ import time
 
 import pytest
 
-from harness import (Cluster, ctl, lines_with, status_json, wait_until, workers_across)
+from harness import (Cluster, Workers, check_adasum, ctl, lines_with, status_json, wait_until,
+                     workers_across)
 
 HOST_TIMEOUT_MS = 1000
 LONG_HOST_TIMEOUT_MS = 30000  # the `pair` fixture's: heartbeats cannot be what fails a job
@@ -123,6 +125,18 @@ def wait_stalled(cluster, job, missing=None):
                 return j
         return None
     return wait_until(stalled, 15, f"a stall report for {job}")
+
+
+def test_adasum_across_two_and_three_hosts(cluster):
+    """Adasum across hosts matches the reference (ranks' tree per host, then hosts' tree) and is
+    bit-identical on every rank; with two ranks on each of two hosts the tree is the one-host tree
+    of four ranks, bit for bit (the same cases run as one job on one daemon)."""
+    two = check_adasum(
+        workers_across(sockets(cluster, ("h-a", "h-b")), "xadasum2", 2, "adasum").wait(180))
+    check_adasum(workers_across(sockets(cluster), "xadasum3", 2, "adasum").wait(180))
+    one = check_adasum(
+        Workers(cluster.daemons["h-c"].socket, "adasum-one-host", 4, "adasum").wait(180))
+    assert two == one
 
 
 def test_killed_trainer_on_another_host_is_named(cluster):

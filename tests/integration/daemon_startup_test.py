@@ -3,6 +3,7 @@ import os
 import socket
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -41,7 +42,51 @@ def test_malformed_config(tmp):
 
 
 def test_missing_config(tmp):
-    assert_one_line_error(run_daemon(f"--config={tmp}/absent.conf"), 2, "cannot read config")
+    assert_one_line_error(run_daemon(f"--config={tmp}/absent.conf"), 2,
+                          f"cannot read config file {tmp}/absent.conf: No such file or directory")
+
+
+def test_port_file_directory_is_created_like_the_sockets(tmp):
+    port_file = f"{tmp}/new/dir/port"
+    p = subprocess.Popen([binary("allreduced"), "--cluster_address=127.0.0.1:0",
+                          f"--local_socket={tmp}/d.sock", f"--port_file={port_file}",
+                          "--host_name=x"], stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(200):
+            if os.path.exists(port_file) or p.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert os.path.exists(port_file), p.stderr.read() if p.poll() is not None else ""
+        with open(port_file) as f:
+            assert int(f.read()) > 0
+        assert oct(os.stat(f"{tmp}/new/dir").st_mode & 0o777) == oct(0o755 & ~current_umask())
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+
+
+def current_umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_port_file_error_says_why(tmp):
+    blocker = os.path.join(tmp, "file")
+    open(blocker, "w").close()
+    r = run_daemon("--cluster_address=127.0.0.1:0", f"--local_socket={tmp}/d.sock",
+                   f"--port_file={blocker}/port", "--log_level=error")
+    assert_one_line_error(r, 1, f"cannot write port_file {blocker}/port: {blocker} exists and is "
+                          "not a directory")
+    r = run_daemon("--cluster_address=127.0.0.1:0", f"--local_socket={tmp}/d2.sock",
+                   f"--port_file={tmp}", "--log_level=error")  # a directory: rename fails
+    assert_one_line_error(r, 1, f"cannot write port_file {tmp}: Is a directory")
+
+
+def test_version():
+    r = run_daemon("--version")
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout.startswith("allreduced ") and len(r.stdout.split()) == 2, r.stdout
 
 
 def test_config_that_is_a_directory(tmp):
@@ -90,10 +135,14 @@ def test_socket_path_is_a_regular_file_is_not_deleted(tmp):
         assert f.read() == "keep"
 
 
-def test_help_lists_every_flag():
+def test_help_lists_every_flag_with_a_description():
     r = run_daemon("--help")
     assert r.returncode == 0
+    lines = r.stdout.splitlines()
     for flag in ("--cluster_address=", "--coordinator=", "--host_name=", "--local_socket=",
                  "--port_file=", "--heartbeat_ms=", "--host_timeout_ms=", "--log_level=",
                  "--config="):
-        assert flag in r.stdout
+        [at] = [i for i, l in enumerate(lines) if l.startswith("  " + flag)]
+        description = lines[at + 1]
+        assert description.startswith("      ") and len(description.strip()) > 5, description
+    assert "HOST:PORT of the coordinator daemon" in r.stdout

@@ -150,9 +150,10 @@ def ctl(*args, timeout_s=20):
 
 
 def status_json(daemon_address):
-    """`allreducectl status --json` parsed, or None when the call fails."""
+    """`allreducectl status --json` parsed, or None when the call fails (exit 3, some host DOWN,
+    still has the cluster view)."""
     r = ctl("--daemon", daemon_address, "--timeout_ms", "2000", "status", "--json")
-    if r.returncode != 0:
+    if r.returncode not in (0, 3):
         return None
     return json.loads(r.stdout)
 
@@ -215,3 +216,23 @@ def workers_across(sockets, job, per_host, mode, seed=12345, extra_env=None, hos
         return dict(extra_env or {}, **(host_env[slot.socket_index] if host_env else {}))
     return Workers(None, job, per_host, mode, seed=seed, extra_env=env, sockets=sockets,
                    give_rank=False)
+
+
+def check_adasum(results):
+    """Adasum's cases matched the reference on every rank (the worker checks), bit-identical across
+    ranks; its refusals failed on every rank with INVALID_ARGUMENT naming the reason."""
+    for rank, (rc, out) in enumerate(results):
+        assert rc == 0 and lines_with(out, "DONE") and not lines_with(out, "MISMATCH"), \
+            f"rank {rank} exited {rc}:\n" + "\n".join(out)
+    per_rank = [dict(line.split()[1:3] for line in lines_with(out, "RESULT")) for _, out in results]
+    assert len(per_rank[0]) >= 10
+    for case in per_rank[0]:
+        assert len({r[case] for r in per_rank}) == 1, case
+    for _, out in results:
+        integer = lines_with(out, "ERROR adasum_refused.int32")[0]
+        assert integer.split()[2] == "3", integer
+        assert integer.endswith("it needs float16, float32 or float64, not int32."), integer
+        scatter = lines_with(out, "ERROR adasum_refused.reducescatter")[0]
+        assert scatter.split()[2] == "3", scatter
+        assert "REDUCESCATTER does not support it" in scatter, scatter
+    return per_rank[0]  # case -> result hash

@@ -1,7 +1,10 @@
-"""allreduced.launch without a daemon (its ranks here never connect to one): the rank rule and
-variables, RankGroup's environment, and `python -m allreduced.launch` failing fast and stopping
-every rank on SIGINT or SIGTERM. tests/tf/tf_ops_test.py runs it against daemons."""
+"""allreduced.launch without a daemon or ssh (its ranks here never connect to one): -H, hostfiles
+and the cluster view turned into hosts and ranks, the rank variables, RankGroup's environment, and
+`python -m allreduced.launch --sockets` failing fast, stopping every rank on SIGINT or SIGTERM and
+naming a missing command. launch_ssh_test.py launches through a real sshd against daemons;
+tests/tf/tf_ops_test.py runs TensorFlow through it."""
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -11,13 +14,14 @@ import pytest
 
 import harness  # noqa: F401  (puts tfplugin/python on sys.path)
 from allreduced import launch
+from allreduced.launch import hosts, remote
 from harness import wait_until
 
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(launch.__file__)))
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(launch.__file__))))
 
 
 def test_ranks_are_host_major_with_their_variables():
-    slots = launch.slots(["/a.sock", "/b.sock"], 2)
+    slots = launch.local_slots(["/a.sock", "/b.sock"], 2)
     assert [(s.rank, s.socket_index, s.local_rank) for s in slots] == [
         (0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
     assert launch.rank_env(slots[3], "j") == {
@@ -26,6 +30,74 @@ def test_ranks_are_host_major_with_their_variables():
     bare = launch.rank_env(slots[2], job=None, give_rank=False)
     assert "ALLREDUCED_JOB" not in bare and "ALLREDUCED_RANK" not in bare
     assert set(launch.rank_env(slots[0], "j")) == set(launch.RANK_VARIABLES)
+
+
+def test_hosts_from_the_command_line_and_a_hostfile(tmp_path):
+    assert hosts.parse_hosts("a:2,b:3,c", default_slots=4) == [
+        hosts.Host("a", 2, None, False), hosts.Host("b", 3, None, False),
+        hosts.Host("c", 4, None, False)]
+    assert hosts.parse_hosts("localhost:2")[0].local
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# the cluster\na slots=2\n\nb:3  # comment\nc\n")
+    assert [(h.name, h.slots) for h in hosts.read_hostfile(str(hostfile))] == [
+        ("a", 2), ("b", 3), ("c", 1)]
+    for bad, why in [("a:0", "slot count"), ("a:x", "slot count"), ("a:1,a:2", "named twice"),
+                     (",", "names no host")]:
+        with pytest.raises(hosts.HostError, match=why):
+            hosts.parse_hosts(bad)
+    hostfile.write_text("a slot=2\n")
+    with pytest.raises(hosts.HostError, match=r"hosts:1: expected 'host slots=N'"):
+        hosts.read_hostfile(str(hostfile))
+
+
+VIEW = {"hosts": [
+    {"name": "a", "state": "UP", "gpus": [{}, {}], "local_socket": "/run/a.sock"},
+    {"name": "b", "state": "DOWN", "gpus": [{}, {}], "local_socket": "/run/b.sock"},
+    {"name": "c", "state": "UP", "gpus": [{}], "local_socket": "/run/c.sock"}]}
+
+
+def test_hosts_from_the_cluster_view():
+    assert hosts.view_hosts(VIEW) == [hosts.Host("a", 2, "/run/a.sock", False),
+                                      hosts.Host("c", 1, "/run/c.sock", False)]
+    assert [h.slots for h in hosts.view_hosts(VIEW, slots=3)] == [3, 3]
+    cpu = {"hosts": [dict(VIEW["hosts"][0], gpus=[])]}
+    with pytest.raises(hosts.HostError, match="host a has no GPUs: give --slots"):
+        hosts.view_hosts(cpu)
+    named = hosts.with_view_sockets(hosts.parse_hosts("c:2,a:1"), VIEW)
+    assert [(h.name, h.socket) for h in named] == [("c", "/run/c.sock"), ("a", "/run/a.sock")]
+    with pytest.raises(hosts.HostError,
+                       match=r"no UP daemon in the cluster view for b \(UP: a, c\)"):
+        hosts.with_view_sockets(hosts.parse_hosts("a,b"), VIEW)
+
+
+def test_one_socket_for_every_host_skips_the_cluster_view():
+    assert hosts.discover("a:2,b", socket_path="/s.sock") == [
+        hosts.Host("a", 2, "/s.sock", False), hosts.Host("b", 1, "/s.sock", False)]
+    with pytest.raises(hosts.HostError, match="--socket needs the hosts"):
+        hosts.discover(socket_path="/s.sock")
+
+
+def test_remote_ranks_get_the_environment_less_this_machines_own():
+    env = {"PATH": "/venv/bin:/usr/bin", "TRAIN_FLAG": "a b'c", "HOME": "/root", "PWD": "/x",
+           "SSH_AUTH_SOCK": "/tmp/agent", "XDG_RUNTIME_DIR": "/run/user/0",
+           "BASH_FUNC_f%%": "() { :; }"}
+    assert remote.forwarded_env(env) == {"PATH": "/venv/bin:/usr/bin", "TRAIN_FLAG": "a b'c"}
+    argv = remote.ssh_command("b", ["python", "train.py"], {"TRAIN_FLAG": "a b'c"}, cwd="/w d",
+                              ssh_port=2222, identity_file="/k", config_file="/cfg")
+    assert argv[:10] == ["ssh", "-o", "BatchMode=yes", "-F", "/cfg", "-p", "2222", "-i", "/k",
+                         "--"]
+    assert argv[10] == "b"
+    assert shlex.split(argv[11]) == ["env", "TRAIN_FLAG=a b'c", "sh", "-c", remote.WRAPPER,
+                                     "allreduced-rank", "/w d", "100", "python", "train.py"]
+
+
+def test_ranks_fill_the_hosts_in_order():
+    slots = hosts.assign(hosts.view_hosts(VIEW), 3)
+    assert [(s.rank, s.host, s.local_rank, s.local_size, s.host_index) for s in slots] == [
+        (0, "a", 0, 2, 0), (1, "a", 1, 2, 0), (2, "c", 0, 1, 1)]
+    assert [s.host for s in hosts.assign(hosts.view_hosts(VIEW), 1)] == ["a"]
+    with pytest.raises(hosts.HostError, match=r"-np 4: the hosts have 3 slot\(s\) \(a:2, c:1\)"):
+        hosts.assign(hosts.view_hosts(VIEW), 4)
 
 
 def env_of(group):
@@ -61,12 +133,12 @@ def test_wait_kills_ranks_past_the_deadline():
 
 
 def start_launcher(tmp_path, np_, script):
-    """`python -m allreduced.launch` over two sockets; each rank says hello, writes its pid to
-    tmp_path/RANK.pid, then runs `script` (sh)."""
+    """`python -m allreduced.launch -np np_` over two sockets; each rank says hello, writes its
+    pid to tmp_path/RANK.pid, then runs `script` (sh)."""
     rank = (f'echo "hello from $ALLREDUCED_RANK"; echo $$ > {tmp_path}/"$ALLREDUCED_RANK".pid; '
             + script)
     return subprocess.Popen(
-        [sys.executable, "-m", "allreduced.launch", "--sockets", "/a.sock,/b.sock", "--np",
+        [sys.executable, "-m", "allreduced.launch", "--sockets", "/a.sock,/b.sock", "-np",
          str(np_), "--", "sh", "-c", rank], env=dict(os.environ, PYTHONPATH=PACKAGE_DIR),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -91,17 +163,19 @@ def alive(pid):
 
 
 def test_launcher_names_a_command_it_cannot_start():
-    r = subprocess.run([sys.executable, "-m", "allreduced.launch", "--sockets", "/a.sock", "--",
-                        "/nonexistent/trainer"], env=dict(os.environ, PYTHONPATH=PACKAGE_DIR),
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 127, r.stderr
-    assert r.stderr == ("allreduced.launch: cannot start /nonexistent/trainer: "
-                        "No such file or directory\n")
+    for missing, why in [("/nonexistent/trainer", "No such file or directory"),
+                         ("nonexistent-trainer", "command not found")]:
+        r = subprocess.run([sys.executable, "-m", "allreduced.launch", "--sockets", "/a.sock",
+                            "-np", "2", "--", missing],
+                           env=dict(os.environ, PYTHONPATH=PACKAGE_DIR), capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 127, r.stderr
+        assert (r.stdout, r.stderr) == ("", f"allreduced.launch: cannot start {missing}: {why}\n")
 
 
 def test_launcher_prefixes_output_and_fails_fast(tmp_path):
     # Rank 2 fails once every rank has started; the others would sleep for a minute.
-    p = start_launcher(tmp_path, 2, 'if [ "$ALLREDUCED_RANK" = 2 ]; then '
+    p = start_launcher(tmp_path, 4, 'if [ "$ALLREDUCED_RANK" = 2 ]; then '
                                     f'while [ $(ls {tmp_path} | wc -l) -lt 4 ]; do sleep 0.05; done; '
                                     "exit 3; fi; exec sleep 60")
     try:
@@ -121,7 +195,7 @@ def test_a_signal_to_the_launcher_stops_every_rank(tmp_path, signo, ignore_term)
     own): it stops every rank and the processes they started, a rank that ignores SIGTERM too (by
     SIGKILL after a 10 s grace), and exits 128 + the signal."""
     trap = 'if [ "$ALLREDUCED_RANK" = 1 ]; then trap "" TERM; fi; ' if ignore_term else ""
-    p = start_launcher(tmp_path, 2, trap + f'sleep 60 & echo $! > {tmp_path}/"$ALLREDUCED_RANK".child; '
+    p = start_launcher(tmp_path, 4, trap + f'sleep 60 & echo $! > {tmp_path}/"$ALLREDUCED_RANK".child; '
                                            "wait; sleep 60")
     pids = []
     try:

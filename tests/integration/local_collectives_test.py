@@ -1,7 +1,7 @@
 """One daemon, several real client processes (collective_worker, through the real client library):
 every collective x reduce op x dtype checked against a reference on every rank and bit-identical
 across ranks; 1,000 small tensors a step in different orders; two jobs at once; Horovod-shaped
-mismatch errors; join; a process killed mid-step; job formation and launcher variables; jobs named
+mismatch errors; Adasum for 2 to 5 ranks against its reference; join; a process killed mid-step; job formation and launcher variables; jobs named
 by their launcher when ALLREDUCED_JOB is unset."""
 import os
 import signal
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from harness import Cluster, Workers, ctl, lines_with, status_json, wait_until
+from harness import Cluster, Workers, check_adasum, ctl, lines_with, status_json, wait_until
 
 
 @pytest.fixture
@@ -47,6 +47,11 @@ def test_every_collective_op_dtype_four_ranks(daemon):
     topo = [lines_with(out, "TOPOLOGY")[0].split()[1:] for _, out in results]
     assert sorted(t[0] for t in topo) == ["0", "1", "2", "3"]
     assert all(t[1] == "4" and t[3] == "4" and t[4] == "0" and t[5] == "1" for t in topo)
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4, 5])
+def test_adasum_matches_the_reference_and_is_bit_identical(daemon, ranks):
+    check_adasum(Workers(daemon.socket, f"adasum{ranks}", ranks, "adasum").wait())
 
 
 def test_thousand_small_tensors_in_different_orders(daemon):

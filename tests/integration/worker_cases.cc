@@ -132,6 +132,61 @@ std::vector<Case> MatrixCases(int size) {
   return cases;
 }
 
+std::vector<Case> AdasumCases() {
+  std::vector<Case> cases;
+  for (DataType d : {DataType::kFloat16, DataType::kFloat32, DataType::kFloat64}) {
+    Case c;
+    c.name = absl::StrCat("adasum.", I(d));
+    c.collective = I(Collective::kAllreduce);
+    c.dtype = I(d);
+    c.op = I(ReduceOp::kAdasum);
+    c.shape = {3, 37};
+    cases.push_back(c);
+  }
+  Case scaled = cases[1];
+  scaled.name = "adasum.scaled";
+  scaled.prescale = 0.5;
+  scaled.postscale = 3.0;
+  cases.push_back(scaled);
+  Case large = cases[1];
+  large.name = "adasum.large";
+  large.shape = {1 << 18};  // 1 MiB of float32
+  cases.push_back(large);
+  Case scalar = cases[2];
+  scalar.name = "adasum.scalar";
+  scalar.shape = {};
+  cases.push_back(scalar);
+  Case empty = cases[1];
+  empty.name = "adasum.empty";
+  empty.shape = {0, 4};
+  cases.push_back(empty);
+  return cases;
+}
+
+std::vector<Case> AdasumGroupCases() {
+  std::vector<Case> group = GroupCases();
+  for (Case& c : group) {
+    c.name = "adasum." + c.name;
+    c.op = I(ReduceOp::kAdasum);
+    c.group_id = 2;
+  }
+  return group;
+}
+
+std::vector<Case> AdasumRefusedCases() {
+  Case integer;
+  integer.name = "adasum_refused.int32";
+  integer.collective = I(Collective::kAllreduce);
+  integer.dtype = I(DataType::kInt32);
+  integer.op = I(ReduceOp::kAdasum);
+  integer.shape = {4};
+  Case scatter = integer;
+  scatter.name = "adasum_refused.reducescatter";
+  scatter.collective = I(Collective::kReducescatter);
+  scatter.dtype = I(DataType::kFloat32);
+  return {integer, scatter};
+}
+
 std::vector<Case> GroupCases() {
   std::vector<Case> group;
   for (int i = 0; i < 3; ++i) {

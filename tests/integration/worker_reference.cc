@@ -1,8 +1,11 @@
 #include "tests/integration/worker_reference.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "client/local_wire.h"
+#include "daemon/collectives/adasum_reference.h"
 #include "daemon/collectives/reduce_reference.h"
 
 namespace ard::testing {
@@ -19,10 +22,14 @@ uint64_t SplitMix(uint64_t x) {
 }
 
 // Small values so that sums and products of a few ranks stay meaningful (integers still wrap
-// where they overflow, identically in the daemon and here).
+// where they overflow, identically in the daemon and here). Floats are 0 or +-2^k (k = -1..1):
+// sums and products of a few ranks, and their prescaled values, are exact in every float type
+// in any order, so the reference holds whatever fixed order the cross-host algorithm combines the
+// hosts' partial results in (bit-identity across ranks is checked separately, by hash).
 void Generate(DataType dtype, uint64_t u, uint8_t* out) {
   const int64_t small = static_cast<int64_t>(u % 21) - 10;
-  const double real = (static_cast<int64_t>(u % 2001) - 1000) / 256.0;
+  static constexpr double kReals[] = {-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0};
+  const double real = kReals[u % 7];
   switch (dtype) {
     case DataType::kUint8: *out = static_cast<uint8_t>(u % 12); break;
     case DataType::kInt8: { int8_t v = small; memcpy(out, &v, 1); break; }
@@ -78,7 +85,8 @@ void ReduceInto(const Case& c, const std::vector<uint8_t>& x, std::vector<uint8_
 
 // Element-wise reduction like the daemon's: each host reduces its ranks (host-major blocks of
 // `local_size` ranks) in rank order, each input prescaled; then hosts' partial results are
-// reduced in host order (a host whose ranks all joined contributes the identity: nothing).
+// reduced (here in host order; the daemon's cross-host order differs, which Generate's values
+// make invisible; a host whose ranks all joined contributes the identity: nothing).
 std::vector<uint8_t> Reduce(const Case& c, const Inputs& in, int size,
                             const std::vector<bool>& present, int local_size) {
   std::vector<uint8_t> acc;
@@ -109,6 +117,65 @@ std::vector<uint8_t> Reduce(const Case& c, const Inputs& in, int size,
   if (c.op == static_cast<int>(wire::ReduceOp::kAverage)) post /= size;
   ScaleAll(c, post, &acc);
   return acc;
+}
+
+// Float16/32/64 bytes as doubles and back (rounding once to the type).
+std::vector<double> ToDoubles(int dtype, const std::vector<uint8_t>& bytes) {
+  const size_t elem = wire::DataTypeSize(dtype);
+  std::vector<double> out(bytes.size() / elem);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (dtype == static_cast<int>(DataType::kFloat16)) {
+      uint16_t h;
+      memcpy(&h, &bytes[i * 2], 2);
+      out[i] = ref::HalfToFloat(h);
+    } else if (dtype == static_cast<int>(DataType::kFloat32)) {
+      float f;
+      memcpy(&f, &bytes[i * 4], 4);
+      out[i] = f;
+    } else {
+      memcpy(&out[i], &bytes[i * 8], 8);
+    }
+  }
+  return out;
+}
+
+std::vector<uint8_t> FromDoubles(int dtype, const std::vector<double>& values) {
+  const size_t elem = wire::DataTypeSize(dtype);
+  std::vector<uint8_t> out(values.size() * elem);
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == static_cast<int>(DataType::kFloat16)) {
+      const uint16_t h = ref::FloatToHalf(static_cast<float>(values[i]));
+      memcpy(&out[i * 2], &h, 2);
+    } else if (dtype == static_cast<int>(DataType::kFloat32)) {
+      const float f = static_cast<float>(values[i]);
+      memcpy(&out[i * 4], &f, 4);
+    } else {
+      memcpy(&out[i * 8], &values[i], 8);
+    }
+  }
+  return out;
+}
+
+// Adasum like the daemon's (DESIGN.md "Adasum"): the tree over each host's ranks (host-major
+// blocks of `local_size`, rank order; a joined rank is a zero vector), each input prescaled, then
+// the tree over the hosts' results in host order, then postscale.
+std::vector<uint8_t> AdasumReduce(const Case& c, const Inputs& in, int size,
+                                  const std::vector<bool>& present, int local_size) {
+  const size_t count = in.per_rank[0].size() / wire::DataTypeSize(c.dtype);
+  std::vector<std::vector<double>> hosts;
+  for (int host = 0; host * local_size < size; ++host) {
+    std::vector<std::vector<double>> ranks;
+    for (int r = host * local_size; r < (host + 1) * local_size && r < size; ++r) {
+      std::vector<uint8_t> x = in.per_rank[r];
+      ScaleAll(c, c.prescale, &x);
+      const bool joined = !present.empty() && !present[r];
+      ranks.push_back(joined ? std::vector<double>(count, 0.0) : ToDoubles(c.dtype, x));
+    }
+    hosts.push_back(ref::AdasumTree(ranks));
+  }
+  std::vector<double> result = ref::AdasumTree(hosts);
+  for (double& v : result) v *= c.postscale;
+  return FromDoubles(c.dtype, result);
 }
 
 int64_t SplitOf(const Case& c, int sender, int receiver, int size) {
@@ -144,7 +211,15 @@ Expected ComputeExpected(const Case& c, const Inputs& in, int rank, int size,
   std::vector<int64_t> rest(c.shape.begin() + (c.shape.empty() ? 0 : 1), c.shape.end());
   switch (static_cast<wire::Collective>(c.collective)) {
     case wire::Collective::kAllreduce:
-      e.bytes = Reduce(c, in, size, present, local_size);
+      if (c.op == static_cast<int>(wire::ReduceOp::kAdasum)) {
+        e.bytes = AdasumReduce(c, in, size, present, local_size);
+        e.dtype = c.dtype;
+        e.tolerance = c.dtype == static_cast<int>(DataType::kFloat16)   ? 1e-2
+                      : c.dtype == static_cast<int>(DataType::kFloat32) ? 1e-5
+                                                                        : 1e-12;
+      } else {
+        e.bytes = Reduce(c, in, size, present, local_size);
+      }
       e.shape = c.shape;
       break;
     case wire::Collective::kAllgather: {
@@ -194,6 +269,23 @@ Expected ComputeExpected(const Case& c, const Inputs& in, int rank, int size,
   return e;
 }
 
+// Within e.tolerance x the largest expected magnitude, element by element (Adasum).
+bool CloseEnough(const Expected& e, const ard_result& r, std::string* why) {
+  const uint8_t* data = static_cast<const uint8_t*>(r.data);
+  const std::vector<double> got = ToDoubles(e.dtype, std::vector<uint8_t>(data, data + r.bytes));
+  const std::vector<double> want = ToDoubles(e.dtype, e.bytes);
+  double scale = 1e-30;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::fabs(got[i] - want[i]) <= e.tolerance * scale)) {
+      *why = "element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " +
+             std::to_string(want[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
 bool CheckResult(const Expected& e, const ard_result& r, std::string* why) {
   std::vector<int64_t> shape(r.shape, r.shape + r.ndims);
   if (shape != e.shape) {
@@ -205,7 +297,9 @@ bool CheckResult(const Expected& e, const ard_result& r, std::string* why) {
            std::to_string(e.bytes.size());
     return false;
   }
-  if (r.bytes > 0 && memcmp(r.data, e.bytes.data(), r.bytes) != 0) {
+  if (e.tolerance > 0) {
+    if (!CloseEnough(e, r, why)) return false;
+  } else if (r.bytes > 0 && memcmp(r.data, e.bytes.data(), r.bytes) != 0) {
     for (uint64_t i = 0; i < r.bytes; ++i) {
       if (static_cast<const uint8_t*>(r.data)[i] != e.bytes[i]) {
         *why = "first differing byte at offset " + std::to_string(i);

@@ -2,7 +2,8 @@
 // rank from a seed, and a reference computed element by element with the independent scalar
 // reference of daemon/collectives/reduce_reference.h (same documented semantics as the daemon:
 // rank order, per-step rounding for 16-bit floats, prescale per input, postscale and 1/size for
-// Average at the end). Test-only.
+// Average at the end; Adasum: its tree over each host's ranks, then over hosts, within rounding).
+// Test-only.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,10 @@ struct Inputs {
 
 struct Expected {
   std::vector<uint8_t> bytes;
+  // Adasum: the reference (adasum_reference.h) agrees within rounding; the result passes when
+  // every element is within tolerance x the largest magnitude. 0: bytes must be equal.
+  double tolerance = 0;
+  int dtype = 0;  // with a tolerance: the elements' wire::DataType
   std::vector<int64_t> shape;
   std::vector<int64_t> splits;  // checked when not empty
 };
@@ -54,6 +59,11 @@ uint64_t Fnv1a(const void* data, uint64_t bytes);
 // empty tensors, a large tensor and a barrier.
 std::vector<Case> MatrixCases(int size);
 std::vector<Case> GroupCases();
+// Allreduce with ReduceOp::kAdasum: float16/32/64, scaled, large, scalar and empty tensors; a
+// group; and two requests the daemon refuses (an int32 tensor, a reducescatter).
+std::vector<Case> AdasumCases();
+std::vector<Case> AdasumGroupCases();
+std::vector<Case> AdasumRefusedCases();
 Case SmallAllreduce(int index);
 
 }  // namespace ard::testing

@@ -54,14 +54,14 @@ def gradients_scenario():
     r, n = hvd.rank(), hvd.size()
     rows = 2 * n + 1
     x = tf.Variable(tf.fill([rows, 2], float(r + 1)))
-    # reducescatter (Average, postscale 2): d out / d x = 2 / n for the rows this rank receives;
-    # the loss weights output row i by (rank + 1).
+    # reducescatter (Average, postscale 2): Horovod's gradient is the allgathered output gradient
+    # times the scales (times the size for Sum only); the loss weights rank k's block by k + 1.
     with tf.GradientTape() as tape:
         out = hvd.reducescatter(x, op=hvd.Average, postscale_factor=2.0, name="rs.grad")
         loss = tf.reduce_sum(out * float(r + 1))
     g = tape.gradient(loss, x).numpy()
     block = [rows // n + (1 if k < rows % n else 0) for k in range(n)]
-    expected = np.concatenate([np.full([block[k], 2], (k + 1) * 2.0 / n) for k in range(n)])
+    expected = np.concatenate([np.full([block[k], 2], (k + 1) * 2.0) for k in range(n)])
     check(np.allclose(g, expected), f"reducescatter gradient {g[:, 0]} vs {expected[:, 0]}")
     # alltoall: rank r sends (d + 1) rows to rank d; the gradient of row j is what the receiver
     # weighted it by (receiver rank + 1).
@@ -82,7 +82,7 @@ def gradients_scenario():
         loss = tf.reduce_sum(s) * float(r + 1) + tf.reduce_sum(gathered)
     gz, gw = tape.gradient(loss, [z, w])
     check(np.allclose(gz.numpy(), sum(range(1, n + 1))), f"grouped allreduce grad {gz}")
-    check(np.allclose(gw.numpy(), n), f"grouped allgather grad {gw}")
+    check(np.allclose(gw.numpy(), 1.0), f"grouped allgather grad (averaged) {gw}")
     hvd.shutdown()
 
 

@@ -57,7 +57,7 @@ def run_on_two_hosts(scenario, extra_env=None, launcher=None):
 
 
 @pytest.mark.parametrize("scenario", ["ops", "more_ops", "grouped_objects", "gradients",
-                                      "semantics"])
+                                      "semantics", "sparse", "broadcast_idiom", "graph_mode"])
 @pytest.mark.parametrize("hosts,per_host", [(1, 2), (2, 2)], ids=["1x2", "2x2"])
 def test_ops(hosts, per_host, scenario):
     cluster = Cluster(host_timeout_ms=10000)
@@ -65,6 +65,23 @@ def test_ops(hosts, per_host, scenario):
         daemons = [cluster.add(f"tf-{i}") for i in range(hosts)]
         for rc, out in run_workers([d.socket for d in daemons], per_host, scenario):
             assert rc == 0 and f"OK {scenario}" in out, out
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize("hosts,per_host", [(1, 2), (2, 2)], ids=["1x2", "2x2"])
+def test_adasum(hosts, per_host):
+    """op=hvd.Adasum (allreduce, grouped, DistributedGradientTape) equals Horovod's formula on
+    every rank, bit-identical across ranks; an integer tensor and IndexedSlices are refused."""
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        daemons = [cluster.add(f"tf-{i}") for i in range(hosts)]
+        digests = set()
+        for rc, out in run_workers([d.socket for d in daemons], per_host, "adasum"):
+            assert rc == 0 and "OK adasum" in out, out
+            digests.add(tuple(line[line.index("DIGEST"):] for line in out.splitlines()
+                              if "DIGEST" in line))
+        assert len(digests) == 1 and len(next(iter(digests))) == 5, digests
     finally:
         cluster.close()
 
@@ -167,7 +184,7 @@ def launch(sockets, np_, command, timeout_s=180):
     env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, TF_CPP_MIN_LOG_LEVEL="3",
                ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"])
     return subprocess.run([sys.executable, "-m", "allreduced.launch", "--sockets",
-                           ",".join(sockets), "--np", str(np_), "--"] + command,
+                           ",".join(sockets), "-np", str(np_ * len(sockets)), "--"] + command,
                           capture_output=True, text=True, env=env, timeout=timeout_s)
 
 

@@ -1,7 +1,8 @@
 """Worker scenarios for training: DistributedOptimizer equivalence with one process (plain and with
 backward_passes_per_step), save/load of the wrapped optimizer, LearningRateWarmupCallback,
 SyncBatchNormalization, PartialDistributedGradientTape, the tf.compat.v1 DistributedOptimizer, and
-a rank that raises mid-training. Run through tf_worker.py."""
+a rank that raises mid-training. Run through tf_worker.py. The Keras scenarios use `tf.keras`:
+Keras 3, or tf_keras when the test sets TF_USE_LEGACY_KERAS=1 (tf_keras_test.py)."""
 import os
 import sys
 import time
@@ -38,20 +39,30 @@ def _weights(model):
     return np.concatenate([w.ravel() for w in model.get_weights()])
 
 
+def _cases(keras):
+    """(SGD class, passes, average, lr): plain, averaged and summed accumulation; with tf_keras
+    also its legacy (OptimizerV2) SGD, with summed accumulation (the path with the most of it)."""
+    cases = [(keras.optimizers.SGD, passes, average, lr)
+             for passes, average, lr in ((1, False, 0.05), (2, True, 0.05), (2, False, 0.025))]
+    if keras.__name__.startswith("tf_keras"):
+        cases.append((keras.optimizers.legacy.SGD, 2, False, 0.025))
+    return cases
+
+
 def equivalence_scenario():
-    """4 ranks, each with its quarter of every batch, train the same weights as one process on the
+    """N ranks, each with its 1/N of every batch, train the same weights as one process on the
     whole batch: DistributedOptimizer with model.fit (SGD with momentum), and with
     backward_passes_per_step=2 (averaged, and summed with half the learning rate)."""
-    import keras
+    keras = tf.keras
 
     import allreduced.tensorflow.keras as khvd
     khvd.init()
     r, n = khvd.rank(), khvd.size()
-    for passes, average, lr in ((1, False, 0.05), (2, True, 0.05), (2, False, 0.025)):
+    for sgd, passes, average, lr in _cases(keras):
         x, y = _data(n, steps=6 * passes)
         # Single process: every batch is all ranks' micro-batches of the update.
         single = _model(keras, 3)
-        single.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
+        single.compile(optimizer=sgd(0.05, momentum=0.9), loss="mse")
         order = [_shard(x, k, n, passes).reshape(-1, passes * MICRO, 3) for k in range(n)]
         xs = np.concatenate(order, axis=1).reshape(-1, 3)
         ys = np.concatenate([_shard(y, k, n, passes).reshape(-1, passes * MICRO, 1)
@@ -59,22 +70,25 @@ def equivalence_scenario():
         single.fit(xs, ys, batch_size=n * passes * MICRO, epochs=2, shuffle=False, verbose=0)
         # Distributed.
         model = _model(keras, 3)
-        opt = khvd.DistributedOptimizer(keras.optimizers.SGD(lr, momentum=0.9),
+        opt = khvd.DistributedOptimizer(sgd(lr, momentum=0.9),
                                         backward_passes_per_step=passes,
                                         average_aggregated_gradients=average)
         model.compile(optimizer=opt, loss="mse")
         model.fit(_shard(x, r, n, passes), _shard(y, r, n, passes), batch_size=MICRO, epochs=2,
                   shuffle=False, verbose=0)
         got, want = _weights(model), _weights(single)
-        check(np.allclose(got, want, atol=2e-5),
-              f"passes={passes} average={average}: max diff {np.abs(got - want).max()}")
+        check(np.allclose(got, want, atol=2e-5), f"{sgd.__module__} passes={passes} "
+              f"average={average}: max diff {np.abs(got - want).max()}")
+        updates = 2 * len(x) // (n * MICRO * passes)
+        check(int(opt.iterations.numpy()) == updates,
+              f"iterations {opt.iterations.numpy()}, updates {updates}")
     khvd.shutdown()
 
 
 def save_load_scenario():
     """model.fit with the callbacks (warmup included), save with the wrapped optimizer, load it
     back wrapped with its state, train on: identical weights everywhere."""
-    import keras
+    keras = tf.keras
 
     import allreduced.tensorflow.keras as khvd
     khvd.init()

@@ -141,6 +141,13 @@ class Op : public CollectiveOp {
   explicit Op(OpKernelConstruction* c) : CollectiveOp(c, kCollective) {}
 };
 
+// 31-bit FNV-1a of `name`: the same on every rank and build (std::hash promises neither).
+int NameHash(const std::string& name) {
+  uint32_t h = 2166136261u;
+  for (unsigned char ch : name) h = (h ^ ch) * 16777619u;
+  return static_cast<int>(h & 0x7FFFFFFFu);
+}
+
 // N tensors as one atomic group (the daemon negotiates them together): grouped allreduce,
 // allgather or reducescatter. All requests are submitted before any completes, so eager execution
 // cannot deadlock on a partial group.
@@ -156,7 +163,12 @@ class GroupedOp : public AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("group_id", &group_id_));
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
     OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_));
-    if (tensor_name_.empty()) tensor_name_ = name();
+    if (tensor_name_.empty()) {
+      // An unnamed group takes the op's name and an id derived from it, so ranks agree on both
+      // whatever groups each built before (Python's per-process numbering would not).
+      tensor_name_ = name();
+      if (group_id_ < 0) group_id_ = NameHash(tensor_name_);
+    }
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -167,6 +179,15 @@ class GroupedOp : public AsyncOpKernel {
     if (n == 0) {
       done();
       return;
+    }
+    // Refused before anything is submitted: a partly submitted group would leave the other
+    // ranks waiting for its missing tensors.
+    for (int i = 0; kCollective == ARD_REDUCESCATTER && i < n; ++i) {
+      OP_REQUIRES_ASYNC(
+          ctx, ctx->input(i).dims() > 0,
+          absl::InvalidArgumentError("reducescatter needs tensors of rank 1 or more (tensor " +
+                                     std::to_string(i) + " of the group is a scalar)"),
+          done);
     }
     auto remaining = std::make_shared<std::atomic<int>>(n);
     for (int i = 0; i < n; ++i) {

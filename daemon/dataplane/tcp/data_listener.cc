@@ -9,6 +9,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
 
 namespace ard::dataplane::tcp {
@@ -76,7 +77,7 @@ absl::StatusOr<int> DataListener::TakeConnection(uint64_t job_id, uint32_t from_
     if (timed_out) {
       return absl::DeadlineExceededError(absl::StrCat("job ", job_id, ": host ", from_host,
                                                       " did not connect to the data port ", port_,
-                                                      " within ", absl::FormatDuration(timeout)));
+                                                      " within ", FormatDurationShort(timeout)));
     }
   }
 }
@@ -108,7 +109,7 @@ void DataListener::AcceptLoop() {
       if (absl::Now() >= p.deadline) {
         Logger("dataplane")
             ->warn("data connection from {} closed: no handshake within {}", PeerName(p.fd.get()),
-                   absl::FormatDuration(options_.handshake_timeout));
+                   FormatDurationShort(options_.handshake_timeout));
         continue;  // `p.fd` closes with `pending`
       }
       still.push_back(std::move(p));
@@ -192,7 +193,7 @@ void DataListener::ExpireParked(absl::Time now) {
     }
     Logger("dataplane")
         ->warn("job={} from_host={}: data connection not taken within {}, closed", it->first.first,
-               it->first.second, absl::FormatDuration(options_.unclaimed_timeout));
+               it->first.second, FormatDurationShort(options_.unclaimed_timeout));
     it = parked_.erase(it);
   }
 }

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -25,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/dataplane/tcp/algorithms.h"
 #include "daemon/dataplane/tcp/handshake.h"
 #include "daemon/dataplane/tcp/socket_util.h"
 
@@ -39,6 +41,16 @@ struct DataListenerOptions {
   // Parked but never taken (a peer dialed a job this host never joins, or dialed twice): closed.
   // Must exceed the longest gap between two hosts' TcpMesh::Connect calls for one job.
   absl::Duration unclaimed_timeout = absl::Seconds(60);
+  // The daemon's cross-host algorithm settings: every mesh connected through this listener runs
+  // its collectives with them (the listener is the daemon's one data-plane endpoint).
+  AlgorithmOptions algorithms;
+};
+
+// Bytes moved by every mesh built on one listener (the daemon's data-plane totals, for metrics).
+// Any thread.
+struct DataTraffic {
+  std::atomic<uint64_t> sent_bytes{0};
+  std::atomic<uint64_t> received_bytes{0};
 };
 
 class DataListener {
@@ -56,6 +68,9 @@ class DataListener {
 
   // The bound port (after Start), e.g. to publish "HOST:port" in the cluster KV.
   int port() const { return port_; }
+  const DataListenerOptions& options() const { return options_; }
+  // Counted by the meshes that TcpMesh::Connect builds with this listener; they share it.
+  const std::shared_ptr<DataTraffic>& traffic() const { return traffic_; }
 
   // Waits up to `timeout` for the connection host `from_host` dialed for `job_id` and hands its fd
   // (non-blocking, owned by the caller) over. DeadlineExceeded naming job and host on timeout,
@@ -86,6 +101,7 @@ class DataListener {
   const DataListenerOptions options_;
   UniqueFd listen_fd_;
   int port_ = -1;
+  const std::shared_ptr<DataTraffic> traffic_ = std::make_shared<DataTraffic>();
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 

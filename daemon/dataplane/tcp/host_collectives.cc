@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/collectives/adasum.h"
 #include "daemon/collectives/reduce_kernels.h"
 #include "daemon/common/status_macros.h"
 
@@ -16,7 +17,9 @@ namespace {
 using wire::DataType;
 using wire::ReduceOp;
 
-// Contiguous blocks of elements, one per host, in host order.
+size_t SizeOf(DataType dtype) { return wire::DataTypeSize(static_cast<uint32_t>(dtype)); }
+
+// Contiguous blocks, one per host, in host order (elements or bytes, as the caller uses them).
 struct Blocks {
   std::vector<size_t> offset;
   std::vector<size_t> count;
@@ -59,140 +62,190 @@ absl::Status CheckReduce(const TcpMesh& mesh, const void* buf, size_t count, Dat
   return absl::OkStatus();
 }
 
-// Staging slot of host h's input (every host but self has one).
-size_t SlotIndex(int h, int self) { return static_cast<size_t>(h < self ? h : h - 1); }
+int Right(const TcpMesh& mesh) { return (mesh.self() + 1) % mesh.size(); }
+int Left(const TcpMesh& mesh) { return (mesh.self() + mesh.size() - 1) % mesh.size(); }
 
-// Reduces `count` elements of every host's input in host order into `mine` (this host's input).
-// Host h's input is in staging slot SlotIndex(h) of `slot_bytes`; slot 0 may be overwritten.
-void ReduceHostOrder(uint8_t* mine, uint8_t* staging, size_t slot_bytes, int self, int n,
-                     size_t count, DataType dtype, ReduceOp op) {
-  if (count == 0 || n == 1) return;
-  auto input = [&](int h) { return staging + SlotIndex(h, self) * slot_bytes; };
-  // ((x0 op x1) op x2) ...: the accumulator starts as host 0's input, wherever that is.
-  uint8_t* acc = self == 0 ? mine : input(0);
-  for (int h = 1; h < n; ++h) {
-    collectives::ReduceInto(acc, h == self ? mine : input(h), count, dtype, op);
+// Recursive doubling of `bytes` bytes (see the header): combine(mine, theirs, mine_is_lower)
+// merges the partner's buffer `theirs` into `mine`, lower hosts' operand first.
+template <typename Combine>
+absl::Status RecursiveDoubling(TcpMesh& mesh, uint8_t* buf, size_t bytes, uint8_t* staging,
+                               const Combine& combine) {
+  const int n = mesh.size(), self = mesh.self(), p = PowerOfTwoFloor(n);
+  if (self >= p) {  // folded: hand the input to self - p, get the result back
+    ARD_RETURN_IF_ERROR(mesh.Exchange(self - p, buf, bytes, -1, nullptr, 0));
+    return mesh.Exchange(-1, nullptr, 0, self - p, buf, bytes);
   }
-  if (acc != mine) std::memcpy(mine, acc, count * wire::DataTypeSize(static_cast<uint32_t>(dtype)));
-}
-
-// Every host sends its whole buffer to every other host; each reduces all n in host order.
-absl::Status DirectAllreduce(TcpMesh& mesh, uint8_t* buf, size_t count, DataType dtype,
-                             ReduceOp op) {
-  const int n = mesh.size(), self = mesh.self();
-  const size_t bytes = count * wire::DataTypeSize(static_cast<uint32_t>(dtype));
-  uint8_t* staging = mesh.Scratch((n - 1) * bytes);
-  std::vector<TcpMesh::Send> sends;
-  std::vector<TcpMesh::Recv> recvs;
-  for (int k = 1; k < n; ++k) {
-    const int p = (self + k) % n;
-    sends.push_back({p, buf, bytes});
-    recvs.push_back({p, staging + SlotIndex(p, self) * bytes, bytes});
+  const bool has_folded = self + p < n;
+  if (has_folded) {
+    ARD_RETURN_IF_ERROR(mesh.Exchange(-1, nullptr, 0, self + p, staging, bytes));
+    ARD_RETURN_IF_ERROR(combine(buf, staging, /*mine_is_lower=*/true));
   }
-  ARD_RETURN_IF_ERROR(mesh.Transfer(sends, recvs));
-  ReduceHostOrder(buf, staging, bytes, self, n, count, dtype, op);
+  for (int bit = 1; bit < p; bit *= 2) {
+    const int partner = self ^ bit;
+    ARD_RETURN_IF_ERROR(mesh.Exchange(partner, buf, bytes, partner, staging, bytes));
+    ARD_RETURN_IF_ERROR(combine(buf, staging, self < partner));
+  }
+  if (has_folded) return mesh.Exchange(self + p, buf, bytes, -1, nullptr, 0);
   return absl::OkStatus();
 }
 
-size_t ChunkElements(const HostCollectiveOptions& options, int n, size_t esize) {
-  size_t bytes = options.chunk_bytes;
-  if (n > 1) bytes = std::min(bytes, options.max_staging_bytes / (n - 1));
-  return std::max<size_t>(1, bytes / esize);
+absl::Status RecursiveDoublingAllreduce(TcpMesh& mesh, uint8_t* buf, size_t count, DataType dtype,
+                                        ReduceOp op) {
+  const size_t bytes = count * SizeOf(dtype);
+  return RecursiveDoubling(mesh, buf, bytes, mesh.Scratch(bytes),
+                           [&](uint8_t* mine, uint8_t* theirs, bool lower) {
+                             if (lower) {
+                               collectives::ReduceInto(mine, theirs, count, dtype, op);
+                             } else {  // theirs op mine, computed in the staging buffer
+                               collectives::ReduceInto(theirs, mine, count, dtype, op);
+                               std::memcpy(mine, theirs, bytes);
+                             }
+                             return absl::OkStatus();
+                           });
 }
 
-// Reduce-scatter over `blocks`, chunk by chunk; with `allgather`, each reduced chunk is also sent
-// to every host in the next step (per connection: the allgather piece, then the scatter piece).
-absl::Status ChunkedReduce(TcpMesh& mesh, uint8_t* buf, const Blocks& blocks, DataType dtype,
-                           ReduceOp op, bool allgather, const HostCollectiveOptions& options) {
+// Ring reduce-scatter over element `blocks`: at step s = 0..n-2 host i sends its partial of block
+// (i - 1 - s) to the right and reduces block (i - 2 - s) from the left into its own (mine op
+// partial), in pieces of `chunk` elements; afterwards block i on host i is fully reduced.
+absl::Status RingReduceScatter(TcpMesh& mesh, uint8_t* buf, const Blocks& blocks, DataType dtype,
+                               ReduceOp op) {
   const int n = mesh.size(), self = mesh.self();
   if (n == 1) return absl::OkStatus();
-  const size_t esize = wire::DataTypeSize(static_cast<uint32_t>(dtype));
-  const size_t chunk = ChunkElements(options, n, esize);
-  size_t steps = 0;
-  for (size_t c : blocks.count) steps = std::max(steps, (c + chunk - 1) / chunk);
-  // Piece `step` of host b's block: {byte pointer into buf, bytes}.
-  auto piece = [&](int b, size_t step) {
-    const size_t begin = std::min(step * chunk, blocks.count[b]);
-    const size_t end = std::min(begin + chunk, blocks.count[b]);
-    return std::make_pair(buf + (blocks.offset[b] + begin) * esize, (end - begin) * esize);
-  };
-  uint8_t* staging = mesh.Scratch((n - 1) * chunk * esize);
-  std::vector<TcpMesh::Send> sends;
-  std::vector<TcpMesh::Recv> recvs;
-  for (size_t step = 0; step < steps + (allgather ? 1 : 0); ++step) {
-    sends.clear();
-    recvs.clear();
-    for (int k = 1; k < n; ++k) {
-      const int p = (self + k) % n;
-      if (allgather && step >= 1) {
-        sends.push_back({p, piece(self, step - 1).first, piece(self, step - 1).second});
-        recvs.push_back({p, piece(p, step - 1).first, piece(p, step - 1).second});
-      }
-      if (step < steps) {
-        sends.push_back({p, piece(p, step).first, piece(p, step).second});
-        recvs.push_back(
-            {p, staging + SlotIndex(p, self) * chunk * esize, piece(self, step).second});
-      }
-    }
-    ARD_RETURN_IF_ERROR(mesh.Transfer(sends, recvs));
-    if (step < steps) {
-      const auto [mine, bytes] = piece(self, step);
-      ReduceHostOrder(mine, staging, chunk * esize, self, n, bytes / esize, dtype, op);
+  const size_t esize = SizeOf(dtype);
+  const size_t chunk = std::max<size_t>(1, mesh.algorithms().chunk_bytes / esize);
+  const size_t largest = *std::max_element(blocks.count.begin(), blocks.count.end());
+  uint8_t* staging = mesh.Scratch(std::min(chunk, largest) * esize);
+  for (int s = 0; s + 1 < n; ++s) {
+    const int send_b = (self - 1 - s + 2 * n) % n, recv_b = (self - 2 - s + 2 * n) % n;
+    const size_t pieces =
+        (std::max(blocks.count[send_b], blocks.count[recv_b]) + chunk - 1) / chunk;
+    for (size_t k = 0; k < pieces; ++k) {
+      const size_t send_begin = std::min(k * chunk, blocks.count[send_b]);
+      const size_t send_count = std::min(chunk, blocks.count[send_b] - send_begin);
+      const size_t recv_begin = std::min(k * chunk, blocks.count[recv_b]);
+      const size_t recv_count = std::min(chunk, blocks.count[recv_b] - recv_begin);
+      ARD_RETURN_IF_ERROR(
+          mesh.Exchange(Right(mesh), buf + (blocks.offset[send_b] + send_begin) * esize,
+                        send_count * esize, Left(mesh), staging, recv_count * esize));
+      collectives::ReduceInto(buf + (blocks.offset[recv_b] + recv_begin) * esize, staging,
+                              recv_count, dtype, op);
     }
   }
   return absl::OkStatus();
+}
+
+// Ring allgather over byte `blocks`: at step s host i sends block (i - s) to the right and
+// receives block (i - s - 1) from the left, in place.
+absl::Status RingAllgather(TcpMesh& mesh, uint8_t* buf, const Blocks& blocks) {
+  const int n = mesh.size(), self = mesh.self();
+  for (int s = 0; s + 1 < n; ++s) {
+    const int send_b = (self - s + n) % n, recv_b = (self - s - 1 + n) % n;
+    ARD_RETURN_IF_ERROR(mesh.Exchange(Right(mesh), buf + blocks.offset[send_b],
+                                      blocks.count[send_b], Left(mesh), buf + blocks.offset[recv_b],
+                                      blocks.count[recv_b]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingAllreduce(TcpMesh& mesh, uint8_t* buf, size_t count, DataType dtype, ReduceOp op) {
+  const Blocks elements = EvenBlocks(count, mesh.size());
+  ARD_RETURN_IF_ERROR(RingReduceScatter(mesh, buf, elements, dtype, op));
+  Blocks bytes = elements;
+  for (size_t& v : bytes.offset) v *= SizeOf(dtype);
+  for (size_t& v : bytes.count) v *= SizeOf(dtype);
+  return RingAllgather(mesh, buf, bytes);
 }
 
 }  // namespace
 
+absl::Status AllreduceInPlace(TcpMesh& mesh, void* buf, size_t count, DataType dtype, ReduceOp op) {
+  return AllreduceInPlace(mesh, buf, count, dtype, op, AllreduceAlgorithm::kAuto);
+}
+
 absl::Status AllreduceInPlace(TcpMesh& mesh, void* buf, size_t count, DataType dtype, ReduceOp op,
-                              const HostCollectiveOptions& options) {
+                              AllreduceAlgorithm algorithm) {
   ARD_RETURN_IF_ERROR(CheckReduce(mesh, buf, count, dtype));
   const int n = mesh.size();
   if (n == 1 || count == 0) return absl::OkStatus();
-  const size_t bytes = count * wire::DataTypeSize(static_cast<uint32_t>(dtype));
-  uint8_t* data = static_cast<uint8_t*>(buf);
-  if ((n - 1) * bytes <= options.direct_allreduce_bytes || count < static_cast<size_t>(n)) {
-    return DirectAllreduce(mesh, data, count, dtype, op);
+  if (algorithm == AllreduceAlgorithm::kAuto) {
+    algorithm = ChooseAllreduce(mesh.algorithms(), n, count, SizeOf(dtype));
   }
-  return ChunkedReduce(mesh, data, EvenBlocks(count, n), dtype, op, /*allgather=*/true, options);
+  uint8_t* data = static_cast<uint8_t*>(buf);
+  if (algorithm == AllreduceAlgorithm::kRing) return RingAllreduce(mesh, data, count, dtype, op);
+  return RecursiveDoublingAllreduce(mesh, data, count, dtype, op);
 }
 
 absl::Status ReduceScatterInPlace(TcpMesh& mesh, void* buf,
                                   const std::vector<size_t>& count_per_host, DataType dtype,
-                                  ReduceOp op, const HostCollectiveOptions& options) {
+                                  ReduceOp op) {
   ARD_RETURN_IF_ERROR(CheckPerHost(mesh, count_per_host.size(), "count_per_host"));
   const size_t total = std::accumulate(count_per_host.begin(), count_per_host.end(), size_t{0});
   ARD_RETURN_IF_ERROR(CheckReduce(mesh, buf, total, dtype));
-  return ChunkedReduce(mesh, static_cast<uint8_t*>(buf), BlocksOf(count_per_host), dtype, op,
-                       /*allgather=*/false, options);
+  return RingReduceScatter(mesh, static_cast<uint8_t*>(buf), BlocksOf(count_per_host), dtype, op);
 }
 
 absl::Status AllgatherV(TcpMesh& mesh, void* buf, const std::vector<size_t>& bytes_per_host) {
   ARD_RETURN_IF_ERROR(CheckPerHost(mesh, bytes_per_host.size(), "bytes_per_host"));
-  const Blocks blocks = BlocksOf(bytes_per_host);
-  uint8_t* data = static_cast<uint8_t*>(buf);
-  const int n = mesh.size(), self = mesh.self();
-  std::vector<TcpMesh::Send> sends;
-  std::vector<TcpMesh::Recv> recvs;
-  for (int k = 1; k < n; ++k) {
-    const int p = (self + k) % n;
-    sends.push_back({p, data + blocks.offset[self], blocks.count[self]});
-    recvs.push_back({p, data + blocks.offset[p], blocks.count[p]});
+  return RingAllgather(mesh, static_cast<uint8_t*>(buf), BlocksOf(bytes_per_host));
+}
+
+absl::Status AdasumInPlace(TcpMesh& mesh, void* buf, const std::vector<size_t>& counts,
+                           DataType dtype) {
+  if (!collectives::AdasumSupported(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", mesh.job_id(), ": Adasum of dtype ", static_cast<uint32_t>(dtype)));
   }
-  return mesh.Transfer(sends, recvs);
+  const size_t elem = wire::DataTypeSize(static_cast<uint32_t>(dtype));
+  size_t total = 0;
+  for (size_t c : counts) total += c * elem;
+  const int n = mesh.size();
+  if (n == 1 || total == 0) return absl::OkStatus();
+  thread_local std::vector<uint8_t> gathered;
+  gathered.resize(n * total);
+  std::memcpy(gathered.data() + mesh.self() * total, buf, total);
+  ARD_RETURN_IF_ERROR(AllgatherV(mesh, gathered.data(), std::vector<size_t>(n, total)));
+  size_t offset = 0;
+  std::vector<const void*> leaves(n);
+  for (size_t c : counts) {
+    for (int h = 0; h < n; ++h) leaves[h] = gathered.data() + h * total + offset;
+    collectives::AdasumTree(leaves, c, dtype, static_cast<uint8_t*>(buf) + offset);
+    offset += c * elem;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Broadcast(TcpMesh& mesh, void* buf, size_t bytes, int root) {
-  const int n = mesh.size(), self = mesh.self();
+  const int n = mesh.size(), self = mesh.self(), p = PowerOfTwoFloor(n);
   if (root < 0 || root >= n) {
     return absl::InvalidArgumentError(
         absl::StrCat("job ", mesh.job_id(), ": broadcast root ", root, " of ", n, " hosts"));
   }
-  if (self != root) return mesh.Exchange(-1, nullptr, 0, root, buf, bytes);
-  std::vector<TcpMesh::Send> sends;
-  for (int k = 1; k < n; ++k) sends.push_back({(self + k) % n, buf, bytes});
-  return mesh.Transfer(sends, {});
+  // A root among the folded hosts first hands the buffer to its fold partner, the tree's root.
+  const int tree_root = root >= p ? root - p : root;
+  if (root >= p && self == root)
+    ARD_RETURN_IF_ERROR(mesh.Exchange(tree_root, buf, bytes, -1, nullptr, 0));
+  if (root >= p && self == tree_root) {
+    ARD_RETURN_IF_ERROR(mesh.Exchange(-1, nullptr, 0, root, buf, bytes));
+  }
+  if (self < p) {
+    // Binomial tree over v = self XOR tree_root: v receives from v XOR lowbit(v), then sends to
+    // v XOR m for every m below that bit (the root: below p).
+    const int v = self ^ tree_root;
+    int mask = p;
+    if (v != 0) {
+      mask = v & -v;
+      ARD_RETURN_IF_ERROR(mesh.Exchange(-1, nullptr, 0, self ^ mask, buf, bytes));
+    }
+    for (int m = mask / 2; m >= 1; m /= 2) {
+      ARD_RETURN_IF_ERROR(mesh.Exchange(self ^ m, buf, bytes, -1, nullptr, 0));
+    }
+    if (self + p < n && self + p != root) {
+      ARD_RETURN_IF_ERROR(mesh.Exchange(self + p, buf, bytes, -1, nullptr, 0));
+    }
+  } else if (self != root) {
+    ARD_RETURN_IF_ERROR(mesh.Exchange(-1, nullptr, 0, self - p, buf, bytes));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status AlltoallV(TcpMesh& mesh, const void* send, const std::vector<size_t>& send_bytes,
@@ -208,41 +261,61 @@ absl::Status AlltoallV(TcpMesh& mesh, const void* send, const std::vector<size_t
   const Blocks out = BlocksOf(send_bytes), in = BlocksOf(recv_bytes);
   const uint8_t* src = static_cast<const uint8_t*>(send);
   uint8_t* dst = static_cast<uint8_t*>(recv);
-  if (send_bytes[self] > 0)
+  if (send_bytes[self] > 0) {
     std::memcpy(dst + in.offset[self], src + out.offset[self], send_bytes[self]);
-  std::vector<TcpMesh::Send> sends;
-  std::vector<TcpMesh::Recv> recvs;
-  for (int k = 1; k < n; ++k) {
-    const int p = (self + k) % n;
-    sends.push_back({p, src + out.offset[p], out.count[p]});
-    recvs.push_back({p, dst + in.offset[p], in.count[p]});
   }
-  return mesh.Transfer(sends, recvs);
+  // Ring relay: at step s = 1..n-1 host i sends right a bundle of the n - s blocks that origin
+  // i - s + 1 has for hosts i + 1, i + 2, ... (at s = 1 its own), preceded by their sizes (relays
+  // do not know them), and receives the bundle of origin i - s, whose first block is its own.
+  std::vector<uint64_t> out_sizes, in_sizes;
+  std::vector<uint8_t> forward, received;
+  for (int d = 1; d < n; ++d) out_sizes.push_back(send_bytes[(self + d) % n]);
+  for (int s = 1; s < n; ++s) {
+    const int origin = (self - s + n) % n;
+    in_sizes.assign(n - s, 0);
+    ARD_RETURN_IF_ERROR(mesh.Exchange(Right(mesh), out_sizes.data(), out_sizes.size() * 8,
+                                      Left(mesh), in_sizes.data(), in_sizes.size() * 8));
+    if (in_sizes[0] != recv_bytes[origin]) {
+      absl::Status error = absl::InternalError(absl::StrCat(
+          "job ", mesh.job_id(), ": alltoall block from host ", origin, " to host ", self, " has ",
+          in_sizes[0], " bytes, expected ", recv_bytes[origin], ": the hosts disagree on sizes"));
+      mesh.Abort(error);  // the byte streams are out of step
+      return error;
+    }
+    received.resize(std::accumulate(in_sizes.begin() + 1, in_sizes.end(), size_t{0}));
+    std::vector<TcpMesh::Send> sends;
+    if (s == 1) {  // own blocks for self+1..n-1, then 0..self-1: two contiguous ranges
+      const size_t end = out.offset.back() + out.count.back();
+      sends.push_back({Right(mesh), src + out.offset[self] + send_bytes[self],
+                       end - out.offset[self] - send_bytes[self]});
+      sends.push_back({Right(mesh), src, out.offset[self]});
+    } else {
+      sends.push_back({Right(mesh), forward.data(), forward.size()});
+    }
+    const TcpMesh::Recv recvs[] = {{Left(mesh), dst + in.offset[origin], in_sizes[0]},
+                                   {Left(mesh), received.data(), received.size()}};
+    ARD_RETURN_IF_ERROR(mesh.Transfer(sends, recvs));
+    forward.swap(received);
+    out_sizes.assign(in_sizes.begin() + 1, in_sizes.end());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Barrier(TcpMesh& mesh) {
-  const int n = mesh.size();
-  const uint8_t token = 0xBA;
-  std::vector<uint8_t> received(n);
-  std::vector<TcpMesh::Send> sends;
-  std::vector<TcpMesh::Recv> recvs;
-  for (int k = 1; k < n; ++k) {
-    const int p = (mesh.self() + k) % n;
-    sends.push_back({p, &token, 1});
-    recvs.push_back({p, &received[p], 1});
-  }
-  ARD_RETURN_IF_ERROR(mesh.Transfer(sends, recvs));
-  for (int k = 1; k < n; ++k) {
-    const int p = (mesh.self() + k) % n;
-    if (received[p] != token) {
-      absl::Status error = absl::InternalError(
-          absl::StrCat("job ", mesh.job_id(), ": barrier byte from host ", p, " is 0x",
-                       absl::Hex(received[p]), ": the hosts' collectives are out of step"));
-      mesh.Abort(error);  // the byte streams are out of step: nothing later can be trusted
-      return error;
-    }
-  }
-  return absl::OkStatus();
+  constexpr uint8_t kToken = 0xBA;
+  uint8_t token[2] = {kToken, 0};  // [0]: sent (and, on folded hosts, received back), [1]: staging
+  auto out_of_step = [&](uint8_t byte) {
+    absl::Status error = absl::InternalError(
+        absl::StrCat("job ", mesh.job_id(), ": barrier byte 0x", absl::Hex(byte), " on host ",
+                     mesh.self(), ": the hosts' collectives are out of step"));
+    mesh.Abort(error);  // the byte streams are out of step: nothing later can be trusted
+    return error;
+  };
+  ARD_RETURN_IF_ERROR(
+      RecursiveDoubling(mesh, &token[0], 1, &token[1], [&](uint8_t*, uint8_t* theirs, bool) {
+        return *theirs == kToken ? absl::OkStatus() : out_of_step(*theirs);
+      }));
+  return token[0] == kToken ? absl::OkStatus() : out_of_step(token[0]);
 }
 
 }  // namespace ard::dataplane::tcp

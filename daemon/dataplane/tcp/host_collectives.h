@@ -1,17 +1,30 @@
 // Host-level collectives of the CPU data plane over one job's TcpMesh (DESIGN.md "Data plane"):
 // each daemon has already reduced its local processes' tensors; only hosts take part here, host
 // index = cross rank. All hosts call the same function with the same sizes in the same order.
+// Every message travels on a mesh edge (MeshPeers in algorithms.h): ring neighbours, hypercube
+// partners i XOR 2^k below p (the largest power of two <= n) and fold partners i +- p.
 //
-// Determinism: reductions are computed, for every element, as ((x0 op x1) op x2) ... op x(n-1)
-// over the hosts' inputs in host order, with the kernels of reduce_kernels.h, whatever the
-// algorithm, chunking or n; so results are bit-identical on every host and across runs.
+// Algorithms (which allreduce runs: ChooseAllreduce and its table in algorithms.h):
+// - Allreduce, recursive doubling (latency path): hosts p..n-1 first send their input to host
+//   i - p, which combines it (fold); hosts 0..p-1 then exchange whole buffers with i XOR 2^k for
+//   k = 0, 1, ...; the folded hosts get the result back (unfold).
+// - Allreduce, ring (bandwidth path): ring reduce-scatter over n element-aligned blocks (block b
+//   ends on host b), each step pipelined in AlgorithmOptions::chunk_bytes pieces, then ring
+//   allgather of the reduced blocks.
+// - ReduceScatterInPlace: the ring reduce-scatter over the caller's blocks. AllgatherV: the ring
+//   allgather. Broadcast: a binomial tree over the hypercube (the root first hands the buffer to
+//   its fold partner when it is >= p). Barrier: recursive doubling of a token. AlltoallV: a ring
+//   relay (each block travels (dst - src) mod n hops; correct with O(log n) connections, not
+//   bandwidth-optimal; alltoall is rare in data-parallel training).
+//
+// Determinism: every host ends with bit-identical results, and the same inputs give the same bits
+// on every run, because each reduced element is computed once, in an order fixed by (n, count,
+// algorithm) alone, and then copied: recursive doubling combines two partial results always as
+// (lower hosts' op higher hosts'), i.e. the tree R(group) = R(lower half) op R(upper half) over
+// leaves x_i op x_(i+p); the ring accumulates block b as x_b op (x_(b-1) op (... op x_(b+1))),
+// indices mod n, on its way around the ring. (Floating-point results therefore depend on the
+// algorithm and may differ in the last bits from a host-order sum.) Kernels: reduce_kernels.h.
 // Average/prescale/postscale are the caller's job (kAverage reduces like kSum).
-//
-// Algorithms: allreduce = reduce-scatter by direct exchange (each host owns one contiguous,
-// element-aligned block; all hosts exchange chunks of their blocks with all others at once) then
-// allgather, pipelined chunk by chunk (allgather of chunk c travels with reduce-scatter of c+1);
-// small buffers skip the scatter: every host sends its whole buffer to every other one and reduces
-// all n in host order (one network hop instead of two). Broadcast is a star from the root.
 //
 // Errors: InvalidArgument for inconsistent arguments (checked before any byte moves), otherwise
 // the mesh's errors (tcp_mesh.h); after any transfer error the mesh is unusable and the caller
@@ -23,30 +36,33 @@
 
 #include "absl/status/status.h"
 #include "client/local_wire.h"
+#include "daemon/dataplane/tcp/algorithms.h"
 #include "daemon/dataplane/tcp/tcp_mesh.h"
 
 namespace ard::dataplane::tcp {
 
-struct HostCollectiveOptions {
-  // Reduce-scatter moves and reduces each host's block in pieces of this many bytes (rounded down
-  // to whole elements), bounding staging memory to (n - 1) pieces and pipelining the phases.
-  size_t chunk_bytes = 4 << 20;
-  // Upper bound on the staging memory (n - 1) pieces may take; pieces shrink for large n.
-  size_t max_staging_bytes = 64 << 20;
-  // Allreduce sends whole buffers to every host when (n - 1) * buffer bytes is at most this.
-  size_t direct_allreduce_bytes = 64 << 10;
-};
-
 // buf[0, count) holds this host's input; afterwards every host holds the reduction of all inputs.
+// The algorithm: ChooseAllreduce(mesh.algorithms(), ...).
 absl::Status AllreduceInPlace(TcpMesh& mesh, void* buf, size_t count, wire::DataType dtype,
-                              wire::ReduceOp op, const HostCollectiveOptions& options = {});
+                              wire::ReduceOp op);
+// The same with the algorithm given (kAuto chooses), for tests and benchmarks.
+absl::Status AllreduceInPlace(TcpMesh& mesh, void* buf, size_t count, wire::DataType dtype,
+                              wire::ReduceOp op, AllreduceAlgorithm algorithm);
 
 // buf holds sum(count_per_host) elements of this host's input, in blocks (host order) of
 // count_per_host[h] elements (uneven or zero sizes allowed). Afterwards host `self`'s block, at
 // element offset sum(count_per_host[0, self)), holds the reduction; other blocks are undefined.
 absl::Status ReduceScatterInPlace(TcpMesh& mesh, void* buf,
                                   const std::vector<size_t>& count_per_host, wire::DataType dtype,
-                                  wire::ReduceOp op, const HostCollectiveOptions& options = {});
+                                  wire::ReduceOp op);
+
+// Adasum (daemon/collectives/adasum.h) of several tensors packed in buf (counts[i] elements of
+// tensor i, in order; float16/32/64): afterwards every host holds, for each tensor, the Adasum
+// tree over the hosts' inputs in host order, bit-identical on every host. An allgather of the
+// whole buffer, then each host computes the tree itself: (n - 1) x buffer bytes arrive at every
+// host (a ring allreduce moves about 2x) and (n - 1) pairs per element run on every host.
+absl::Status AdasumInPlace(TcpMesh& mesh, void* buf, const std::vector<size_t>& counts,
+                           wire::DataType dtype);
 
 // buf holds blocks of bytes_per_host[h] bytes in host order; this host's block is filled in.
 // Afterwards every block is filled in on every host.

@@ -11,205 +11,27 @@
 
 #include "absl/time/clock.h"
 #include "catch2/catch.hpp"
-#include "daemon/collectives/half_float.h"
-#include "daemon/collectives/reduce_kernels.h"
-#include "daemon/dataplane/tcp/mesh_fixture.h"
+#include "daemon/collectives/adasum.h"
+#include "daemon/dataplane/tcp/collectives_test_util.h"
 
 namespace ard::dataplane::tcp {
 namespace {
 
+using namespace testing;
 using wire::DataType;
 using wire::ReduceOp;
-using Bytes = std::vector<uint8_t>;
-using Meshes = std::vector<std::unique_ptr<TcpMesh>>;
-
-size_t SizeOf(DataType dtype) { return wire::DataTypeSize(static_cast<uint32_t>(dtype)); }
-
-Meshes ConnectOrDie(LocalHosts& hosts, uint64_t job_id) {
-  REQUIRE(hosts.start_status().ok());
-  absl::StatusOr<Meshes> meshes = hosts.ConnectAll(job_id);
-  INFO(meshes.status().ToString());
-  REQUIRE(meshes.ok());
-  return std::move(*meshes);
-}
-
-// Values of very different magnitudes (so that the order of a float sum shows in the bits),
-// with signed zeros (Min/Max keep the dst operand between -0 and +0) and a few infinities/NaNs.
-float RandomFloat(std::mt19937_64& rng, int max_exponent) {
-  const uint64_t r = rng();
-  switch (r % 97) {
-    case 0:
-      return 0.0f;
-    case 1:
-      return -0.0f;
-    case 2:
-      return (r & 256) ? INFINITY : -INFINITY;
-    case 3:
-      return NAN;
-  }
-  const float unit = static_cast<float>((r >> 11) % 2000001) / 1e6f - 1.0f;
-  return std::ldexp(unit, static_cast<int>((r >> 40) % (2 * max_exponent + 1)) - max_exponent);
-}
-
-Bytes RandomInput(DataType dtype, size_t count, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  Bytes out(count * SizeOf(dtype));
-  for (size_t i = 0; i < count; ++i) {
-    if (dtype == DataType::kFloat32) {
-      const float v = RandomFloat(rng, 20);
-      std::memcpy(out.data() + 4 * i, &v, 4);
-    } else if (dtype == DataType::kFloat16) {
-      const uint16_t v = collectives::FloatToHalf(RandomFloat(rng, 6));
-      std::memcpy(out.data() + 2 * i, &v, 2);
-    } else {  // integers: random bits
-      const uint64_t v = rng();
-      std::memcpy(out.data() + SizeOf(dtype) * i, &v, SizeOf(dtype));
-    }
-  }
-  return out;
-}
-
-// The canonical result: ((x0 op x1) op x2) ... in host order.
-Bytes HostOrderReduction(const std::vector<Bytes>& inputs, size_t count, DataType dtype,
-                         ReduceOp op) {
-  Bytes acc = inputs[0];
-  for (size_t h = 1; h < inputs.size(); ++h) {
-    collectives::ReduceInto(acc.data(), inputs[h].data(), count, dtype, op);
-  }
-  return acc;
-}
-
-std::vector<Bytes> Inputs(int n, DataType dtype, size_t count, uint64_t salt) {
-  std::vector<Bytes> inputs;
-  for (int h = 0; h < n; ++h) inputs.push_back(RandomInput(dtype, count, salt * 131 + h));
-  return inputs;
-}
-
-HostCollectiveOptions ForcedChunks() {
-  HostCollectiveOptions options;
-  options.direct_allreduce_bytes = 0;  // always reduce-scatter + allgather
-  options.chunk_bytes = 256;           // many pieces even for small buffers
-  return options;
-}
-
-bool Contains(const absl::Status& s, const std::string& text) {
-  return std::string(s.message()).find(text) != std::string::npos;
-}
-
-TEST_CASE("AllreduceInPlace gives the host-order reduction, bit-identical on every host") {
-  const DataType dtypes[] = {DataType::kFloat32, DataType::kFloat16, DataType::kInt64};
-  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
-  for (int n = 1; n <= 4; ++n) {
-    LocalHosts hosts(n);
-    Meshes meshes = ConnectOrDie(hosts, 200 + n);
-    uint64_t salt = 0;
-    for (DataType dtype : dtypes) {
-      for (ReduceOp op : ops) {
-        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1001}, size_t{30011}}) {
-          for (bool forced : {false, true}) {
-            INFO("n=" << n << " dtype=" << static_cast<int>(dtype) << " op=" << static_cast<int>(op)
-                      << " count=" << count << " forced=" << forced);
-            const std::vector<Bytes> inputs = Inputs(n, dtype, count, ++salt);
-            const Bytes expected = HostOrderReduction(inputs, count, dtype, op);
-            std::vector<Bytes> bufs = inputs;
-            auto statuses = RunOnHosts(n, [&](int h) {
-              return AllreduceInPlace(*meshes[h], bufs[h].data(), count, dtype, op,
-                                      forced ? ForcedChunks() : HostCollectiveOptions{});
-            });
-            REQUIRE(AllOk(statuses));
-            for (int h = 0; h < n; ++h) REQUIRE(bufs[h] == expected);
-          }
-        }
-      }
-    }
-  }
-}
-
-TEST_CASE("AllreduceInPlace of 20 MiB (several 4 MiB pieces) matches the reference") {
-  const size_t count = (20u << 20) / 4 + 3;
-  for (int n = 2; n <= 4; ++n) {
-    INFO("n=" << n);
-    LocalHosts hosts(n);
-    Meshes meshes = ConnectOrDie(hosts, 300 + n);
-    const std::vector<Bytes> inputs = Inputs(n, DataType::kFloat32, count, 77 + n);
-    const Bytes expected = HostOrderReduction(inputs, count, DataType::kFloat32, ReduceOp::kSum);
-    std::vector<Bytes> bufs = inputs;
-    auto statuses = RunOnHosts(n, [&](int h) {
-      return AllreduceInPlace(*meshes[h], bufs[h].data(), count, DataType::kFloat32,
-                              ReduceOp::kSum);
-    });
-    REQUIRE(AllOk(statuses));
-    for (int h = 0; h < n; ++h) REQUIRE(bufs[h] == expected);
-  }
-}
-
-TEST_CASE("The reference order is observable: a reversed host order gives other bits") {
-  const size_t count = 1001;
-  const std::vector<Bytes> inputs = Inputs(3, DataType::kFloat32, count, 5);
-  const std::vector<Bytes> reversed(inputs.rbegin(), inputs.rend());
-  REQUIRE(HostOrderReduction(inputs, count, DataType::kFloat32, ReduceOp::kSum) !=
-          HostOrderReduction(reversed, count, DataType::kFloat32, ReduceOp::kSum));
-}
-
-TEST_CASE("AllreduceInPlace reduces kAverage like kSum (scaling is the caller's)") {
-  LocalHosts hosts(3);
-  Meshes meshes = ConnectOrDie(hosts, 400);
-  const std::vector<Bytes> inputs = Inputs(3, DataType::kFloat32, 999, 9);
-  std::vector<Bytes> bufs = inputs;
-  REQUIRE(AllOk(RunOnHosts(3, [&](int h) {
-    return AllreduceInPlace(*meshes[h], bufs[h].data(), 999, DataType::kFloat32, ReduceOp::kAverage,
-                            ForcedChunks());
-  })));
-  const Bytes sum = HostOrderReduction(inputs, 999, DataType::kFloat32, ReduceOp::kSum);
-  for (const Bytes& b : bufs) REQUIRE(b == sum);
-}
-
-TEST_CASE("ReduceScatterInPlace reduces each host's block, uneven and zero-sized blocks too") {
-  for (int n = 1; n <= 4; ++n) {
-    LocalHosts hosts(n);
-    Meshes meshes = ConnectOrDie(hosts, 500 + n);
-    const std::vector<std::vector<size_t>> layouts = {std::vector<size_t>(n, 1000),
-                                                      std::vector<size_t>(n, 0),
-                                                      {5, 0, 1777, 3},
-                                                      {0, 0, 0, 4099},
-                                                      {1, 2, 3, 40000}};
-    uint64_t salt = 0;
-    for (std::vector<size_t> counts : layouts) {
-      counts.resize(n);
-      const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
-      for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64}) {
-        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
-          for (bool forced : {false, true}) {
-            INFO("n=" << n << " total=" << total << " dtype=" << static_cast<int>(dtype));
-            const std::vector<Bytes> inputs = Inputs(n, dtype, total, ++salt);
-            const Bytes expected = HostOrderReduction(inputs, total, dtype, op);
-            std::vector<Bytes> bufs = inputs;
-            REQUIRE(AllOk(RunOnHosts(n, [&](int h) {
-              return ReduceScatterInPlace(*meshes[h], bufs[h].data(), counts, dtype, op,
-                                          forced ? ForcedChunks() : HostCollectiveOptions{});
-            })));
-            const size_t esize = SizeOf(dtype);
-            size_t offset = 0;
-            for (int h = 0; h < n; ++h) {
-              const size_t bytes = counts[h] * esize;
-              REQUIRE(std::memcmp(bufs[h].data() + offset, expected.data() + offset, bytes) == 0);
-              offset += bytes;
-            }
-          }
-        }
-      }
-    }
-  }
-}
 
 TEST_CASE("AllgatherV, Broadcast and AlltoallV deliver every block, including empty ones") {
-  for (int n = 1; n <= 4; ++n) {
+  for (int n : {1, 2, 3, 4, 5, 8}) {
     INFO("n=" << n);
     LocalHosts hosts(n);
     Meshes meshes = ConnectOrDie(hosts, 600 + n);
     // AllgatherV
-    for (std::vector<size_t> sizes : std::vector<std::vector<size_t>>{
-             {0, 0, 0, 0}, {1, 0, 3, 0}, {5000, 1, 0, 3u << 20}, {7, 7, 7, 7}}) {
+    for (std::vector<size_t> sizes :
+         std::vector<std::vector<size_t>>{{0, 0, 0, 0, 0, 0, 0, 0},
+                                          {1, 0, 3, 0, 0, 2, 0, 1},
+                                          {5000, 1, 0, 3u << 20, 9, 0, 0, 7},
+                                          {7, 7, 7, 7, 7, 7, 7, 7}}) {
       sizes.resize(n);
       const size_t total = std::accumulate(sizes.begin(), sizes.end(), size_t{0});
       const Bytes expected = RandomInput(DataType::kUint8, total, total + n);
@@ -258,7 +80,7 @@ TEST_CASE("AllgatherV, Broadcast and AlltoallV deliver every block, including em
 }
 
 TEST_CASE("Barrier returns only once every host has entered it") {
-  for (int n = 1; n <= 4; ++n) {
+  for (int n : {1, 2, 3, 4, 5, 8}) {
     LocalHosts hosts(n);
     Meshes meshes = ConnectOrDie(hosts, 700 + n);
     for (int round = 1; round <= 5; ++round) {
@@ -295,8 +117,8 @@ TEST_CASE("Allreduces of two jobs run concurrently over the same listeners") {
                             DataType::kFloat32, ReduceOp::kSum);
   })));
   for (int job = 0; job < 2; ++job) {
-    const Bytes expected =
-        HostOrderReduction(inputs[job], count, DataType::kFloat32, ReduceOp::kSum);
+    const Bytes expected = AllreduceReference(AllreduceAlgorithm::kRing, inputs[job], count,
+                                              DataType::kFloat32, ReduceOp::kSum);
     for (int h = 0; h < n; ++h) REQUIRE(bufs[job][h] == expected);
   }
 }
@@ -320,7 +142,7 @@ TEST_CASE("Abort from another thread unblocks a host whose peer never joins the 
 }
 
 TEST_CASE("A host that closes mid-collective fails the others with Unavailable naming it") {
-  for (int n = 2; n <= 3; ++n) {
+  for (int n : {2, 3, 5, 8}) {
     INFO("n=" << n);
     LocalHosts hosts(n);
     Meshes meshes = ConnectOrDie(hosts, 1000 + n);
@@ -344,6 +166,39 @@ TEST_CASE("A host that closes mid-collective fails the others with Unavailable n
     }
     REQUIRE(named);
   }
+}
+
+TEST_CASE("AdasumInPlace gives each tensor the tree over hosts in host order, on every host") {
+  const std::vector<size_t> counts = {37, 5, 0, 300};  // packed tensors, each its own tree
+  const size_t total = 342;
+  for (int n = 1; n <= 5; ++n) {
+    LocalHosts hosts(n);
+    Meshes meshes = ConnectOrDie(hosts, 450 + n);
+    std::vector<std::vector<double>> inputs(n, std::vector<double>(total));
+    std::mt19937_64 rng(n);
+    std::uniform_real_distribution<double> value(-1, 1);
+    for (auto& in : inputs) {
+      for (double& v : in) v = value(rng);
+    }
+    std::vector<std::vector<double>> bufs = inputs;
+    REQUIRE(AllOk(RunOnHosts(n, [&](int h) {
+      return AdasumInPlace(*meshes[h], bufs[h].data(), counts, DataType::kFloat64);
+    })));
+    std::vector<double> want(total);
+    size_t offset = 0;
+    for (size_t c : counts) {
+      std::vector<const void*> leaves;
+      for (int h = 0; h < n; ++h) leaves.push_back(inputs[h].data() + offset);
+      collectives::AdasumTree(leaves, c, DataType::kFloat64, want.data() + offset);
+      offset += c;
+    }
+    for (int h = 0; h < n; ++h) REQUIRE(bufs[h] == want);
+  }
+  LocalHosts hosts(2);
+  Meshes meshes = ConnectOrDie(hosts, 460);
+  std::vector<int32_t> ints(4);
+  REQUIRE(AdasumInPlace(*meshes[0], ints.data(), {4}, DataType::kInt32).code() ==
+          absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("Host collectives reject inconsistent arguments before moving any byte") {

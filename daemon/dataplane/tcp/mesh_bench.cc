@@ -29,7 +29,7 @@ struct BenchOptions {
   std::vector<int> hosts = {2, 4};
   std::vector<size_t> sizes = {4, 1 << 20, 16 << 20, 256 << 20};
   int socket_buffer = kDefaultSocketBufferBytes;
-  HostCollectiveOptions collective;
+  AlgorithmOptions collective;
   double seconds = 2.0;  // per row, roughly
   bool ring = false;
   absl::Duration busy_poll;
@@ -64,6 +64,16 @@ BenchOptions Parse(int argc, char** argv) {
       o.socket_buffer = ParseList<int>(value).at(0);
     else if (key == "--chunk")
       o.collective.chunk_bytes = ParseList<size_t>(value).at(0);
+    else if (key == "--algorithm") {
+      auto algorithm = ParseAllreduceAlgorithm(value);
+      if (!algorithm.ok()) {
+        std::fprintf(stderr, "--algorithm: %s\n",
+                     std::string(algorithm.status().message()).c_str());
+        std::exit(2);
+      }
+      o.collective.allreduce = *algorithm;
+    } else if (key == "--ring_threshold")
+      o.collective.ring_threshold_bytes = ParseList<size_t>(value).at(0);
     else if (key == "--busy_poll_us")
       o.busy_poll = absl::Microseconds(std::atoi(value.c_str()));
     else if (key == "--seconds")
@@ -88,11 +98,10 @@ double TimeRound(std::vector<std::unique_ptr<TcpMesh>>& meshes,
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < iterations; ++i) {
       const size_t bytes = bufs[h].size() * 4;
-      absl::Status s =
-          o.ring ? meshes[h]->Exchange((h + 1) % n, bufs[h].data(), bytes, (h + n - 1) % n,
-                                       ring_in.data(), bytes)
-                 : AllreduceInPlace(*meshes[h], bufs[h].data(), bufs[h].size(),
-                                    wire::DataType::kFloat32, wire::ReduceOp::kSum, o.collective);
+      absl::Status s = o.ring ? meshes[h]->Exchange((h + 1) % n, bufs[h].data(), bytes,
+                                                    (h + n - 1) % n, ring_in.data(), bytes)
+                              : AllreduceInPlace(*meshes[h], bufs[h].data(), bufs[h].size(),
+                                                 wire::DataType::kFloat32, wire::ReduceOp::kSum);
       if (!s.ok()) return s;
     }
     if (h == 0) {
@@ -112,6 +121,7 @@ double TimeRound(std::vector<std::unique_ptr<TcpMesh>>& meshes,
 void BenchHosts(int n, const BenchOptions& o) {
   DataListenerOptions listener_options;
   listener_options.socket_buffer_bytes = o.socket_buffer;
+  listener_options.algorithms = o.collective;
   LocalHosts hosts(n, listener_options);
   TcpMeshOptions mesh_options;
   mesh_options.socket_buffer_bytes = o.socket_buffer;
@@ -144,10 +154,10 @@ int main(int argc, char** argv) {
   ard::SetLogLevel(spdlog::level::warn);
   const BenchOptions o = Parse(argc, argv);
   std::printf(
-      "# %s, hosts as threads over loopback TCP; socket_buffer=%d chunk=%zu\n"
+      "# %s, hosts as threads over loopback TCP; socket_buffer=%d chunk=%zu algorithm=%s\n"
       "# hosts        bytes    time(us) algbw(GB/s) busbw(GB/s)\n",
       o.ring ? "raw ring exchange (busbw = per link)" : "float32 Sum allreduce", o.socket_buffer,
-      o.collective.chunk_bytes);
+      o.collective.chunk_bytes, AllreduceAlgorithmName(o.collective.allreduce).c_str());
   for (int n : o.hosts) BenchHosts(n, o);
   return 0;
 }

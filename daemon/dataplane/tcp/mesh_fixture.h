@@ -34,9 +34,12 @@ inline bool AllOk(const std::vector<absl::Status>& statuses) {
 
 class LocalHosts {
  public:
-  explicit LocalHosts(int n, DataListenerOptions options = {}) {
-    options.address = "127.0.0.1:0";
-    for (int h = 0; h < n; ++h) {
+  explicit LocalHosts(int n, DataListenerOptions options = {})
+      : LocalHosts(std::vector<DataListenerOptions>(n, options)) {}
+  // One host per entry, each with its own listener options.
+  explicit LocalHosts(std::vector<DataListenerOptions> per_host) {
+    for (DataListenerOptions& options : per_host) {
+      options.address = "127.0.0.1:0";
       listeners_.push_back(std::make_unique<DataListener>(options));
       start_status_.Update(listeners_.back()->Start());
       addresses_.push_back(absl::StrCat("127.0.0.1:", listeners_.back()->port()));

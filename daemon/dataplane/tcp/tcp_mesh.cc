@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/dataplane/tcp/handshake.h"
@@ -80,12 +81,15 @@ absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(
   }
   const absl::Time deadline = absl::Now() + timeout;
   std::vector<UniqueFd> fds(n);
-  for (int j = self + 1; j < n; ++j) {
+  std::vector<int> peers = MeshPeers(self, n);
+  for (int j : peers) {
+    if (j < self) continue;
     const DataHandshake handshake =
         MakeHandshake(job_id, static_cast<uint32_t>(self), static_cast<uint32_t>(j));
     ARD_ASSIGN_OR_RETURN(fds[j], Dial(data_addresses[j], handshake, deadline, options));
   }
-  for (int j = 0; j < self; ++j) {
+  for (int j : peers) {
+    if (j > self) break;
     ARD_ASSIGN_OR_RETURN(const int fd, listener.TakeConnection(
                                            job_id, static_cast<uint32_t>(j),
                                            std::max(deadline - absl::Now(), absl::ZeroDuration())));
@@ -93,12 +97,47 @@ absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(
     ARD_RETURN_IF_ERROR(SetNoDelay(fd));
     ARD_RETURN_IF_ERROR(SetNonBlocking(fd));
   }
-  Logger("dataplane")->info("tcp mesh connected job={} host={} hosts={}", job_id, self, n);
-  return std::unique_ptr<TcpMesh>(new TcpMesh(job_id, self, std::move(fds), options));
+  const size_t connections = peers.size();
+  std::unique_ptr<TcpMesh> mesh(new TcpMesh(job_id, self, std::move(fds), std::move(peers), options,
+                                            listener.options().algorithms, listener.traffic()));
+  ARD_RETURN_IF_ERROR(mesh->CheckPeersAgree());
+  Logger("dataplane")
+      ->info("tcp mesh connected job={} host={} hosts={} connections={}", job_id, self, n,
+             connections);
+  return mesh;
 }
 
-TcpMesh::TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, TcpMeshOptions options)
-    : job_id_(job_id), self_(self), options_(options), fds_(std::move(fds)), io_(fds_.size()) {}
+TcpMesh::TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, std::vector<int> peers,
+                 TcpMeshOptions options, AlgorithmOptions algorithms,
+                 std::shared_ptr<DataTraffic> traffic)
+    : job_id_(job_id),
+      self_(self),
+      options_(options),
+      traffic_(std::move(traffic)),
+      fds_(std::move(fds)),
+      peers_(std::move(peers)),
+      algorithms_(algorithms),
+      io_(fds_.size()) {}
+
+absl::Status TcpMesh::CheckPeersAgree() {
+  const uint64_t mine = Fingerprint(algorithms_);
+  std::vector<uint64_t> theirs(size(), 0);
+  std::vector<Send> sends;
+  std::vector<Recv> recvs;
+  for (int p : peers_) {
+    sends.push_back({p, &mine, sizeof mine});
+    recvs.push_back({p, &theirs[p], sizeof theirs[p]});
+  }
+  ARD_RETURN_IF_ERROR(Transfer(sends, recvs));
+  for (int p : peers_) {
+    if (theirs[p] == mine) continue;
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id_, ": host ", self_, " and host ", p,
+        " run the data plane with different algorithm settings (cross_host_algorithm, "
+        "cross_host_ring_threshold_bytes, cross_host_chunk_bytes must be equal on every host)")));
+  }
+  return absl::OkStatus();
+}
 
 TcpMesh::~TcpMesh() { Logger("dataplane")->info("tcp mesh closed job={} host={}", job_id_, self_); }
 
@@ -112,7 +151,8 @@ absl::Status TcpMesh::Exchange(int send_to, const void* send, size_t send_bytes,
 
 absl::Status TcpMesh::Transfer(absl::Span<const Send> sends, absl::Span<const Recv> recvs) {
   ARD_RETURN_IF_ERROR(CheckUsable());
-  for (PeerIo& io : io_) {  // keeps the vectors' capacity: no allocation per transfer
+  for (int peer : peers_) {  // keeps the vectors' capacity: no allocation per transfer
+    PeerIo& io = io_[peer];
     io.out.iov.clear();
     io.out.next = 0;
     io.in.iov.clear();
@@ -163,9 +203,10 @@ absl::Status TcpMesh::CheckUsable() const {
 }
 
 absl::Status TcpMesh::Enqueue(int peer, bool send, const void* data, size_t bytes) {
-  if (peer < 0 || peer >= size() || peer == self_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job ", job_id_, ": host ", self_, " cannot transfer with host ", peer));
+  if (peer < 0 || peer >= size() || !fds_[peer].valid()) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", job_id_, ": host ", self_,
+                                                   " cannot transfer with host ", peer,
+                                                   " (not one of its mesh peers)"));
   }
   if (bytes == 0) return absl::OkStatus();
   Queue& q = send ? io_[peer].out : io_[peer].in;
@@ -178,7 +219,7 @@ absl::Status TcpMesh::Pump() {
   for (;;) {
     bool progressed = false;
     poll_fds_.clear();
-    for (int peer = 0; peer < size(); ++peer) {
+    for (int peer : peers_) {
       ARD_RETURN_IF_ERROR(PumpPeer(peer, &progressed));
       const short events =
           (io_[peer].out.done() ? 0 : POLLOUT) | (io_[peer].in.done() ? 0 : POLLIN);
@@ -221,6 +262,8 @@ absl::Status TcpMesh::PumpPeer(int peer, bool* progressed) {
                                                  ": ", why));
     }
     *progressed = true;
+    (send ? traffic_->sent_bytes : traffic_->received_bytes)
+        .fetch_add(n, std::memory_order_relaxed);
     for (size_t left = static_cast<size_t>(n); left > 0;) {
       iovec& v = q.iov[q.next];
       const size_t step = std::min(left, v.iov_len);
@@ -236,13 +279,13 @@ absl::Status TcpMesh::PumpPeer(int peer, bool* progressed) {
 
 absl::Status TcpMesh::StalledError() const {
   std::vector<int> to, from;
-  for (int peer = 0; peer < size(); ++peer) {
+  for (int peer : peers_) {
     if (!io_[peer].out.done()) to.push_back(peer);
     if (!io_[peer].in.done()) from.push_back(peer);
   }
   return absl::DeadlineExceededError(absl::StrCat(
       "job ", job_id_, ": host ", self_, ": no data moved for ",
-      absl::FormatDuration(options_.progress_timeout), " (waiting to receive from hosts [",
+      FormatDurationShort(options_.progress_timeout), " (waiting to receive from hosts [",
       absl::StrJoin(from, ","), "], to send to hosts [", absl::StrJoin(to, ","), "])"));
 }
 

@@ -1,6 +1,7 @@
 // The TCP connections of one job's data plane (DESIGN.md "Data plane"): one stream socket between
-// this host and every other host of the job, and a poll()-driven engine that moves bytes on many
-// of them at once. HostCollectives (host_collectives.h) builds the collectives on top.
+// this host and each of its O(log n) mesh peers (MeshPeers in algorithms.h: ring neighbours,
+// hypercube and fold partners), and a poll()-driven engine that moves bytes on many of them at
+// once. HostCollectives (host_collectives.h) builds the collectives on top, over those edges only.
 //
 // Streams carry raw bytes without framing: every host runs the same collectives in the same
 // order, so both ends of a connection always agree on the sizes. A transfer that fails leaves the
@@ -9,10 +10,11 @@
 //
 // Threads: Exchange/Transfer from one thread at a time (the job's executor). Abort() from any
 // thread, concurrently with a transfer, but not concurrently with the destructor.
-// Lifecycle: 1. Connect(): host i dials every host j > i and sends a DataHandshake, then takes
-// the connections of hosts j < i from the DataListener (this order cannot deadlock: the listener
-// accepts on its own thread); 2. transfers; 3. optionally Abort(why) (or an error) poisons the
-// mesh; 4. the destructor closes every socket (peers blocked on this host see Unavailable).
+// Lifecycle: 1. Connect(): host i dials every peer j > i and sends a DataHandshake, then takes
+// the connections of peers j < i from the DataListener (this order cannot deadlock: the listener
+// accepts on its own thread), then checks with every peer that both use the same
+// AlgorithmOptions (the listener's); 2. transfers; 3. optionally Abort(why) (or an error) poisons
+// the mesh; 4. the destructor closes every socket (peers blocked on this host see Unavailable).
 #pragma once
 
 #include <poll.h>
@@ -31,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "daemon/dataplane/tcp/algorithms.h"
 #include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/dataplane/tcp/socket_util.h"
 
@@ -61,9 +64,11 @@ class TcpMesh {
   };
 
   // Builds the mesh of host `self` in a job of data_addresses.size() hosts; data_addresses[j] is
-  // host j's DataListener "HOST:PORT" (own entry unused). Dials retry while refused until
-  // `timeout`, which bounds the whole call. InvalidArgument for bad arguments, DeadlineExceeded /
-  // Unavailable naming the job and the host that could not be reached.
+  // host j's DataListener "HOST:PORT" (own entry unused; only MeshPeers' are dialed). Dials retry
+  // while refused until `timeout`, which bounds the whole call. The collectives on the mesh use
+  // listener.options().algorithms. InvalidArgument for bad arguments, DeadlineExceeded /
+  // Unavailable naming the job and the host that could not be reached, FailedPrecondition when a
+  // peer's AlgorithmOptions differ.
   static absl::StatusOr<std::unique_ptr<TcpMesh>> Connect(
       uint64_t job_id, int self, const std::vector<std::string>& data_addresses,
       DataListener& listener, absl::Duration timeout, TcpMeshOptions options = {});
@@ -75,12 +80,16 @@ class TcpMesh {
   uint64_t job_id() const { return job_id_; }
   int self() const { return self_; }
   int size() const { return static_cast<int>(fds_.size()); }
+  // The hosts this mesh has a connection to (MeshPeers(self, size)).
+  const std::vector<int>& peers() const { return peers_; }
+  const AlgorithmOptions& algorithms() const { return algorithms_; }
 
   // Sends `send_bytes` to host `send_to` while receiving `recv_bytes` from host `recv_from`, both
   // progressing together (no deadlock for any sizes). Either peer may be -1 (none); they may be
   // the same host. Errors: Unavailable naming the peer that closed or reset its connection,
   // DeadlineExceeded naming the peers waited on (see progress_timeout), Abort()'s status once
-  // aborted, FailedPrecondition after an earlier error, InvalidArgument for a bad peer index.
+  // aborted, FailedPrecondition after an earlier error, InvalidArgument for a host that is not
+  // one of peers().
   absl::Status Exchange(int send_to, const void* send, size_t send_bytes, int recv_from, void* recv,
                         size_t recv_bytes);
 
@@ -109,7 +118,12 @@ class TcpMesh {
     Queue in;
   };
 
-  TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, TcpMeshOptions options);
+  TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, std::vector<int> peers,
+          TcpMeshOptions options, AlgorithmOptions algorithms,
+          std::shared_ptr<DataTraffic> traffic);
+
+  // Formation step 3: every peer's AlgorithmOptions fingerprint must equal ours.
+  absl::Status CheckPeersAgree();
 
   absl::Status CheckUsable() const;
   absl::Status Enqueue(int peer, bool send, const void* data, size_t bytes);
@@ -123,7 +137,10 @@ class TcpMesh {
   const uint64_t job_id_;
   const int self_;
   const TcpMeshOptions options_;
-  const std::vector<UniqueFd> fds_;  // index = host; fds_[self_] is invalid
+  const std::shared_ptr<DataTraffic> traffic_;  // the listener's totals
+  const std::vector<UniqueFd> fds_;             // index = host; valid for peers_ only
+  const std::vector<int> peers_;
+  const AlgorithmOptions algorithms_;
 
   std::vector<PeerIo> io_;  // op thread only
   struct FreeDeleter {

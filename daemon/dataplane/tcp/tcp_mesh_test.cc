@@ -57,6 +57,12 @@ TEST_CASE("TcpMesh connects 1-4 hosts and exchanges around a ring, any size") {
 TEST_CASE("TcpMesh Exchange with the same peer both ways does not deadlock on large sizes") {
   LocalHosts hosts(2);
   Meshes meshes = ConnectOrDie(hosts, 7);
+  // Formation already moved bytes (the algorithm-settings check); count from here.
+  uint64_t sent_before[2], received_before[2];
+  for (int h = 0; h < 2; ++h) {
+    sent_before[h] = hosts.listener(h).traffic()->sent_bytes.load();
+    received_before[h] = hosts.listener(h).traffic()->received_bytes.load();
+  }
   const size_t bytes = size_t{48} << 20;  // far beyond the socket buffers
   std::vector<std::vector<uint8_t>> got(2, std::vector<uint8_t>(bytes));
   auto statuses = RunOnHosts(2, [&](int h) {
@@ -66,6 +72,11 @@ TEST_CASE("TcpMesh Exchange with the same peer both ways does not deadlock on la
   REQUIRE(AllOk(statuses));
   REQUIRE(got[0] == Pattern(1, 0, bytes));
   REQUIRE(got[1] == Pattern(0, 1, bytes));
+  // Each host's listener counts its meshes' traffic (the daemon's data-plane metrics).
+  for (int h = 0; h < 2; ++h) {
+    CHECK(hosts.listener(h).traffic()->sent_bytes.load() - sent_before[h] == bytes);
+    CHECK(hosts.listener(h).traffic()->received_bytes.load() - received_before[h] == bytes);
+  }
 }
 
 TEST_CASE("TcpMesh Transfer moves several ranges per peer in order, to all peers at once") {
@@ -196,6 +207,44 @@ TEST_CASE("TcpMesh rejects bad peer indexes without poisoning the mesh") {
     return s;
   });
   REQUIRE(AllOk(statuses));
+}
+
+TEST_CASE("TcpMesh connects only its O(log n) mesh peers and refuses transfers with others") {
+  const int n = 8;
+  LocalHosts hosts(n);
+  Meshes meshes = ConnectOrDie(hosts, 14);
+  for (int h = 0; h < n; ++h) REQUIRE(meshes[h]->peers() == MeshPeers(h, n));
+  REQUIRE(meshes[0]->peers() == std::vector<int>{1, 2, 4, 7});
+  uint8_t byte = 0;
+  absl::Status s = meshes[0]->Exchange(3, &byte, 1, -1, nullptr, 0);
+  REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(Contains(s, "not one of its mesh peers"));
+  // Every mesh edge carries bytes both ways.
+  auto statuses = RunOnHosts(n, [&](int h) {
+    std::vector<uint8_t> in(n, 0), out(n, static_cast<uint8_t>(h + 1));
+    std::vector<TcpMesh::Send> sends;
+    std::vector<TcpMesh::Recv> recvs;
+    for (int p : meshes[h]->peers()) {
+      sends.push_back({p, &out[p], 1});
+      recvs.push_back({p, &in[p], 1});
+    }
+    absl::Status s = meshes[h]->Transfer(sends, recvs);
+    for (int p : meshes[h]->peers()) {
+      if (s.ok() && in[p] != p + 1) return absl::InternalError("wrong byte");
+    }
+    return s;
+  });
+  REQUIRE(AllOk(statuses));
+}
+
+TEST_CASE("TcpMesh Connect fails when a peer runs other algorithm settings") {
+  std::vector<DataListenerOptions> options(3);
+  options[2].algorithms.allreduce = AllreduceAlgorithm::kRing;
+  LocalHosts hosts(options);
+  REQUIRE(hosts.start_status().ok());
+  absl::StatusOr<Meshes> meshes = hosts.ConnectAll(15);
+  REQUIRE(meshes.status().code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE(Contains(meshes.status(), "different algorithm settings"));
 }
 
 TEST_CASE("TcpMesh Connect fails with a deadline naming a host that never connects") {

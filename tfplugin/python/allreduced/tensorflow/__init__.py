@@ -6,6 +6,8 @@ Each process connects to its host's daemon (ALLREDUCED_SOCKET) and registers wit
 init(). Collectives are TensorFlow ops (tfplugin/ops) that hand tensors to the daemon through
 shared memory; their gradients are registered as Horovod defines them.
 """
+# First: refuses a TensorFlow other than the one a wheel's op library was built for.
+from allreduced.tensorflow import built_for as _built_for  # noqa: F401
 from allreduced.tensorflow import gradients as _gradients  # noqa: F401 (registers gradients)
 from allreduced.tensorflow.basics import (Adasum, Average, Max, Min, Product, Sum, ccl_built,
                                           cross_rank, cross_size, cuda_built, gloo_built,
@@ -13,9 +15,10 @@ from allreduced.tensorflow.basics import (Adasum, Average, Max, Min, Product, Su
                                           local_rank, local_rank_op, local_size, local_size_op,
                                           mpi_built, mpi_enabled, mpi_threads_supported,
                                           nccl_built, rank, rank_op, rocm_built, shutdown, size,
-                                          size_op)
+                                          size_op, start_timeline, stop_timeline)
 from allreduced.tensorflow.collectives import (allgather, allreduce, alltoall, barrier,
-                                               broadcast, broadcast_, broadcast_variables,
+                                               broadcast, broadcast_,
+                                               broadcast_global_variables, broadcast_variables,
                                                grouped_allgather, grouped_allreduce,
                                                grouped_reducescatter, join, reducescatter)
 from allreduced.tensorflow import elastic  # noqa: F401 (hvd.elastic)
@@ -23,6 +26,6 @@ from allreduced.tensorflow.compression import Compression
 from allreduced.tensorflow.objects import allgather_object, broadcast_object, broadcast_object_fn
 from allreduced.tensorflow.optimizer_v1 import DistributedOptimizer
 from allreduced.tensorflow.process_sets import (ProcessSet, add_process_set, global_process_set,
-                                                remove_process_set)
+                                                process_set_included_op, remove_process_set)
 from allreduced.tensorflow.sync_batch_norm import SyncBatchNormalization
 from allreduced.tensorflow.tape import DistributedGradientTape, PartialDistributedGradientTape

@@ -1,6 +1,9 @@
 """Connecting to the daemon and this process's place in the job (Horovod's init/rank/size...)."""
 import atexit
 import ctypes
+import warnings
+
+import tensorflow as tf
 
 from allreduced.tensorflow.ops_library import constants, library, ops
 
@@ -10,11 +13,10 @@ Average = constants()["ARD_AVERAGE"]
 Min = constants()["ARD_MIN"]
 Max = constants()["ARD_MAX"]
 Product = constants()["ARD_PRODUCT"]
-# Adasum is not implemented by allreduced (no reduce op has this value); collectives given it raise
-# NotImplementedError.
-Adasum = -1
+Adasum = constants()["ARD_ADASUM"]  # allreduce of float host tensors (README "Adasum")
 
 _initialized = [False]
+_homogeneous = [True]
 
 
 def _check_call(code, err, what):
@@ -35,6 +37,11 @@ def init(comm=None, process_sets=None):
         # A process that ends without shutdown() still says goodbye (BYE): the daemon then takes
         # its exit as the job's normal end rather than a crash that fails the other ranks.
         atexit.register(_shutdown_at_exit)
+        # Every rank's host rank count (its local_size), gathered once while every rank is in
+        # init(): is_homogeneous() then answers without a collective of its own.
+        sizes = evaluate_now(lambda: ops().allreduced_allgather(
+            tf.constant([local_size()], tf.int32), tensor_name="init.local_sizes"))
+        _homogeneous[0] = len(set(sizes.tolist())) == 1
     _initialized[0] = True
     if process_sets:
         from allreduced.tensorflow import process_sets as _ps
@@ -91,8 +98,30 @@ def cross_size():
 
 
 def is_homogeneous():
-    """True: allreduced requires the same number of ranks on every host of a job."""
-    return True
+    """True when every host of the job runs the same number of ranks."""
+    if not _initialized[0]:
+        raise ValueError("allreduced has not been initialized; use allreduced.tensorflow.init().")
+    return _homogeneous[0]
+
+
+def evaluate_now(build):
+    """The value (numpy) of the tensor `build()` returns, computed at once: eagerly, or, while a
+    tf.compat.v1 graph or a tf.function is being built, in a session of a graph of its own (so
+    nothing is added to the caller's graph)."""
+    if tf.executing_eagerly():
+        return build().numpy()
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        return session.run(build())
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Horovod's timeline: not recorded by allreduced yet; this call does nothing (with a warning)
+    so scripts that start one still run."""
+    warnings.warn("allreduced does not record a timeline yet; start_timeline() does nothing")
+
+
+def stop_timeline():
+    """Does nothing: see start_timeline()."""
 
 
 def _topology_op(index, name):

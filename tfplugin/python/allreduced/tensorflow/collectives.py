@@ -6,15 +6,10 @@ import zlib
 import tensorflow as tf
 
 from allreduced.tensorflow import basics
-from allreduced.tensorflow.basics import Adasum, Average, Sum
+from allreduced.tensorflow.basics import Average, Sum
 from allreduced.tensorflow.compression import Compression
 from allreduced.tensorflow.ops_library import ops
 from allreduced.tensorflow.process_sets import _id, global_process_set
-
-
-def _check_op(op):
-    if op == Adasum:
-        raise NotImplementedError("allreduced does not implement Adasum; use Average or Sum")
 
 
 def _resolve_op(average, op):
@@ -22,7 +17,6 @@ def _resolve_op(average, op):
         raise ValueError("The op parameter supersedes average; set only one of them.")
     if op is None:
         op = Average if average is None or average else Sum
-    _check_op(op)
     return op
 
 
@@ -30,22 +24,12 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
               compression=Compression.none, op=None, prescale_factor=1.0, postscale_factor=1.0,
               name=None, process_set=global_process_set, ignore_name_scope=False):
     """Reduces `tensor` over the ranks of `process_set` (Average by default, like Horovod).
-    A tf.IndexedSlices is gathered instead (values and indices, two allgathers), its values divided
-    by the set's size for Average."""
+    A tf.IndexedSlices is gathered instead (see _reduce_slices)."""
     op = _resolve_op(average, op)
     ps = _id(process_set)
     if isinstance(tensor, tf.IndexedSlices):
-        if op not in (Average, Sum):
-            raise NotImplementedError("allreduce of tf.IndexedSlices supports only Sum and Average")
-        prefix = name or "IndexedSlices"
-        values = allgather(tensor.values, name=f"{prefix}.values", process_set=process_set)
-        indices = allgather(tensor.indices, name=f"{prefix}.indices", process_set=process_set)
-        scale = prescale_factor * postscale_factor
-        if op == Average:
-            scale /= process_set.size()
-        if scale != 1.0:
-            values = values * tf.cast(scale, values.dtype)
-        return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+        _check_slices_op(op, prescale_factor, postscale_factor)
+        return _reduce_slices([tensor], op, name, process_set, grouped=False)[0]
     compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
     reduced = ops().allreduced_allreduce(compressed, reduce_op=op,
                                          prescale_factor=prescale_factor,
@@ -54,36 +38,79 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     return compression.decompress(reduced, ctx)
 
 
-# A group's id must agree among the set's ranks: it is derived from the group's name, so a
-# tf.function retraced on one rank only still agrees. Unnamed groups are numbered in call order per
-# process set (every rank makes its grouped calls in the same order).
-_group_counters = {}
-
-
-def _group(ps, name, kind):
+# A group's id must agree among the set's ranks: a named group's is derived from its name; an
+# unnamed group's (-1 here) from the op's own name, by the kernel, like the tensors' names.
+def _group(name):
     if not name:
-        _group_counters[ps] = _group_counters.get(ps, 0) + 1
-        name = f"{kind}.{_group_counters[ps]}"
+        return -1, ""
     return zlib.crc32(name.encode()) & 0x7FFFFFFF, name
 
 
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=Compression.none, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, name=None, process_set=global_process_set):
-    """Reduces a list of tensors as one atomic group (negotiated together, like Horovod)."""
-    return _grouped_reducing("grouped_allreduce", ops().allreduced_grouped_allreduce, tensors,
-                             compression, _resolve_op(average, op), prescale_factor,
-                             postscale_factor, name, process_set)
+    """Reduces a list of tensors as one atomic group (negotiated together, like Horovod). The
+    tf.IndexedSlices among them are gathered as one group of their own (see _reduce_slices)."""
+    op = _resolve_op(average, op)
+    tensors = list(tensors)
+    sparse_at = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
+    if sparse_at:
+        _check_slices_op(op, prescale_factor, postscale_factor)
+    dense_at = [i for i in range(len(tensors)) if i not in set(sparse_at)]
+    out = [None] * len(tensors)
+    dense = _grouped_reducing(ops().allreduced_grouped_allreduce,
+                              [tensors[i] for i in dense_at], compression, op, prescale_factor,
+                              postscale_factor, name, process_set)
+    sparse = _reduce_slices([tensors[i] for i in sparse_at], op,
+                            name and f"{name}.sparse", process_set, grouped=True)
+    for i, t in zip(dense_at + sparse_at, list(dense) + list(sparse)):
+        out[i] = t
+    return out
 
 
-def _grouped_reducing(kind, op_fn, tensors, compression, op, prescale_factor, postscale_factor,
+def _check_slices_op(op, prescale_factor, postscale_factor):
+    # Raised before anything is submitted, so every rank raises and none waits for the others.
+    if op not in (Average, Sum):
+        raise NotImplementedError("allreduce of tf.IndexedSlices supports only Sum and Average "
+                                  "(pass sparse_as_dense=True to reduce them as dense tensors)")
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise NotImplementedError("prescale_factor and postscale_factor are not supported with "
+                                  "tf.IndexedSlices")
+
+
+def _reduce_slices(slices, op, name, process_set, grouped):
+    """Sum or Average of tf.IndexedSlices: their values and indices are gathered from every rank
+    (duplicate indices stay, as in Horovod); Average divides the values by the set's size with
+    TensorFlow's `/`, so integer values become floating (int8/16 -> float32, int32/64 ->
+    float64), as Horovod's do."""
+    if not slices:
+        return []
+    if grouped:
+        values = grouped_allgather([s.values for s in slices], name=name and f"{name}.values",
+                                   process_set=process_set)
+        indices = grouped_allgather([s.indices for s in slices],
+                                    name=name and f"{name}.indices", process_set=process_set)
+    else:
+        values = [allgather(slices[0].values, name=name and f"{name}.values",
+                            process_set=process_set)]
+        indices = [allgather(slices[0].indices, name=name and f"{name}.indices",
+                             process_set=process_set)]
+    out = []
+    for s, v, i in zip(slices, values, indices):
+        if op == Average:
+            v = v / tf.cast(process_set.size(), v.dtype)
+        out.append(tf.IndexedSlices(v, i, dense_shape=s.dense_shape))
+    return out
+
+
+def _grouped_reducing(op_fn, tensors, compression, op, prescale_factor, postscale_factor,
                       name, process_set):
     """A grouped reducing collective (allreduce or reducescatter) with compression."""
     ps = _id(process_set)
     if not tensors:
         return []
     compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
-    group, name = _group(ps, name, kind)
+    group, name = _group(name)
     outs = op_fn([c for c, _ in compressed], reduce_op=op, group_id=group,
                  prescale_factor=prescale_factor, postscale_factor=postscale_factor,
                  tensor_name=name, process_set_id=ps)
@@ -102,7 +129,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set,
     ps = _id(process_set)
     if not tensors:
         return []
-    group, name = _group(ps, name, "grouped_allgather")
+    group, name = _group(name)
     return ops().allreduced_grouped_allgather(
         [tf.convert_to_tensor(t) for t in tensors], group_id=group,
         tensor_name=name, process_set_id=ps)
@@ -122,36 +149,68 @@ def _on_gpu(variable):
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast: every variable takes `root_rank`'s value, written into the variable's
-    own buffer by one op. Returns the variables. Variables on a GPU (whose buffers the in-place
-    CPU kernel cannot write) are broadcast and assigned instead, under the same tensor names
-    ("<name>.<index>"), so ranks placing their variables differently still agree."""
+    own buffer by one op. Returns the variables in eager mode and in a tf.function; in a
+    tf.compat.v1 graph, tensors whose evaluation runs the broadcast and reads the new values.
+    Variables on a GPU (whose buffers the in-place CPU kernel cannot write) and reference
+    variables (tf.compat.v1 graphs without resource variables) are broadcast and assigned
+    instead, under the same tensor names ("<name>.<index>"), so ranks placing their variables
+    differently still agree when the call is named."""
     single = not isinstance(variables, (list, tuple))
     variables = [variables] if single else list(variables)
-    name = name or "broadcast_"
-    if any(_on_gpu(v) for v in variables):
-        for i, v in enumerate(variables):
-            v.assign(ops().allreduced_broadcast(v.read_value(), root_rank=root_rank,
-                                                tensor_name=f"{name}.{i}",
-                                                process_set_id=_id(process_set)))
-    elif variables:
-        ops().allreduced_broadcast_inplace([v.handle for v in variables], root_rank=root_rank,
-                                           tensor_name=name, process_set_id=_id(process_set))
-    return variables[0] if single else variables
+    ps = _id(process_set)
+    if not variables:
+        return variables
+    if any(_on_gpu(v) or not hasattr(v, "handle") for v in variables):
+        out = [tf.compat.v1.assign(v, ops().allreduced_broadcast(
+                   tf.convert_to_tensor(v), root_rank=root_rank,
+                   tensor_name=f"{name}.{i}" if name else "", process_set_id=ps))
+               for i, v in enumerate(variables)]
+    else:
+        op = ops().allreduced_broadcast_inplace([v.handle for v in variables],
+                                                root_rank=root_rank, tensor_name=name or "",
+                                                process_set_id=ps)
+        with tf.control_dependencies([op]):
+            out = [tf.identity(v.read_value()) for v in variables] if _in_v1_graph() else []
+    if not _in_v1_graph():
+        out = variables
+    return out[0] if single else out
+
+
+def _in_v1_graph():
+    """Building a tf.compat.v1 graph (not eager, not a tf.function): ops run only when fetched."""
+    return not tf.executing_eagerly() and not tf.compat.v1.get_default_graph().building_function
 
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set):
-    """Assigns every variable the value it has on `root_rank`."""
-    broadcast_(list(variables), root_rank, name="broadcast_variables", process_set=process_set)
+    """Assigns every variable the value it has on `root_rank`. Each call is its own op, so two
+    calls in one tf.function (model variables, then optimizer variables) stay apart. Returns
+    the broadcast as an op in a tf.compat.v1 graph, None otherwise."""
+    out = broadcast_(list(variables), root_rank, process_set=process_set)
+    if _in_v1_graph():
+        return tf.group(*out)
+    return None
+
+
+def broadcast_global_variables(root_rank):
+    """Broadcasts every tf.compat.v1 global variable from `root_rank` (graph mode only, like
+    Horovod's: in eager mode there are no global variables; use broadcast_variables)."""
+    if tf.executing_eagerly():
+        raise RuntimeError("broadcast_global_variables() does not work in eager mode; use "
+                           "broadcast_variables(model.variables, root_rank) instead")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
 
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
              process_set=global_process_set):
-    """Sends rows of `tensor` to every rank (`splits[r]` rows to rank r; even split when None);
-    returns (received tensor, rows received from each rank)."""
+    """Sends rows of `tensor` to every rank (`splits[r]` rows to rank r). With `splits`, returns
+    (received tensor, rows received from each rank); without, the first dimension is split
+    evenly and only the received tensor is returned, as in Horovod."""
     tensor = tf.convert_to_tensor(tensor)
-    splits = tf.zeros([0], tf.int64) if splits is None else tf.cast(splits, tf.int64)
-    return ops().allreduced_alltoall(tensor, splits, tensor_name=name or "",
-                                     process_set_id=_id(process_set))
+    given = splits is not None
+    splits = tf.cast(splits, tf.int64) if given else tf.zeros([0], tf.int64)
+    received, received_splits = ops().allreduced_alltoall(tensor, splits, tensor_name=name or "",
+                                                          process_set_id=_id(process_set))
+    return (received, received_splits) if given else received
 
 
 def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
@@ -173,7 +232,7 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
                           postscale_factor=1.0):
     """Reducescatters a list of tensors as one atomic group."""
     _check_op(op)
-    return _grouped_reducing("grouped_reducescatter", ops().allreduced_grouped_reducescatter,
+    return _grouped_reducing(ops().allreduced_grouped_reducescatter,
                              tensors, compression, op, prescale_factor, postscale_factor, name,
                              process_set)
 

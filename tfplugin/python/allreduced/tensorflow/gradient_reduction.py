@@ -4,7 +4,7 @@ allreduce (one op: every tensor is submitted before any is awaited, and the daem
 tf.IndexedSlices as two allgathers unless sparse_as_dense."""
 import tensorflow as tf
 
-from allreduced.tensorflow.basics import Adasum, Average, Sum
+from allreduced.tensorflow.basics import Average, Sum
 from allreduced.tensorflow.collectives import allreduce, grouped_allreduce
 
 
@@ -14,8 +14,6 @@ def reduce_gradients(grads, variables=None, compression=None, op=Average,
     """Returns `grads` (a list; None entries stay None) reduced over `process_set`. Gradients of
     `local_variables` (by identity with `variables`) are not reduced; with scale_local_gradients
     they are divided by the set's size, so they keep the scale of the averaged ones."""
-    if op == Adasum:
-        raise NotImplementedError("allreduced does not implement Adasum; use Average or Sum")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor requires op=Average")
     size = process_set.size()
@@ -26,13 +24,12 @@ def reduce_gradients(grads, variables=None, compression=None, op=Average,
         if g is None:
             continue
         if variables is not None and id(variables[i]) in local_ids:
-            out[i] = g / size if scale_local_gradients else g
+            out[i] = _divide(g, size) if scale_local_gradients else g
             continue
         if isinstance(g, tf.IndexedSlices):
             if not sparse_as_dense:
-                out[i] = allreduce(g, op=op, name=f"{name}.sparse.{i}", process_set=process_set,
-                                   prescale_factor=1.0 / gradient_predivide_factor,
-                                   postscale_factor=gradient_predivide_factor)
+                # Gathered, not summed: the predivide factor and its inverse would cancel.
+                out[i] = allreduce(g, op=op, name=f"{name}.sparse.{i}", process_set=process_set)
                 continue
             g = tf.convert_to_tensor(g)
         dense.append(tf.convert_to_tensor(g))
@@ -49,3 +46,9 @@ def reduce_gradients(grads, variables=None, compression=None, op=Average,
         for i, r in zip(dense_at, reduced):
             out[i] = r
     return out
+
+
+def _divide(grad, size):
+    if isinstance(grad, tf.IndexedSlices):  # an embedding's gradient stays sparse
+        return tf.IndexedSlices(grad.values / size, grad.indices, grad.dense_shape)
+    return grad / size

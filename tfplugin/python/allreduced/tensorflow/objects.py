@@ -1,37 +1,38 @@
 """Python objects through the collectives (Horovod's broadcast_object, broadcast_object_fn,
-allgather_object): pickled to uint8 tensors; the sizes travel first."""
+allgather_object): pickled to uint8 tensors; the sizes travel first. They run at once, in eager
+mode and while a tf.compat.v1 graph is built (in a session of their own: basics.evaluate_now)."""
 import io
 import pickle
 
+import numpy as np
 import tensorflow as tf
 
+from allreduced.tensorflow.basics import evaluate_now
 from allreduced.tensorflow.collectives import allgather, broadcast
 from allreduced.tensorflow.process_sets import global_process_set
 
 
-def _to_tensor(obj):
+def _to_bytes(obj):
     buf = io.BytesIO()
     pickle.dump(obj, buf)
-    return tf.constant(list(buf.getvalue()), dtype=tf.uint8)
+    return np.frombuffer(buf.getvalue(), dtype=np.uint8)
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None,
                      process_set=global_process_set):
-    """Every rank gets `root_rank`'s `obj` (any picklable object; others pass anything)."""
-    name = name or type(obj).__name__
-    if process_set.rank() == root_rank:
-        data = _to_tensor(obj)
-        length = tf.constant([int(data.shape[0])], tf.int64)
-    else:
-        data = None
-        length = tf.constant([0], tf.int64)
-    length = broadcast(length, root_rank, name=f"broadcast_object.{name}.size",
-                       process_set=process_set)
-    if data is None:
-        data = tf.zeros([int(length.numpy()[0])], tf.uint8)
-    data = broadcast(data, root_rank, name=f"broadcast_object.{name}.data",
-                     process_set=process_set)
-    return pickle.loads(data.numpy().tobytes())
+    """Every rank gets `root_rank`'s `obj` (any picklable object; others pass anything, so the
+    default name does not depend on `obj`)."""
+    name = name or "object"
+    data = _to_bytes(obj) if process_set.rank() == root_rank else np.zeros([0], np.uint8)
+    length = evaluate_now(lambda: broadcast(
+        tf.constant([data.shape[0]], tf.int64), root_rank, name=f"broadcast_object.{name}.size",
+        process_set=process_set))
+    if process_set.rank() != root_rank:
+        data = np.zeros([int(length[0])], np.uint8)
+    data = evaluate_now(lambda: broadcast(tf.constant(data), root_rank,
+                                          name=f"broadcast_object.{name}.data",
+                                          process_set=process_set))
+    return pickle.loads(data.tobytes())
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
@@ -44,12 +45,14 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """A list with every rank's `obj`, in rank order."""
-    name = name or type(obj).__name__
-    data = _to_tensor(obj)
-    sizes = allgather(tf.constant([int(data.shape[0])], tf.int64),
-                      name=f"allgather_object.{name}.sizes", process_set=process_set).numpy()
-    gathered = allgather(data, name=f"allgather_object.{name}.data",
-                         process_set=process_set).numpy().tobytes()
+    name = name or "object"  # not obj's type: ranks may pass objects of different types
+    data = _to_bytes(obj)
+    sizes = evaluate_now(lambda: allgather(tf.constant([data.shape[0]], tf.int64),
+                                           name=f"allgather_object.{name}.sizes",
+                                           process_set=process_set))
+    gathered = evaluate_now(lambda: allgather(tf.constant(data),
+                                              name=f"allgather_object.{name}.data",
+                                              process_set=process_set)).tobytes()
     out, offset = [], 0
     for n in sizes:
         out.append(pickle.loads(gathered[offset:offset + int(n)]))

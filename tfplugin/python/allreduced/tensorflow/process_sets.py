@@ -77,8 +77,9 @@ def add_process_set(process_set):
         if other.ranks == ps.ranks:
             raise ValueError(f"a process set with ranks {ps.ranks} is already registered: {other}")
     # Which host holds each rank, so members know their local rank and size within the set.
-    hosts = ops().allreduced_allgather(tf.constant([basics.cross_rank()], tf.int32),
-                                       tensor_name=f"process_set.{_next_id[0]}.hosts").numpy()
+    hosts = basics.evaluate_now(lambda: ops().allreduced_allgather(
+        tf.constant([basics.cross_rank()], tf.int32),
+        tensor_name=f"process_set.{_next_id[0]}.hosts"))
     ps_id = _next_id[0]
     _next_id[0] += 1
     me = basics.rank()
@@ -103,6 +104,15 @@ def remove_process_set(process_set):
     del _registered[ps_id]
     process_set.process_set_id = None
     return True
+
+
+def process_set_included_op(process_set_id=0):
+    """An int32 scalar: 1 when this rank belongs to the registered set `process_set_id`, else 0
+    (0 is the global set)."""
+    ps = global_process_set if process_set_id == 0 else _registered.get(process_set_id)
+    if ps is None:
+        raise ValueError(f"no process set with id {process_set_id} is registered")
+    return tf.constant(1 if ps.included() else 0, tf.int32, name="process_set_included")
 
 
 def _id(process_set):

@@ -30,13 +30,25 @@ class _DistributedGradientTape:
         self._local_sources.append(source)
 
     def gradient(self, target, sources, output_gradients=None,
-                 unconnected_gradients=tf.UnconnectedGradients.NONE):
+                 unconnected_gradients=tf.UnconnectedGradients.NONE, use_generic_names=False):
+        """The wrapped tape's gradients, reduced over the ranks (local sources' only scaled).
+        `use_generic_names` is accepted for Horovod's signature and has no effect."""
         grads = self._tape.gradient(target, sources, output_gradients, unconnected_gradients)
         flat_grads = tf.nest.flatten(grads, expand_composites=False)
         flat_sources = tf.nest.flatten(sources, expand_composites=False)
         reduced = reduce_gradients(flat_grads, flat_sources, local_variables=self._local_sources,
                                    name="DistributedGradientTape", **self._options)
         return tf.nest.pack_sequence_as(grads, reduced)
+
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None,
+                                       use_generic_names=False):
+        """gradient(), split into ([(local source, gradient)], [(other source, gradient)])."""
+        grads = self.gradient(target, sources, output_gradients)
+        local_ids = {id(v) for v in self._local_sources}
+        local, others = [], []
+        for source, grad in zip(sources, grads):
+            (local if id(source) in local_ids else others).append((source, grad))
+        return local, others
 
     def __getattr__(self, attr):
         return getattr(self._tape, attr)

@@ -1,5 +1,5 @@
-"""Keras callbacks of horovod.tensorflow.keras.callbacks."""
-import keras
+"""Keras callbacks of horovod.tensorflow.keras.callbacks, for the Keras that `tf.keras` names:
+Keras 3, or tf_keras with TF_USE_LEGACY_KERAS=1 (as Horovod's, they subclass its Callback)."""
 import tensorflow as tf
 
 from allreduced.tensorflow import basics
@@ -7,7 +7,14 @@ from allreduced.tensorflow.basics import Average
 from allreduced.tensorflow.collectives import allreduce, broadcast_variables
 
 
-class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+def _optimizer_variables(optimizer):
+    """An optimizer's variables: a property in Keras 3 and tf_keras, a method in tf_keras's
+    legacy optimizers."""
+    variables = optimizer.variables
+    return list(variables() if callable(variables) else variables)
+
+
+class BroadcastGlobalVariablesCallback(tf.keras.callbacks.Callback):
     """Broadcasts the model's (and optimizer's) variables from `root_rank` before the first
     training batch, so every rank starts from the same state."""
 
@@ -20,12 +27,16 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         if self._done:
             return
         broadcast_variables(self.model.variables, self.root_rank)
-        if getattr(self.model, "optimizer", None) is not None:
-            broadcast_variables(self.model.optimizer.variables, self.root_rank)
+        optimizer = getattr(self.model, "optimizer", None)
+        # tf_keras builds an optimizer's slots in the first step: then only what exists now (its
+        # step counter) is sent; the slots start equal everywhere and see reduced gradients.
+        variables = [] if optimizer is None else _optimizer_variables(optimizer)
+        if variables:
+            broadcast_variables(variables, self.root_rank)
         self._done = True
 
 
-class MetricAverageCallback(keras.callbacks.Callback):
+class MetricAverageCallback(tf.keras.callbacks.Callback):
     """Averages the epoch's metrics over all ranks (logs on every rank show the average). Put it
     before callbacks that read the metrics (checkpointing, early stopping, logging)."""
 
@@ -40,11 +51,11 @@ class MetricAverageCallback(keras.callbacks.Callback):
             logs[key] = float(allreduce(value, op=Average, name=f"metric.{key}").numpy())
 
 
-class LearningRateScheduleCallback(keras.callbacks.Callback):
+class LearningRateScheduleCallback(tf.keras.callbacks.Callback):
     """Sets the learning rate to initial_lr * multiplier(epoch) between start_epoch and end_epoch,
     per epoch (staircase) or per batch with a fractional epoch. `multiplier` is a number or a
     function of the epoch. The optimizer's learning rate must be a variable (not a schedule).
-    momentum_correction is accepted for Horovod compatibility and has no effect: a Keras 3
+    momentum_correction is accepted for Horovod compatibility and has no effect: a Keras
     optimizer's momentum is a constant of the compiled training step."""
 
     def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
@@ -102,3 +113,23 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
             self.model.optimizer.learning_rate.assign(self.initial_lr)
             if self.verbose and basics.rank() == 0:
                 print(f"Epoch {epoch + 1}: finished warmup, learning rate {self.initial_lr:.6g}")
+
+
+class BestModelCheckpoint(tf.keras.callbacks.ModelCheckpoint):
+    """A ModelCheckpoint that keeps only the best model by `monitor` (save_best_only). As in
+    Horovod, the path may be set after construction (`callback.filepath = ...`), as long as it is
+    before training; add it on one rank (usually 0) only, like any checkpoint."""
+
+    def __init__(self, monitor="val_loss", verbose=0, save_weights_only=False, mode="auto",
+                 save_freq="epoch", filepath=None):
+        # Keras 3 checks the path's extension here; an unset path is checked in on_train_begin.
+        placeholder = "unset.weights.h5" if save_weights_only else "unset.keras"
+        super().__init__(filepath=filepath or placeholder, monitor=monitor, verbose=verbose,
+                         save_best_only=True, save_weights_only=save_weights_only, mode=mode,
+                         save_freq=save_freq)
+        self.filepath = filepath
+
+    def on_train_begin(self, logs=None):
+        if not self.filepath:
+            raise ValueError("BestModelCheckpoint: set filepath before training")
+        super().on_train_begin(logs)

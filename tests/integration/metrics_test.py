@@ -1,0 +1,149 @@
+"""Prometheus metrics and the gRPC health service of real daemons: two hosts run a job, then each
+daemon's /metrics is scraped and parsed with prometheus_client's own parser (what a Prometheus
+server would read); the per-job counters outlive the job, and are dropped after the retention.
+The health service (grpc.health.v1) answers SERVING on a member and NOT_SERVING on a follower
+that cannot join."""
+import re
+import socket
+import urllib.request
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from harness import Cluster, Daemon, status_json, wait_until, workers_across
+
+RETENTION_S = 2  # h-b's metrics_job_retention_s; h-a keeps the default (an hour)
+
+
+def metrics_port(daemon):
+    """The port from the daemon's "metrics serving ... port=N" log line."""
+    def find():
+        m = re.search(r"metrics serving address=\S+ port=(\d+)", daemon.read_log())
+        return m and int(m.group(1))
+    return wait_until(find, 10, f"{daemon.name}'s metrics port")
+
+
+def scrape(daemon):
+    """{(name, frozenset(labels.items())): value} of every sample, parsed by prometheus_client."""
+    url = f"http://127.0.0.1:{metrics_port(daemon)}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = response.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return samples
+
+
+def value(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())))
+
+
+def health(address, service=""):
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        return stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
+
+
+@pytest.fixture
+def pair():
+    c = Cluster(heartbeat_ms=100, host_timeout_ms=2000)
+    c.add("h-a", extra_flags=["--metrics_address=127.0.0.1:0"])
+    c.add("h-b", extra_flags=["--metrics_address=127.0.0.1:0",
+                              f"--metrics_job_retention_s={RETENTION_S}"])
+
+    def both_up():
+        s = status_json(c.daemons["h-a"].address)
+        return s and sum(h["state"] == "UP" for h in s["hosts"]) == 2
+    wait_until(both_up, 10, "two hosts UP")
+    yield c
+    c.close()
+
+
+def test_scrape_after_a_two_host_job(pair):
+    a, b = pair.daemons["h-a"], pair.daemons["h-b"]
+    results = workers_across([a.socket, b.socket], "mjob", 1, "latency").wait(timeout_s=120)
+    for rc, out in results:
+        assert rc == 0, "\n".join(out)
+    for d in (a, b):  # the daemons drop the ended job just after its ranks leave
+        wait_until(lambda: value(scrape(d), "allreduced_jobs", state="running") == 0, 10,
+                   f"{d.name} to drop the job")
+
+    sa, sb = scrape(a), scrape(b)
+    # Cluster view (coordinator): both hosts UP; the epoch moved when h-b joined.
+    assert value(sa, "allreduced_hosts", state="UP") == 2
+    assert value(sa, "allreduced_hosts", state="DOWN") == 0
+    assert value(sa, "allreduced_membership_epoch") >= 2
+    assert value(sa, "allreduced_cluster_joined") == 1
+    assert value(sb, "allreduced_cluster_joined") == 1
+    for host, s in (("h-a", sa), ("h-b", sb)):
+        # The job ended, but its counters remain (history): 2000 one-float allreduces.
+        assert value(s, "allreduced_job_collectives_total", job="mjob", host=host) >= 2000
+        assert value(s, "allreduced_job_reduced_bytes_total", job="mjob", host=host) >= 8000
+        assert value(s, "allreduced_job_tensors_pending", job="mjob", host=host) is None
+        cycles = value(s, "allreduced_job_negotiation_cycles_total", job="mjob", host=host)
+        hits = value(s, "allreduced_job_response_cache_hits_total", job="mjob", host=host)
+        misses = value(s, "allreduced_job_response_cache_misses_total", job="mjob", host=host)
+        assert cycles >= 2000 and hits >= 1990 and misses >= 1
+        ratio = value(s, "allreduced_job_response_cache_hit_ratio", job="mjob", host=host)
+        assert ratio == pytest.approx(hits / (hits + misses))
+        # 4-byte allreduces: every one in the smallest size bucket.
+        count = value(s, "allreduced_collective_latency_seconds_count", op="allreduce",
+                      size_le="4KiB")
+        assert count >= 2000
+        assert value(s, "allreduced_collective_latency_seconds_bucket", op="allreduce",
+                     size_le="4KiB", le="+Inf") == count
+        assert value(s, "allreduced_collective_latency_seconds_count", op="allreduce",
+                     size_le="64KiB") is None
+        assert value(s, "allreduced_collective_latency_seconds_sum", op="allreduce",
+                     size_le="4KiB") > 0
+        assert value(s, "allreduced_data_plane_sent_bytes_total") > 0
+        assert value(s, "allreduced_data_plane_received_bytes_total") > 0
+        assert value(s, "allreduced_errors_total", kind="job") == 0
+        assert value(s, "allreduced_client_connections") == 0
+        assert value(s, "process_resident_memory_bytes") > 1 << 20
+        assert value(s, "process_open_fds") > 0
+        assert value(s, "process_start_time_seconds") > 0
+        assert value(s, "process_cpu_seconds_total") > 0
+
+    # h-b drops the ended job's series after its retention; h-a (an hour) keeps them.
+    wait_until(lambda: value(scrape(b), "allreduced_job_collectives_total", job="mjob",
+                             host="h-b") is None, 10 + RETENTION_S, "h-b to drop mjob's series")
+    assert value(scrape(a), "allreduced_job_collectives_total", job="mjob", host="h-a") >= 2000
+
+
+def serving(address):
+    return health(address) == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_health_service_follows_membership(pair):
+    for name in ("h-a", "h-b"):
+        wait_until(lambda: serving(pair.daemons[name].address), 5, f"{name} SERVING")
+    # A follower whose coordinator does not answer is up (it answers) but not a member.
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{unused.getsockname()[1]}"
+        lonely = Daemon(pair.workdir, "h-c", coordinator=dead, heartbeat_ms=100,
+                        host_timeout_ms=2000)
+        pair.daemons["h-c"] = lonely
+        lonely.start()
+        assert health(lonely.address) == health_pb2.HealthCheckResponse.NOT_SERVING
+        # ... yet alive: the liveness name answers SERVING (a restart would not help it join).
+        assert health(lonely.address, "liveness") == health_pb2.HealthCheckResponse.SERVING
+    # The coordinator stops: h-b loses contact and stops serving after its host timeout.
+    pair.daemons["h-a"].kill()
+    wait_until(lambda: health(pair.daemons["h-b"].address)
+               == health_pb2.HealthCheckResponse.NOT_SERVING, 15, "h-b to report NOT_SERVING")
+
+
+def test_metrics_are_off_by_default():
+    c = Cluster()
+    try:
+        d = c.add("h-a")
+        assert "metrics serving" not in d.read_log()
+        wait_until(lambda: serving(d.address), 5, "h-a SERVING")
+    finally:
+        c.close()
