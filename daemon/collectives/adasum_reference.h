@@ -7,9 +7,35 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "client/local_wire.h"
+#include "daemon/collectives/reduce_reference.h"
+
 namespace ard::collectives::reference {
+
+// Float16/32/64 bytes as doubles (exact: each of those values is a double).
+inline std::vector<double> FloatsAsDoubles(wire::DataType dtype,
+                                           const std::vector<uint8_t>& bytes) {
+  const size_t elem = wire::DataTypeSize(static_cast<uint32_t>(dtype));
+  std::vector<double> out(bytes.size() / elem);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (dtype == wire::DataType::kFloat16) {
+      uint16_t h;
+      std::memcpy(&h, &bytes[i * 2], 2);
+      out[i] = HalfToFloat(h);
+    } else if (dtype == wire::DataType::kFloat32) {
+      float f;
+      std::memcpy(&f, &bytes[i * 4], 4);
+      out[i] = f;
+    } else {
+      std::memcpy(&out[i], &bytes[i * 8], 8);
+    }
+  }
+  return out;
+}
 
 // (1 - a.b / (2 |a|^2)) a + (1 - a.b / (2 |b|^2)) b; a coefficient of a vector whose squared
 // norm is below sqrt(DBL_MIN) (a zero vector) is 1.

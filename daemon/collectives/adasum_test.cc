@@ -37,24 +37,6 @@ std::vector<uint8_t> Encode(DataType d, const std::vector<double>& values) {
   return out;
 }
 
-std::vector<double> Decode(DataType d, const std::vector<uint8_t>& bytes) {
-  std::vector<double> out(bytes.size() / Size(d));
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (d == DataType::kFloat16) {
-      uint16_t h;
-      memcpy(&h, &bytes[i * 2], 2);
-      out[i] = ref::HalfToFloat(h);
-    } else if (d == DataType::kFloat32) {
-      float f;
-      memcpy(&f, &bytes[i * 4], 4);
-      out[i] = f;
-    } else {
-      memcpy(&out[i], &bytes[i * 8], 8);
-    }
-  }
-  return out;
-}
-
 // Relative (to the largest magnitude) tolerance of a few roundings per tree level in the type.
 double Tolerance(DataType d) {
   return d == DataType::kFloat16 ? 1e-2 : d == DataType::kFloat32 ? 1e-5 : 1e-12;
@@ -124,9 +106,9 @@ TEST_CASE("the tree matches the plain reference, every dtype, 1 to 17 leaves, an
             for (size_t k = 0; k < count; ++k) v[k] = 0.5 * shared[k] + value(rng);
             leaves.push_back(Encode(d, v));
             zero.push_back(with_zeros && (i % 3 == 1));
-            exact.push_back(zero.back() ? std::vector<double>(count, 0.0) : Decode(d, leaves[i]));
+            exact.push_back(zero.back() ? std::vector<double>(count, 0.0) : ref::FloatsAsDoubles(d, leaves[i]));
           }
-          const std::vector<double> got = Decode(d, RunTree(d, leaves, zero, count));
+          const std::vector<double> got = ref::FloatsAsDoubles(d, RunTree(d, leaves, zero, count));
           const std::vector<double> want = ref::AdasumTree(exact);
           INFO("dtype " << static_cast<int>(d) << " leaves " << n << " count " << count << " zeros "
                         << with_zeros);

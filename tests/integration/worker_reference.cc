@@ -119,26 +119,7 @@ std::vector<uint8_t> Reduce(const Case& c, const Inputs& in, int size,
   return acc;
 }
 
-// Float16/32/64 bytes as doubles and back (rounding once to the type).
-std::vector<double> ToDoubles(int dtype, const std::vector<uint8_t>& bytes) {
-  const size_t elem = wire::DataTypeSize(dtype);
-  std::vector<double> out(bytes.size() / elem);
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (dtype == static_cast<int>(DataType::kFloat16)) {
-      uint16_t h;
-      memcpy(&h, &bytes[i * 2], 2);
-      out[i] = ref::HalfToFloat(h);
-    } else if (dtype == static_cast<int>(DataType::kFloat32)) {
-      float f;
-      memcpy(&f, &bytes[i * 4], 4);
-      out[i] = f;
-    } else {
-      memcpy(&out[i], &bytes[i * 8], 8);
-    }
-  }
-  return out;
-}
-
+// Doubles back to float16/32/64 bytes (rounding once to the type).
 std::vector<uint8_t> FromDoubles(int dtype, const std::vector<double>& values) {
   const size_t elem = wire::DataTypeSize(dtype);
   std::vector<uint8_t> out(values.size() * elem);
@@ -169,7 +150,7 @@ std::vector<uint8_t> AdasumReduce(const Case& c, const Inputs& in, int size,
       std::vector<uint8_t> x = in.per_rank[r];
       ScaleAll(c, c.prescale, &x);
       const bool joined = !present.empty() && !present[r];
-      ranks.push_back(joined ? std::vector<double>(count, 0.0) : ToDoubles(c.dtype, x));
+      ranks.push_back(joined ? std::vector<double>(count, 0.0) : ref::FloatsAsDoubles(static_cast<DataType>(c.dtype), x));
     }
     hosts.push_back(ref::AdasumTree(ranks));
   }
@@ -272,8 +253,8 @@ Expected ComputeExpected(const Case& c, const Inputs& in, int rank, int size,
 // Within e.tolerance x the largest expected magnitude, element by element (Adasum).
 bool CloseEnough(const Expected& e, const ard_result& r, std::string* why) {
   const uint8_t* data = static_cast<const uint8_t*>(r.data);
-  const std::vector<double> got = ToDoubles(e.dtype, std::vector<uint8_t>(data, data + r.bytes));
-  const std::vector<double> want = ToDoubles(e.dtype, e.bytes);
+  const std::vector<double> got = ref::FloatsAsDoubles(static_cast<DataType>(e.dtype), std::vector<uint8_t>(data, data + r.bytes));
+  const std::vector<double> want = ref::FloatsAsDoubles(static_cast<DataType>(e.dtype), e.bytes);
   double scale = 1e-30;
   for (double w : want) scale = std::max(scale, std::fabs(w));
   for (size_t i = 0; i < got.size(); ++i) {

@@ -2,7 +2,7 @@
 (each rank its own shard), prints per-epoch loss and accuracy from rank 0, and checks at the end
 that every rank holds bit-identical weights.
 
-    python -m allreduced.launch --sockets A.sock,B.sock --np 2 -- python train_keras.py
+    python -m allreduced.launch --sockets A.sock,B.sock -np 4 -- python train_keras.py
 """
 import os
 

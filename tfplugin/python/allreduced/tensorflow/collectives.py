@@ -218,7 +218,6 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
                   postscale_factor=1.0):
     """Reduces `tensor` over all ranks and gives each rank its block of rows (the first
     dim % size ranks get one row more, like Horovod)."""
-    _check_op(op)
     compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
     out = ops().allreduced_reducescatter(compressed, reduce_op=op,
                                          prescale_factor=prescale_factor,
@@ -231,7 +230,6 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
                           name=None, process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
     """Reducescatters a list of tensors as one atomic group."""
-    _check_op(op)
     return _grouped_reducing(ops().allreduced_grouped_reducescatter,
                              tensors, compression, op, prescale_factor, postscale_factor, name,
                              process_set)
