@@ -63,7 +63,8 @@ absl::Status Job::CheckHello(const wire::Hello& hello, int size) const {
   const bool cross = hello.local_size >= 1 && size > hello.local_size;
   if (size_ != size || cross != cross_host() || (cross && local_size_ != hello.local_size)) {
     return absl::InvalidArgumentError(absl::StrCat("job ", name_, " has size ", size_, " (",
-                                                   local_size_, " on this host) but this process "
+                                                   local_size_,
+                                                   " on this host) but this process "
                                                    "says ",
                                                    size, " (", hello.local_size, ")"));
   }
@@ -71,8 +72,9 @@ absl::Status Job::CheckHello(const wire::Hello& hello, int size) const {
     const bool same_rank = hello.rank >= 0 && m->rank == hello.rank;
     const bool same_local = hello.local_rank >= 0 && m->local_rank == hello.local_rank;
     if (same_rank || same_local) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "job ", name_, ": rank ", same_rank ? hello.rank : hello.local_rank, " registered twice"));
+      return absl::InvalidArgumentError(absl::StrCat("job ", name_, ": rank ",
+                                                     same_rank ? hello.rank : hello.local_rank,
+                                                     " registered twice"));
     }
   }
   return absl::OkStatus();
@@ -89,20 +91,41 @@ void Job::MakeElastic(ElasticSpec spec, uint64_t previous_generation) {
   lifecycle_ = JobLifecycle(previous_generation);
 }
 
-void Job::MaybeFormElastic(bool predecessor, bool predecessor_attached, absl::Duration settle) {
+void Job::MaybeFormElastic(bool predecessor_attached, const std::set<uint32_t>& returning,
+                           absl::Duration settle) {
   if (!elastic() || state() != JobState::kForming || formation_in_flight_ || members_.empty() ||
       predecessor_attached) {
     return;
   }
   const int n = static_cast<int>(members_.size());
-  const bool full = (elastic_.max_np > 0 && n >= elastic_.max_np) ||
-                    (!predecessor && elastic_.first_local > 0 && n >= elastic_.first_local);
-  if (!predecessor && !full && absl::Now() - last_arrival_ < settle) return;
+  bool ready = elastic_.max_np > 0 && n >= elastic_.max_np;
+  if (lifecycle_.generation() > 0) {  // a successor: wait for the survivors, not for a timer
+    bool all_back = true;
+    for (uint32_t pid : returning) {
+      all_back = all_back && std::any_of(members_.begin(), members_.end(), [pid](const auto& m) {
+                   return m->creds().pid == static_cast<pid_t>(pid);
+                 });
+    }
+    ready = ready || all_back || absl::Now() - last_arrival_ >= settle;
+  } else if (elastic_.first_local > 0) {  // the launcher said how many start here
+    ready = ready || n >= elastic_.first_local;
+  } else {
+    ready = ready || absl::Now() - last_arrival_ >= settle;
+  }
+  if (!ready) return;
   // Several hosts: the coordinator counts every host's ranks against min_np.
   if (!elastic_.coordinated && n < elastic_.min_np) return;
   local_size_ = n;
   if (!elastic_.coordinated) size_ = n;
   Form();
+}
+
+std::set<uint32_t> Job::ReturningPids() const {
+  std::set<uint32_t> out = returning_;
+  for (const auto& m : members_) {
+    if (m != nullptr && !m->closed()) out.insert(static_cast<uint32_t>(m->creds().pid));
+  }
+  return out;
 }
 
 void Job::HostsUpdated() {
@@ -126,12 +149,12 @@ void Job::Form() {
     infos.push_back({m->rank, m->local_rank, static_cast<uint32_t>(m->creds().pid)});
   }
   formation_in_flight_ = true;
-  negotiator_->FormAsync(infos, [this, alive = std::weak_ptr<bool>(alive_)](
-                                    absl::StatusOr<Formation> formation) {
-    if (alive.expired()) return;
-    formation_in_flight_ = false;
-    OnFormed(std::move(formation));
-  });
+  negotiator_->FormAsync(
+      infos, [this, alive = std::weak_ptr<bool>(alive_)](absl::StatusOr<Formation> formation) {
+        if (alive.expired()) return;
+        formation_in_flight_ = false;
+        OnFormed(std::move(formation));
+      });
 }
 
 void Job::OnFormed(absl::StatusOr<Formation> formation) {
@@ -180,9 +203,9 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
   if (cross_host()) {
     const dataplane::HostLayout& hosts = formation->hosts;
     auto tcp = std::make_unique<dataplane::TcpCollective>(
-        hosts, [job_id = formation->job_id, me = hosts.cross_rank,
-                addresses = formation->data_addresses, listener = listener_,
-                timeout = options_.form_timeout] {
+        hosts,
+        [job_id = formation->job_id, me = hosts.cross_rank, addresses = formation->data_addresses,
+         listener = listener_, timeout = options_.form_timeout] {
           return dataplane::tcp::TcpMesh::Connect(job_id, me, addresses, *listener, timeout);
         });
     tcp_ = tcp.get();
@@ -254,8 +277,10 @@ void Job::AbandonForming(const absl::Status& status) {
   EndIfDetached();
 }
 
-void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful,
-                         const std::string& why) {
+void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful, const std::string& why) {
+  if (elastic() && graceful && reform_pending()) {
+    returning_.insert(static_cast<uint32_t>(s->creds().pid));
+  }
   if (state() == JobState::kForming) {
     members_.erase(std::remove(members_.begin(), members_.end(), s), members_.end());
     if (formation_in_flight_) {
@@ -266,9 +291,9 @@ void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful,
                        " ", why, " while job ", name_, " formed")));
     }
   } else if (state() == JobState::kRunning) {
-    absl::Status gone = absl::AbortedError(absl::StrCat(
-        "rank ", s->rank, " (pid ", s->creds().pid, ") on host ", options_.host_name, " ", why,
-        "; job ", name_, " cannot continue"));
+    absl::Status gone = absl::AbortedError(absl::StrCat("rank ", s->rank, " (pid ", s->creds().pid,
+                                                        ") on host ", options_.host_name, " ", why,
+                                                        "; job ", name_, " cannot continue"));
     // A rank that shut down cleanly with nothing outstanding is the normal end of a job: the
     // others fail only if they still need it (now, or at their next submit).
     if (graceful && table_->pending_tensors() == 0) {

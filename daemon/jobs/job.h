@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -73,11 +74,19 @@ class Job : private NegotiationSink {
   // the ranks present rather than a fixed size, succeeds generation `previous_generation`, and a
   // lost member re-forms it (reforming) instead of failing it. Call once, before AddMember.
   void MakeElastic(ElasticSpec spec, uint64_t previous_generation);
-  // Elastic, forming: forms now if it may. `predecessor`: an earlier generation of this job
-  // exists on this host; `predecessor_attached`: some of its processes have not re-registered
-  // (or gone) yet. Without a predecessor the job forms once `settle` passed since the last
-  // arrival (or max_np arrived).
-  void MaybeFormElastic(bool predecessor, bool predecessor_attached, absl::Duration settle);
+  // Elastic, forming: forms now if it may. `predecessor_attached`: a process of an earlier
+  // generation on this host has not re-registered (or gone) yet: wait. A successor generation
+  // then forms once `returning` (the processes that left the last generation to register again)
+  // are all members, or `settle` passed since the last arrival (one did not come back); a first
+  // generation once the launcher's local size arrived (else, without one, after `settle`).
+  // max_np arrived: at once.
+  void MaybeFormElastic(bool predecessor_attached, const std::set<uint32_t>& returning,
+                        absl::Duration settle);
+  // Elastic: the pids of the processes that will register for the next generation: those
+  // still attached and those that left cleanly after this generation ended or heard of joiners.
+  std::set<uint32_t> ReturningPids() const;
+  // Elastic: this generation ended to re-form (lost member, or ranks waiting to join).
+  bool reform_pending() const { return !reform_reason_.empty() || hosts_updated_; }
   // Elastic: ranks wait to join; every member is told (NOTIFY 0 kHostsUpdated) once it runs.
   void HostsUpdated();
 
@@ -136,30 +145,31 @@ class Job : private NegotiationSink {
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 
   JobLifecycle lifecycle_;
-  ElasticSpec elastic_;         // min_np 0: a fixed-size job
-  absl::Time last_arrival_;     // elastic, forming: the latest AddMember
+  ElasticSpec elastic_;              // min_np 0: a fixed-size job
+  absl::Time last_arrival_;          // elastic, forming: the latest AddMember
   bool hosts_updated_ = false;       // elastic: ranks wait to join this generation
   bool told_hosts_updated_ = false;  // elastic: the members were told so
   bool shutting_down_ = false;       // the daemon stops: even an elastic job fails
-  std::string reform_reason_;   // elastic: why this generation ended (reforming)
+  std::string reform_reason_;        // elastic: why this generation ended (kept once ended)
+  std::set<uint32_t> returning_;     // elastic: pids that left cleanly to re-register
   uint64_t cluster_job_id_ = 0;
   // Forming: in arrival order; then index = rank (null for ranks on other hosts). Sessions stay
   // listed after they close (so reports can name them) until the job is dropped.
   std::vector<std::shared_ptr<local::Session>> members_;
-  std::vector<int> local_order_;  // this host's ranks by local rank (from formation)
-  std::vector<bool> here_;        // by rank: runs on this host
-  absl::Status departed_;  // a rank left cleanly: the job fails at the next submit
-  bool pending_cap_logged_ = false;  // max_pending_tensors was hit (logged once)
-  bool finished_ = false;            // ended: on_finished_ posted
+  std::vector<int> local_order_;      // this host's ranks by local rank (from formation)
+  std::vector<bool> here_;            // by rank: runs on this host
+  absl::Status departed_;             // a rank left cleanly: the job fails at the next submit
+  bool pending_cap_logged_ = false;   // max_pending_tensors was hit (logged once)
+  bool finished_ = false;             // ended: on_finished_ posted
   bool formation_in_flight_ = false;  // FormAsync was called and has not answered
   negotiation::StallInspector stall_inspector_;
   std::vector<JobSummary::StalledTensor> stalled_;  // from the last stall inspection
 
-  std::shared_ptr<dataplane::JobContext> context_;         // from formation on
-  std::unique_ptr<negotiation::ReadinessTable> table_;     // from formation on
-  dataplane::TcpCollective* tcp_ = nullptr;                // Not owned (the executor's)
-  std::unique_ptr<dataplane::Executor> executor_;          // from formation on
-  std::unique_ptr<JobGpu> gpu_;                            // from the first GPU_REGISTER on
+  std::shared_ptr<dataplane::JobContext> context_;      // from formation on
+  std::unique_ptr<negotiation::ReadinessTable> table_;  // from formation on
+  dataplane::TcpCollective* tcp_ = nullptr;             // Not owned (the executor's)
+  std::unique_ptr<dataplane::Executor> executor_;       // from formation on
+  std::unique_ptr<JobGpu> gpu_;                         // from the first GPU_REGISTER on
 };
 
 }  // namespace ard::jobs

@@ -41,10 +41,10 @@ struct JobOptions {
   // Each GPU's PCI bus id (index = ordinal; empty when unknown): GPU_REGISTER's bus id picks the
   // daemon's ordinal, so the process's CUDA_VISIBLE_DEVICES may differ from the daemon's.
   std::vector<std::string> gpu_pci_bus_ids;
+  metrics::DaemonMetrics* metrics = nullptr;  // Not owned; null: metrics off
   // Elastic jobs: a new job forms once no rank arrived for this long (DESIGN.md "Elastic
   // training"); a re-formation forms as soon as every survivor registered again.
   absl::Duration elastic_settle = absl::Milliseconds(500);
-  metrics::DaemonMetrics* metrics = nullptr;  // Not owned; null: metrics off
 };
 
 }  // namespace ard::jobs
