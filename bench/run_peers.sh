@@ -9,7 +9,9 @@
 # Each case runs --repeat times; the report takes, per size, the median time of the repeats.
 # Prints every table, keeps them in a log directory, and writes bench/RESULTS.md (side-by-side
 # busbw, daemon/best-peer ratios at the same process count, 4 B latency) with
-# bench/make_results.py. A failing case is recorded (its error verbatim) and the others still run.
+# bench/make_results.py, and COST_MODEL.md beside it (bench/cost_model.py: an alpha-beta model
+# fitted to the daemon_Hx1 cases). A failing case is recorded (its error verbatim) and the
+# others still run.
 # See bench/README.md.
 #
 #   bench/run_peers.sh [--sizes 4:256M] [--warmup 3] [--iters 15] [--repeat 1]
@@ -18,6 +20,7 @@
 # Binaries: $ARD_BIN_DIR (a Bazel bin directory) or the runfiles of `bazel run //bench:run_peers`
 # or <repo>/bazel-bin; each can be overridden with ARD_BIN_ALLREDUCED, ARD_BIN_ALLREDUCECTL,
 # ARD_BIN_GLOO_BENCH, ARD_BIN_MPI_BENCH. CASE_TIMEOUT_S bounds each run of a case (default 420).
+# ARD_DAEMON_FLAGS adds flags to every daemon (e.g. --steady_state=true).
 set -u -o pipefail
 
 SIZES=4:256M
@@ -123,7 +126,8 @@ start_daemons() {
     rm -f "$WORK/$name.port" "$WORK/$name.sock"
     "$ALLREDUCED" --cluster_address=127.0.0.1:0 --host_name=$name \
         --local_socket="$WORK/$name.sock" --port_file="$WORK/$name.port" \
-        ${coordinator:+--coordinator=$coordinator} >"$LOGS/$case_name.$name.log" 2>&1 &
+        ${coordinator:+--coordinator=$coordinator} ${ARD_DAEMON_FLAGS:-} \
+        >"$LOGS/$case_name.$name.log" 2>&1 &
     local pid=$!
     DAEMON_PIDS+=("$pid")
     local port
@@ -224,3 +228,8 @@ python3 "$MAKE_RESULTS" --logs "$LOGS" --out "$OUT" --sizes "$SIZES" --cases "$C
 echo
 cat "$OUT"
 echo "# run_peers: wrote $OUT in $ELAPSED s (logs in $LOGS)"
+# The alpha-beta model needs daemon_Hx1 cases at two or more host counts; it says why when not.
+MODEL_OUT=$(dirname "$OUT")/COST_MODEL.md
+if python3 "$(dirname "$MAKE_RESULTS")/cost_model.py" --logs "$LOGS" --out "$MODEL_OUT"; then
+  echo "# run_peers: wrote $MODEL_OUT (bench/cost_model.py)"
+fi

@@ -101,17 +101,27 @@ absl::Status Daemon::Start() {
   }
   loop_ = std::make_unique<EventLoop>("ard-control");
   jobs_ = std::make_unique<jobs::JobRegistry>(
-      *loop_, jobs::JobOptions{
-                  config_.host_name(), absl::Milliseconds(config_.job_form_timeout_ms()),
-                  absl::Milliseconds(config_.stall_warning_ms()),
-                  absl::Milliseconds(config_.stall_shutdown_ms()), config_.result_segment_bytes(),
-                  config_.max_result_arena_bytes(), absl::Milliseconds(config_.rpc_timeout_ms()),
-                  absl::Milliseconds(config_.cycle_time_ms()), static_cast<int>(config_.max_jobs()),
-                  static_cast<int>(config_.max_pending_tensors()), gpu_unavailable, gpu_,
-                  config_.gpu_mode(), config_.gpu_fusion_buffer_bytes(),
-                  absl::Milliseconds(config_.gpu_comm_init_timeout_ms()),
-                  config_.max_gpu_event_pool(), gpu::PhysicalIds(self_), gpu::PciBusIds(self_),
-                  metrics_.get()});
+      *loop_, jobs::JobOptions{config_.host_name(),
+                               absl::Milliseconds(config_.job_form_timeout_ms()),
+                               absl::Milliseconds(config_.stall_warning_ms()),
+                               absl::Milliseconds(config_.stall_shutdown_ms()),
+                               config_.result_segment_bytes(),
+                               config_.max_result_arena_bytes(),
+                               absl::Milliseconds(config_.rpc_timeout_ms()),
+                               absl::Milliseconds(config_.cycle_time_ms()),
+                               static_cast<int>(config_.max_jobs()),
+                               static_cast<int>(config_.max_pending_tensors()),
+                               gpu_unavailable,
+                               gpu_,
+                               config_.gpu_mode(),
+                               config_.gpu_fusion_buffer_bytes(),
+                               absl::Milliseconds(config_.gpu_comm_init_timeout_ms()),
+                               config_.max_gpu_event_pool(),
+                               gpu::PhysicalIds(self_),
+                               gpu::PciBusIds(self_),
+                               metrics_.get(),
+                               config_.steady_state(),
+                               config_.fusion_threshold_bytes()});
   const cluster::LocalJobsSource local_jobs = [this] { return jobs_->Summaries(); };
 
   const absl::Duration heartbeat = absl::Milliseconds(config_.heartbeat_ms());
@@ -227,6 +237,7 @@ absl::Status Daemon::StartDataPlane() {
           .value_or(dataplane::tcp::AllreduceAlgorithm::kAuto);
   options.algorithms.ring_threshold_bytes = config_.cross_host_ring_threshold_bytes();
   options.algorithms.chunk_bytes = config_.cross_host_chunk_bytes();
+  options.algorithms.steady_state = config_.steady_state();
   data_listener_ = std::make_unique<dataplane::tcp::DataListener>(options);
   if (auto s = data_listener_->Start(); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("data plane: cannot listen on ", options.address,

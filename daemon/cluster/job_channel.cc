@@ -191,8 +191,11 @@ void JobChannel::OnEvent(const JobEvent& event) {
   }
   if (event.has_gpu_layout()) sink_->OnGpuLayout(layout_, event.gpu_layout());
   const int size = layout_.size();
+  negotiation::CommittedList list;
+  for (uint32_t id : event.cache_evict()) list.cache_evict.push_back(id);
+  for (const CacheEntry& put : event.cache_put()) list.cache_put.push_back({put.id(), put.name()});
   for (const CollectiveResponse& cr : event.responses()) {
-    if (ended_) return;  // the sink failed the job meanwhile
+    if (ended_) return;  // the sink failed the job meanwhile (a join's completion)
     const absl::Status error(static_cast<absl::StatusCode>(cr.error_code()), cr.error());
     if (static_cast<wire::Collective>(cr.collective()) == wire::Collective::kJoin) {
       sink_->OnJoinDone(error, cr.join_last_rank());
@@ -214,7 +217,11 @@ void JobChannel::OnEvent(const JobEvent& event) {
       }
       response.tensors.push_back(std::move(tensor));
     }
-    sink_->OnCommitted(std::move(response));
+    list.responses.push_back(std::move(response));
+  }
+  if (ended_) return;  // the sink failed the job meanwhile
+  if (event.responses_size() > 0 || event.cache_put_size() > 0 || event.cache_evict_size() > 0) {
+    sink_->OnCommitted(std::move(list));
   }
 }
 

@@ -23,6 +23,7 @@
 #include "daemon/cluster/peer_client.h"
 #include "daemon/common/event_loop.h"
 #include "daemon/negotiation/response_cache.h"
+#include "daemon/negotiation/steady_rounds.h"
 #include "daemon/negotiation/tensor_request.h"
 #include "proto/negotiation.pb.h"
 
@@ -58,9 +59,10 @@ struct HostGpuOffer {
 class JobChannelSink {
  public:
   virtual ~JobChannelSink() = default;
-  // A committed response: every taking-part rank's request, with metadata only (the job adds its
-  // own ranks' inputs).
-  virtual void OnCommitted(negotiation::Response response) = 0;
+  // One event's committed responses (every taking-part rank's request, with metadata only: the
+  // job adds its own ranks' inputs) and its response-cache decisions: one list per event that
+  // has either, numbered alike on every host (the steady state counts them).
+  virtual void OnCommitted(negotiation::CommittedList list) = 0;
   // Every rank of the job joined: the job's join requests complete.
   virtual void OnJoinDone(const absl::Status& status, int last_rank) = 0;
   // Every host sent its GPUs (GPU path).
@@ -116,10 +118,10 @@ class JobChannel {
   PeerClient& coordinator_;  // Not owned.
   const Options options_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-  JobLayout layout_;  // once registered
+  JobLayout layout_;                // once registered
   JobChannelSink* sink_ = nullptr;  // Not owned; once watching
   std::shared_ptr<JobWatch> watch_;
-  bool ended_ = false;  // reported failure or left: nothing more is sent
+  bool ended_ = false;                     // reported failure or left: nothing more is sent
   std::vector<HostReadyTensor> outgoing_;  // not yet sent
   std::vector<uint32_t> outgoing_ids_;     // ... those the coordinator has cached
   bool flush_posted_ = false;

@@ -1,6 +1,8 @@
 #include "daemon/dataplane/executor.h"
 
 #include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -26,21 +28,38 @@ bool HasGpuTensors(const Response& response) {
 
 }  // namespace
 
-Executor::Executor(std::shared_ptr<JobContext> job, std::unique_ptr<Collective> host)
-    : job_(std::move(job)), host_(std::move(host)) {
+Executor::Executor(std::shared_ptr<JobContext> job, std::unique_ptr<Collective> host,
+                   IdleRounds* rounds)
+    : job_(std::move(job)), host_(std::move(host)), rounds_(rounds) {
+  if (rounds_ != nullptr) wakeup_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   thread_ = std::thread([this] { Run(); });
 }
 
-Executor::~Executor() { Stop(); }
+Executor::~Executor() {
+  Stop();
+  if (wakeup_fd_ >= 0) ::close(wakeup_fd_);
+}
+
+void Executor::Wake() {
+  if (wakeup_fd_ < 0) return;
+  const uint64_t one = 1;
+  (void)!::write(wakeup_fd_, &one, sizeof(one));
+}
 
 void Executor::Enqueue(Response response) {
-  absl::MutexLock lock(&mu_);
-  queue_.push_back(Item{std::move(response), nullptr});
+  {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(Item{std::move(response), nullptr});
+  }
+  Wake();
 }
 
 void Executor::AttachGpu(std::unique_ptr<Collective> gpu) {
-  absl::MutexLock lock(&mu_);
-  queue_.push_back(Item{Response(), std::move(gpu)});
+  {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(Item{Response(), std::move(gpu)});
+  }
+  Wake();
 }
 
 bool Executor::TryRunInline(Response& response) {
@@ -68,6 +87,7 @@ void Executor::Abort(const absl::Status& why) {
   }
   host_->Abort(why);
   if (gpu != nullptr) gpu->Abort(why);
+  if (rounds_ != nullptr) rounds_->Abort(why);
 }
 
 void Executor::Stop() {
@@ -78,6 +98,7 @@ void Executor::Stop() {
   }
   const absl::Status failure = job_->failure();
   Abort(failure.ok() ? absl::CancelledError("job ended") : failure);
+  Wake();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -86,15 +107,26 @@ void Executor::Run() {
   if (absl::Status st = host_->Prepare(); !st.ok() && job_->report_failure) {
     job_->report_failure(st);
   }
+  bool rounds = rounds_ != nullptr;
   for (;;) {
     Item item;
     bool stopping;
+    if (rounds) {
+      bool idle;
+      {
+        absl::MutexLock lock(&mu_);
+        idle = queue_.empty() && !stopping_;
+      }
+      if (idle) {
+        rounds = IdleRound();
+        continue;
+      }
+    }
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](Executor* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
-            return e->stopping_ || !e->queue_.empty();
-          },
+          +[](Executor* e)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) { return e->stopping_ || !e->queue_.empty(); },
           this));
       if (queue_.empty()) return;  // stopping and drained
       item = std::move(queue_.front());
@@ -106,6 +138,43 @@ void Executor::Run() {
     absl::MutexLock lock(&mu_);
     busy_ = false;
   }
+}
+
+bool Executor::IdleRound() {
+  absl::StatusOr<bool> due = rounds_->AwaitRound(wakeup_fd_, absl::Seconds(1));
+  uint64_t drained;
+  while (::read(wakeup_fd_, &drained, sizeof(drained)) > 0) {
+  }
+  absl::StatusOr<std::vector<Response>> released = std::vector<Response>();
+  if (due.ok() && *due) released = rounds_->RunRound();
+  const absl::Status status = due.ok() ? released.status() : due.status();
+  if (!status.ok()) {  // the mesh is unusable: the job fails (unless it already did or ended)
+    bool stopping;
+    {
+      absl::MutexLock lock(&mu_);
+      stopping = stopping_;
+    }
+    if (!stopping && job_->failure().ok()) {
+      Logger("dataplane")
+          ->warn("readiness round failed job={} error=\"{}\"", job_->name, status.message());
+      const absl::Status cause = job_->AwaitFailure(host_->cause_grace());
+      if (cause.ok() && job_->report_failure) job_->report_failure(host_->JobFailure(status));
+    }
+    return false;
+  }
+  for (Response& response : *released) {
+    bool stopping;
+    {
+      absl::MutexLock lock(&mu_);
+      busy_ = true;
+      stopping = stopping_;
+    }
+    Item item{std::move(response), nullptr};
+    Dispatch(item, stopping);
+    absl::MutexLock lock(&mu_);
+    busy_ = false;
+  }
+  return rounds_->active();
 }
 
 void Executor::Dispatch(Item& item, bool stopping) {
@@ -140,9 +209,9 @@ absl::StatusOr<std::shared_ptr<shm::ResultSlot>> Executor::AllocateSlot(uint64_t
   if (slot.ok() && new_segment >= 0) {
     // Every rank maps the new segment before any COMPLETE that names it (same socket, in order).
     auto segment = job_->results->segment(new_segment);
-    const std::string frame = local::EncodeSegment(
-        wire::MsgType::kResultSegment,
-        wire::Segment{static_cast<uint32_t>(new_segment), 0, segment->size()});
+    const std::string frame =
+        local::EncodeSegment(wire::MsgType::kResultSegment,
+                             wire::Segment{static_cast<uint32_t>(new_segment), 0, segment->size()});
     for (const auto& session : job_->ranks) {
       if (session != nullptr) session->Send(frame, segment->readonly_fd());
     }
@@ -168,13 +237,12 @@ void Executor::Execute(const Response& response) {
     const absl::Status fatal = collective->JobFailure(s);
     if (job_->metrics != nullptr) job_->metrics->OnError(fatal.ok() ? "collective" : "data_plane");
     if (fatal.ok()) {  // only these tensors: the job goes on
-      Logger("dataplane")->warn("collective failed job={} tensor={} error=\"{}\"", job_->name,
-                                response.tensors.empty() ? "-" : response.tensors[0].name,
-                                s.message());
+      Logger("dataplane")
+          ->warn("collective failed job={} tensor={} error=\"{}\"", job_->name,
+                 response.tensors.empty() ? "-" : response.tensors[0].name, s.message());
       return CompleteAll(response, s);
     }
-    Logger("dataplane")->warn("data plane failed job={} error=\"{}\"", job_->name,
-                              fatal.message());
+    Logger("dataplane")->warn("data plane failed job={} error=\"{}\"", job_->name, fatal.message());
     // Ranks get the job's real cause rather than this symptom when it arrives in time.
     const absl::Status cause = job_->AwaitFailure(collective->cause_grace());
     if (cause.ok() && job_->report_failure) job_->report_failure(fatal);

@@ -7,6 +7,8 @@
 // Lifecycle: 1. constructed when the job forms, with its host-memory collective (thread starts
 // and runs its Prepare first); 2. Enqueue() and AttachGpu() from the loop, in committed order;
 // 3. a failed job (JobContext::Fail) makes the executor complete remaining work with the failure;
+// with IdleRounds (steady state), the executor takes part in readiness rounds whenever nothing is
+// queued, and runs what each round releases at once;
 // 4. Abort() (any thread) makes a collective blocked on peers return; 5. Stop() aborts, completes
 // queued work with the failure (or "shutting down") and joins the thread.
 #pragma once
@@ -17,6 +19,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/dataplane/collective.h"
+#include "daemon/dataplane/idle_rounds.h"
 #include "daemon/dataplane/job_context.h"
 #include "daemon/negotiation/tensor_request.h"
 
@@ -24,7 +27,9 @@ namespace ard::dataplane {
 
 class Executor {
  public:
-  Executor(std::shared_ptr<JobContext> job, std::unique_ptr<Collective> host);
+  // `rounds` (not owned; may be null) outlives the executor.
+  Executor(std::shared_ptr<JobContext> job, std::unique_ptr<Collective> host,
+           IdleRounds* rounds = nullptr);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -56,6 +61,9 @@ class Executor {
   };
 
   void Run();
+  // Idle with rounds: waits for a round (or new work) and runs it. False once the rounds failed.
+  bool IdleRound();
+  void Wake();
   void Dispatch(Item& item, bool stopping);
   void Execute(const negotiation::Response& response);
   void CompleteAll(const negotiation::Response& response, const absl::Status& status);
@@ -63,6 +71,8 @@ class Executor {
 
   const std::shared_ptr<JobContext> job_;
   const std::unique_ptr<Collective> host_;
+  IdleRounds* rounds_;  // Not owned; null without the steady state; null again once failed
+  int wakeup_fd_ = -1;  // eventfd: new work or stopping, with rounds
   absl::Mutex mu_;
   std::unique_ptr<Collective> gpu_ ABSL_GUARDED_BY(mu_);  // written on the executor thread
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);

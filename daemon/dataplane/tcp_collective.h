@@ -54,6 +54,9 @@ class TcpCollective : public Collective {
   gpu::CrossHostReduce HostAllreduce();
 
   const HostLayout& layout() const { return layout_; }
+  // The connected mesh, for the job's readiness rounds (steady state). Executor thread only; null
+  // until Prepare connected it.
+  tcp::TcpMesh* mesh_for_ops() const { return mesh_for_ops_; }
 
  private:
   const HostLayout layout_;

@@ -25,7 +25,8 @@ CoordinatedNegotiator::CoordinatedNegotiator(EventLoop& loop, cluster::PeerClien
       channel_(loop, coordinator,
                cluster::JobChannel::Options{options.host_name, std::move(data_address),
                                             options.form_timeout, options.rpc_timeout,
-                                            options.cycle_time, options.metrics}) {}
+                                            options.cycle_time, options.metrics}),
+      loop_(loop) {}
 
 void CoordinatedNegotiator::FormAsync(const std::vector<MemberInfo>& members,
                                       std::function<void(absl::StatusOr<Formation>)> done) {
@@ -97,10 +98,18 @@ void CoordinatedNegotiator::Start(NegotiationSink* sink) {
 }
 
 void CoordinatedNegotiator::HostReady(std::vector<Response> ready) {
-  std::vector<ReadyTensor> tensors;
+  std::vector<ReadyTensor> central;
   for (Response& response : ready) {
-    for (ReadyTensor& t : response.tensors) tensors.push_back(std::move(t));
+    for (ReadyTensor& t : response.tensors) {
+      if (steady_ != nullptr && steady_->Offer(t)) continue;  // held for a readiness round
+      central.push_back(std::move(t));
+    }
   }
+  SendReady(std::move(central));
+}
+
+void CoordinatedNegotiator::SendReady(std::vector<ReadyTensor> tensors) {
+  if (tensors.empty()) return;
   channel_.SendReady(tensors);  // their metadata; the inputs stay here until committed
   for (ReadyTensor& t : tensors) {
     std::string name = t.name;
@@ -108,7 +117,26 @@ void CoordinatedNegotiator::HostReady(std::vector<Response> ready) {
   }
 }
 
-void CoordinatedNegotiator::OnCommitted(Response response) {
+void CoordinatedNegotiator::Join(const TensorRequest& join) {
+  if (steady_ != nullptr && joins_pending_++ == 0) steady_->SetJoinPending(true);
+  channel_.SendJoin(join);
+}
+
+dataplane::IdleRounds* CoordinatedNegotiator::StartRounds(dataplane::TcpCollective* tcp) {
+  if (!options_.steady_state || tcp == nullptr || tcp->layout().cross_size < 2) return nullptr;
+  steady_ = std::make_unique<SteadyState>(
+      here_, options_.fusion_threshold_bytes, [tcp] { return tcp->mesh_for_ops(); },
+      [this, alive = std::weak_ptr<bool>(alive_)](std::vector<ReadyTensor> central) {
+        // Executor thread: a round asked for these centrally.
+        auto shared = std::make_shared<std::vector<ReadyTensor>>(std::move(central));
+        loop_.Post([this, alive, shared] {
+          if (!alive.expired()) SendReady(std::move(*shared));
+        });
+      });
+  return steady_.get();
+}
+
+bool CoordinatedNegotiator::AddInputs(Response& response) {
   for (ReadyTensor& tensor : response.tensors) {
     auto local = awaiting_.find(tensor.name);
     if (local == awaiting_.end()) {
@@ -122,7 +150,8 @@ void CoordinatedNegotiator::OnCommitted(Response response) {
         const absl::Status bad = absl::InternalError(absl::StrCat(
             "coordinator answered tensor ", tensor.name, " that this host never forwarded"));
         channel_.ReportFailure(bad);
-        return sink_->OnFailedElsewhere(bad);
+        sink_->OnFailedElsewhere(bad);
+        return false;
       }
       continue;
     }
@@ -131,10 +160,23 @@ void CoordinatedNegotiator::OnCommitted(Response response) {
     }
     awaiting_.erase(local);
   }
-  sink_->OnCommitted(std::move(response));
+  return true;
+}
+
+void CoordinatedNegotiator::OnCommitted(negotiation::CommittedList list) {
+  for (Response& response : list.responses) {
+    if (!AddInputs(response)) return;
+  }
+  // With the steady state, rounds release lists at the same place on every host.
+  if (steady_ != nullptr && steady_->Received(list)) return;
+  for (Response& response : list.responses) sink_->OnCommitted(std::move(response));
 }
 
 void CoordinatedNegotiator::OnJoinDone(const absl::Status& status, int last_rank) {
+  if (steady_ != nullptr && joins_pending_ > 0) {
+    joins_pending_ = 0;  // the coordinator completes every local join at once
+    steady_->SetJoinPending(false);
+  }
   sink_->OnJoinDone(status, last_rank);
 }
 
@@ -199,6 +241,13 @@ std::vector<TensorRequest> CoordinatedNegotiator::TakeUncommitted() {
     }
   }
   awaiting_.clear();
+  if (steady_ != nullptr) {
+    for (ReadyTensor& tensor : steady_->TakeUnrun()) {
+      for (auto& r : tensor.ranks) {
+        if (r && r->rank >= 0 && r->rank < size_ && here_[r->rank]) out.push_back(std::move(*r));
+      }
+    }
+  }
   return out;
 }
 

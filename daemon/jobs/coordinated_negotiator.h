@@ -14,6 +14,7 @@
 #include "daemon/cluster/job_channel.h"
 #include "daemon/jobs/job_options.h"
 #include "daemon/jobs/negotiator.h"
+#include "daemon/jobs/steady_state.h"
 
 namespace ard::jobs {
 
@@ -27,16 +28,21 @@ class CoordinatedNegotiator : public Negotiator, private cluster::JobChannelSink
                  std::function<void(absl::StatusOr<Formation>)> done) override;
   void Start(NegotiationSink* sink) override;
   void HostReady(std::vector<negotiation::Response> ready) override;
-  void Join(const negotiation::TensorRequest& join) override { channel_.SendJoin(join); }
+  void Join(const negotiation::TensorRequest& join) override;
   void PlanGpusAsync(const gpu::HostGpus& host,
                      std::function<void(absl::StatusOr<gpu::CrossHostGpuPlan>)> done) override;
   void ReportFailure(const absl::Status& failure) override { channel_.ReportFailure(failure); }
   void ReportLeft() override { channel_.ReportLeft(); }
   std::vector<negotiation::TensorRequest> TakeUncommitted() override;
+  dataplane::IdleRounds* StartRounds(dataplane::TcpCollective* tcp) override;
 
  private:
   // cluster::JobChannelSink
-  void OnCommitted(negotiation::Response response) override;
+  void OnCommitted(negotiation::CommittedList list) override;
+  // Adds this host's inputs to a committed response (false: the job failed).
+  bool AddInputs(negotiation::Response& response);
+  // Sends host-ready tensors to the coordinator and keeps their inputs until committed.
+  void SendReady(std::vector<negotiation::ReadyTensor> tensors);
   void OnJoinDone(const absl::Status& status, int last_rank) override;
   void OnGpuLayout(const JobLayout& layout, const GpuLayout& gpus) override;
   void OnAborted(const absl::Status& status) override;
@@ -54,6 +60,10 @@ class CoordinatedNegotiator : public Negotiator, private cluster::JobChannelSink
   // Host-ready tensors waiting for the coordinator's response, with this host's inputs.
   std::map<std::string, negotiation::ReadyTensor> awaiting_;
   std::function<void(absl::StatusOr<gpu::CrossHostGpuPlan>)> gpu_done_;  // GPUs offered
+  EventLoop& loop_;
+  std::unique_ptr<SteadyState> steady_;  // DaemonConfig.steady_state, once the data plane exists
+  int joins_pending_ = 0;                // local joins the coordinator has not completed
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace ard::jobs

@@ -215,7 +215,7 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
     host = std::make_unique<dataplane::LocalCollective>(size_);
     table_ = std::make_unique<negotiation::ReadinessTable>(size_);
   }
-  executor_ = std::make_unique<Executor>(context_, std::move(host));
+  executor_ = std::make_unique<Executor>(context_, std::move(host), negotiator_->StartRounds(tcp_));
   lifecycle_.Formed().IgnoreError();  // forming -> running (checked above)
   negotiator_->Start(this);
   auto segment = (*arena)->segment(0);

@@ -42,8 +42,12 @@ struct JobOptions {
   // daemon's ordinal, so the process's CUDA_VISIBLE_DEVICES may differ from the daemon's.
   std::vector<std::string> gpu_pci_bus_ids;
   metrics::DaemonMetrics* metrics = nullptr;  // Not owned; null: metrics off
-  // Elastic jobs: a new job forms once no rank arrived for this long (DESIGN.md "Elastic
-  // training"); a re-formation forms as soon as every survivor registered again.
+  // Cross-host jobs agree on cached tensors among their hosts (DESIGN.md "Steady state without
+  // the coordinator"), fusing them up to the smallest of the hosts' thresholds.
+  bool steady_state = false;
+  uint64_t fusion_threshold_bytes = 128ull << 20;
+  // Elastic jobs (DESIGN.md "Elastic training"): a re-formation whose survivors do not all come
+  // back, or a new job without the launcher's local size, forms once no rank arrived for this long.
   absl::Duration elastic_settle = absl::Milliseconds(500);
 };
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/dataplane/idle_rounds.h"
 #include "daemon/dataplane/tcp_collective.h"
 #include "daemon/gpu/gpu_plan.h"
 #include "daemon/negotiation/tensor_request.h"
@@ -81,6 +82,9 @@ class Negotiator {
   virtual void ReportLeft() = 0;
   // Host-ready requests not committed yet; the job failed, so their ranks get the failure.
   virtual std::vector<negotiation::TensorRequest> TakeUncommitted() = 0;
+  // The job's data plane exists (`tcp`: its cross-host collective, null on one host): the
+  // readiness rounds its executor must take part in when the steady state is on, else null.
+  virtual dataplane::IdleRounds* StartRounds(dataplane::TcpCollective* tcp) { return nullptr; }
 };
 
 }  // namespace ard::jobs

@@ -2,7 +2,8 @@
 daemon's /metrics is scraped and parsed with prometheus_client's own parser (what a Prometheus
 server would read); the per-job counters outlive the job, and are dropped after the retention.
 The health service (grpc.health.v1) answers SERVING on a member and NOT_SERVING on a follower
-that cannot join."""
+that cannot join. With steady_state on, the hosts' Negotiate calls show that cached tensors never
+reach the coordinator."""
 import re
 import socket
 import urllib.request
@@ -50,9 +51,10 @@ def health(address, service=""):
 
 @pytest.fixture
 def pair():
+    # The coordinator path, whatever the default: test_scrape counts a Negotiate call per step.
     c = Cluster(heartbeat_ms=100, host_timeout_ms=2000)
-    c.add("h-a", extra_flags=["--metrics_address=127.0.0.1:0"])
-    c.add("h-b", extra_flags=["--metrics_address=127.0.0.1:0",
+    c.add("h-a", extra_flags=["--metrics_address=127.0.0.1:0", "--steady_state=false"])
+    c.add("h-b", extra_flags=["--metrics_address=127.0.0.1:0", "--steady_state=false",
                               f"--metrics_job_retention_s={RETENTION_S}"])
 
     def both_up():
@@ -113,6 +115,37 @@ def test_scrape_after_a_two_host_job(pair):
     wait_until(lambda: value(scrape(b), "allreduced_job_collectives_total", job="mjob",
                              host="h-b") is None, 10 + RETENTION_S, "h-b to drop mjob's series")
     assert value(scrape(a), "allreduced_job_collectives_total", job="mjob", host="h-a") >= 2000
+
+
+@pytest.fixture
+def steady_pair():
+    c = Cluster(heartbeat_ms=100, host_timeout_ms=2000)
+    for name in ("h-a", "h-b"):
+        c.add(name, extra_flags=["--metrics_address=127.0.0.1:0", "--steady_state=true"])
+    wait_until(lambda: (s := status_json(c.daemons["h-a"].address)) and
+               sum(h["state"] == "UP" for h in s["hosts"]) == 2, 10, "two hosts UP")
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("per_host", [1, 2])
+def test_steady_state_asks_the_coordinator_only_about_new_tensors(steady_pair, per_host):
+    """2000 allreduces of one tensor across two hosts with steady_state on: the first is a cache
+    miss negotiated by the coordinator; the other 1999 are agreed between the hosts, so each host
+    makes a handful of Negotiate calls (allreduced_job_negotiation_cycles_total counts them), not
+    one per allreduce as without it (test_scrape_after_a_two_host_job)."""
+    a, b = steady_pair.daemons["h-a"], steady_pair.daemons["h-b"]
+    job = f"steady{per_host}"
+    results = workers_across([a.socket, b.socket], job, per_host, "latency").wait(timeout_s=120)
+    for rc, out in results:
+        assert rc == 0, "\n".join(out)
+    for d in (a, b):
+        s = scrape(d)
+        assert value(s, "allreduced_job_collectives_total", job=job, host=d.name) >= 2000
+        cycles = value(s, "allreduced_job_negotiation_cycles_total", job=job, host=d.name)
+        assert 1 <= cycles <= 3, f"{d.name} made {cycles} Negotiate calls with tensors"
+        assert value(s, "allreduced_job_response_cache_misses_total", job=job, host=d.name) == 1
+        assert value(s, "allreduced_errors_total", kind="job") == 0
 
 
 def serving(address):

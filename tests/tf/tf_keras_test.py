@@ -1,10 +1,11 @@
 """allreduced.tensorflow.keras with both Keras flavours, real processes over two daemons: the
 newer names (PartialDistributedOptimizer, BestModelCheckpoint, alltoall, join,
-broadcast_global_variables) with Keras 3 and with tf_keras; with tf_keras (TF_USE_LEGACY_KERAS=1,
-its new and legacy optimizers), the training equivalence and the save/load/callbacks scenarios
-that tf_ops_test.py runs with Keras 3, and broadcast_global_variables in graph mode. Four ranks
-(2 per daemon), except the equivalence: one per daemon, since tf_keras traces each of its cases'
-training step afresh, which takes four processes on a small machine past the workers' limit."""
+broadcast_global_variables) and SyncBatchNormalization with Keras 3 and with tf_keras; with
+tf_keras (TF_USE_LEGACY_KERAS=1, its new and legacy optimizers), the training equivalence and
+the save/load/callbacks scenarios that tf_ops_test.py runs with Keras 3, and
+broadcast_global_variables in graph mode. Four ranks (2 per daemon), except the equivalence: one
+per daemon, since tf_keras traces each of its cases' training step afresh, which takes four
+processes on a small machine past the workers' limit."""
 import os
 import sys
 
@@ -32,6 +33,11 @@ def run_ok(scenario, env, per_host=2):
 @pytest.mark.parametrize("flavour", [{}, LEGACY], ids=["keras3", "tf_keras"])
 def test_partial_optimizer_best_checkpoint_alltoall_join(flavour, tmp_path):
     run_ok("keras_api", dict(flavour, ALLREDUCED_TEST_DIR=str(tmp_path)))
+
+
+@pytest.mark.parametrize("flavour", [{}, LEGACY], ids=["keras3", "tf_keras"])
+def test_sync_batch_norm_matches_batch_norm_on_the_global_batch(flavour):
+    run_ok("sync_bn", flavour)
 
 
 def test_tf_keras_distributed_optimizer_matches_single_process_training():

@@ -167,6 +167,7 @@ if __name__ == "__main__":
     import gpu_scenarios
     import horovod_scenarios
     import keras_scenarios
+    import sync_bn_scenarios
     import training_scenarios
     scenarios = {"ops": ops_scenario, "more_ops": more_ops_scenario, "tape": tape_scenario,
                  "fit": fit_scenario}
@@ -176,5 +177,6 @@ if __name__ == "__main__":
     scenarios.update(gpu_scenarios.SCENARIOS)
     scenarios.update(horovod_scenarios.SCENARIOS)
     scenarios.update(keras_scenarios.SCENARIOS)
+    scenarios.update(sync_bn_scenarios.SCENARIOS)
     scenarios[sys.argv[1]]()
     print(f"OK {sys.argv[1]}", flush=True)

@@ -39,9 +39,10 @@ AllreduceAlgorithm ChooseAllreduce(const AlgorithmOptions& options, int n, size_
 uint64_t Fingerprint(const AlgorithmOptions& options) {
   // FNV-1a over the fields that shape message patterns.
   uint64_t h = 1469598103934665603ull;
-  for (uint64_t v : {static_cast<uint64_t>(options.allreduce),
-                     static_cast<uint64_t>(options.ring_threshold_bytes),
-                     static_cast<uint64_t>(options.chunk_bytes)}) {
+  for (uint64_t v :
+       {static_cast<uint64_t>(options.allreduce),
+        static_cast<uint64_t>(options.ring_threshold_bytes),
+        static_cast<uint64_t>(options.chunk_bytes), static_cast<uint64_t>(options.steady_state)}) {
     for (int b = 0; b < 8; ++b) {
       h ^= (v >> (8 * b)) & 0xff;
       h *= 1099511628211ull;

@@ -38,6 +38,8 @@ struct AlgorithmOptions {
   // elements), bounding staging memory and letting the kernel's socket buffers carry one piece
   // while the previous one is reduced.
   size_t chunk_bytes = 4 << 20;
+  // DaemonConfig.steady_state: idle hosts take part in readiness rounds between collectives.
+  bool steady_state = false;
 };
 
 // "auto", "ring", "recursive_doubling".

@@ -301,6 +301,32 @@ absl::Status AlltoallV(TcpMesh& mesh, const void* send, const std::vector<size_t
   return absl::OkStatus();
 }
 
+absl::Status CombineInPlace(
+    TcpMesh& mesh, void* buf, size_t bytes,
+    const std::function<void(uint8_t* mine, const uint8_t* theirs)>& combine) {
+  const int n = mesh.size(), self = mesh.self(), p = PowerOfTwoFloor(n);
+  if (n == 1 || bytes == 0) return absl::OkStatus();
+  uint8_t* mine = static_cast<uint8_t*>(buf);
+  uint8_t* theirs = mesh.Scratch(bytes);
+  // Unlike RecursiveDoubling, the fold is an exchange both ways: every host sends before it
+  // waits, so a round one host starts reaches (wakes) every idle host of the mesh.
+  if (self >= p) {
+    ARD_RETURN_IF_ERROR(mesh.Exchange(self - p, mine, bytes, self - p, theirs, bytes));
+    return mesh.Exchange(-1, nullptr, 0, self - p, mine, bytes);
+  }
+  const bool has_folded = self + p < n;
+  if (has_folded) {
+    ARD_RETURN_IF_ERROR(mesh.Exchange(self + p, mine, bytes, self + p, theirs, bytes));
+    combine(mine, theirs);
+  }
+  for (int bit = 1; bit < p; bit *= 2) {
+    ARD_RETURN_IF_ERROR(mesh.Exchange(self ^ bit, mine, bytes, self ^ bit, theirs, bytes));
+    combine(mine, theirs);
+  }
+  if (has_folded) return mesh.Exchange(self + p, mine, bytes, -1, nullptr, 0);
+  return absl::OkStatus();
+}
+
 absl::Status Barrier(TcpMesh& mesh) {
   constexpr uint8_t kToken = 0xBA;
   uint8_t token[2] = {kToken, 0};  // [0]: sent (and, on folded hosts, received back), [1]: staging

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -76,6 +77,16 @@ absl::Status Broadcast(TcpMesh& mesh, void* buf, size_t bytes, int root);
 // locally (send_bytes[self] must equal recv_bytes[self]). send and recv must not overlap.
 absl::Status AlltoallV(TcpMesh& mesh, const void* send, const std::vector<size_t>& send_bytes,
                        void* recv, const std::vector<size_t>& recv_bytes);
+
+// buf[0, bytes) holds this host's value; afterwards every host holds the combination of all
+// hosts' values by `combine(mine, theirs)` (which folds theirs into mine, in place), by recursive
+// doubling whose fold step goes both ways: every host sends before it waits, so a host idle in
+// TcpMesh::WaitReadable is woken by the first message of a round any other host started.
+// `combine` must be commutative and associative (e.g. a bitwise AND); bytes equal on every host.
+// The readiness rounds of the steady state (DESIGN.md "Steady state") use it.
+absl::Status CombineInPlace(
+    TcpMesh& mesh, void* buf, size_t bytes,
+    const std::function<void(uint8_t* mine, const uint8_t* theirs)>& combine);
 
 // Returns once every host of the mesh has entered Barrier.
 absl::Status Barrier(TcpMesh& mesh);

@@ -1,5 +1,8 @@
 #include "daemon/dataplane/tcp/host_collectives.h"
 
+#include <unistd.h>
+
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -216,6 +219,63 @@ TEST_CASE("Host collectives reject inconsistent arguments before moving any byte
   REQUIRE(AllgatherV(mesh, buf.data(), {1}).code() == absl::StatusCode::kInvalidArgument);
   // The mesh still works.
   REQUIRE(AllOk(RunOnHosts(2, [&](int h) { return Barrier(*meshes[h]); })));
+}
+
+TEST_CASE(
+    "CombineInPlace: a round one host starts wakes every idle host; all get the AND and MAX") {
+  for (int n : {2, 3, 4, 5, 8}) {
+    for (int starter = 0; starter < n; starter += 2) {
+      INFO("n=" << n << " starter=" << starter);
+      LocalHosts hosts(n);
+      Meshes meshes = ConnectOrDie(hosts, 1200 + 10 * n + starter);
+      std::vector<std::array<uint64_t, 2>> values(n);
+      auto combine = [](uint8_t* mine, const uint8_t* theirs) {
+        uint64_t a[2], b[2];
+        std::memcpy(a, mine, sizeof(a));
+        std::memcpy(b, theirs, sizeof(b));
+        a[0] &= b[0];
+        a[1] = std::max(a[1], b[1]);
+        std::memcpy(mine, a, sizeof(a));
+      };
+      REQUIRE(AllOk(RunOnHosts(n, [&](int h) -> absl::Status {
+        values[h] = {~(uint64_t{1} << h), static_cast<uint64_t>(10 + h)};
+        if (h != starter) {  // idle until a peer's first message arrives
+          auto woken = meshes[h]->WaitReadable({}, absl::Seconds(10));
+          if (!woken.ok()) return woken.status();
+          if (!*woken) return absl::DeadlineExceededError(absl::StrCat("host ", h, " not woken"));
+        }
+        return CombineInPlace(*meshes[h], values[h].data(), sizeof(values[h]), combine);
+      })));
+      for (int h = 0; h < n; ++h) {
+        CHECK(values[h][0] == ~((uint64_t{1} << n) - 1));
+        CHECK(values[h][1] == static_cast<uint64_t>(10 + n - 1));
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "WaitReadable: false on timeout and on the caller's own descriptor; true on a peer's close") {
+  LocalHosts hosts(2);
+  Meshes meshes = ConnectOrDie(hosts, 1300);
+  auto idle = meshes[0]->WaitReadable({}, absl::Milliseconds(20));
+  REQUIRE(idle.ok());
+  CHECK_FALSE(*idle);
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  REQUIRE(::write(pipe_fds[1], "x", 1) == 1);
+  auto own = meshes[0]->WaitReadable({pipe_fds[0]}, absl::Seconds(5));
+  REQUIRE(own.ok());
+  CHECK_FALSE(*own);
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+  meshes[1].reset();  // the peer died
+  auto closed = meshes[0]->WaitReadable({}, absl::Seconds(5));
+  REQUIRE(closed.ok());
+  CHECK(*closed);
+  uint64_t v = 1;
+  CHECK(CombineInPlace(*meshes[0], &v, sizeof(v), [](uint8_t*, const uint8_t*) {}).code() ==
+        absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -165,6 +165,22 @@ absl::Status TcpMesh::Transfer(absl::Span<const Send> sends, absl::Span<const Re
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> TcpMesh::WaitReadable(absl::Span<const int> also, absl::Duration timeout) {
+  ARD_RETURN_IF_ERROR(CheckUsable());
+  poll_fds_.clear();
+  for (int peer : peers_) poll_fds_.push_back(pollfd{fds_[peer].get(), POLLIN, 0});
+  for (int fd : also) poll_fds_.push_back(pollfd{fd, POLLIN, 0});
+  const int n = ::poll(poll_fds_.data(), poll_fds_.size(), absl::ToInt64Milliseconds(timeout));
+  if (n < 0 && errno != EINTR) {
+    return absl::InternalError(absl::StrCat("job ", job_id_, ": poll: ", ErrnoText(errno)));
+  }
+  ARD_RETURN_IF_ERROR(CheckUsable());
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (poll_fds_[i].revents != 0) return true;
+  }
+  return false;
+}
+
 void TcpMesh::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
 
 uint8_t* TcpMesh::Scratch(size_t bytes) {

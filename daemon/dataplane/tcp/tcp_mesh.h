@@ -97,6 +97,13 @@ class TcpMesh {
   // and direction are carried out in the order given. Returns when all bytes moved. Same errors.
   absl::Status Transfer(absl::Span<const Send> sends, absl::Span<const Recv> recvs);
 
+  // Waits up to `timeout` until a peer's connection has bytes to read (or closed: the transfer
+  // that reads it reports the error) -> true, or one of `also` (the caller's own descriptors,
+  // e.g. an eventfd) is readable, or the time passed -> false. Nothing is read. Used by a host
+  // idle between collectives to notice a peer starting a readiness round. The mesh's errors once
+  // aborted or broken. Op thread only.
+  absl::StatusOr<bool> WaitReadable(absl::Span<const int> also, absl::Duration timeout);
+
   // A staging area for the collectives run on this mesh (host_collectives.h), at least `bytes`
   // long, 64-byte aligned, contents undefined; valid until the next Scratch() call. Kept between
   // calls so that large collectives do not page-fault fresh memory every time. Op thread only.

@@ -1,0 +1,159 @@
+#include "daemon/jobs/steady_state.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "daemon/common/logging.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/dataplane/tcp/host_collectives.h"
+
+namespace ard::jobs {
+
+using negotiation::ReadyTensor;
+using negotiation::Response;
+using negotiation::RoundVote;
+
+SteadyState::SteadyState(std::vector<bool> here, uint64_t fusion_threshold_bytes,
+                         std::function<dataplane::tcp::TcpMesh*()> mesh,
+                         std::function<void(std::vector<ReadyTensor>)> to_coordinator)
+    : fusion_threshold_bytes_(fusion_threshold_bytes),
+      mesh_(std::move(mesh)),
+      to_coordinator_(std::move(to_coordinator)),
+      changed_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      rounds_(std::move(here)) {}
+
+SteadyState::~SteadyState() {
+  if (changed_fd_ >= 0) ::close(changed_fd_);
+}
+
+void SteadyState::WakeIfChanged() {
+  if (!rounds_.changed() && !rounds_.outcome_ready()) return;
+  const uint64_t one = 1;
+  (void)!::write(changed_fd_, &one, sizeof(one));
+}
+
+bool SteadyState::Offer(ReadyTensor& tensor) {
+  absl::MutexLock lock(&mu_);
+  if (!active_) return false;
+  const bool held = rounds_.Offer(tensor);
+  WakeIfChanged();
+  return held;
+}
+
+bool SteadyState::Received(negotiation::CommittedList& list) {
+  absl::MutexLock lock(&mu_);
+  if (!active_) return false;
+  rounds_.Received(std::move(list));
+  WakeIfChanged();
+  return true;
+}
+
+void SteadyState::SetJoinPending(bool pending) {
+  absl::MutexLock lock(&mu_);
+  rounds_.SetJoinPending(pending);
+  WakeIfChanged();
+}
+
+std::vector<ReadyTensor> SteadyState::TakeUnrun() {
+  absl::MutexLock lock(&mu_);
+  std::vector<ReadyTensor> out = rounds_.TakeHeld();
+  for (Response& r : rounds_.TakePending()) {
+    for (ReadyTensor& t : r.tensors) out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<Response> SteadyState::End(const absl::Status& why) {
+  std::vector<ReadyTensor> held;
+  std::vector<Response> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    active_ = false;
+    held = rounds_.TakeHeld();
+    pending = rounds_.TakePending();
+  }
+  Logger("dataplane")->info("readiness rounds over ({}); {} held tensors go to the coordinator",
+                            why.message(), held.size());
+  if (!held.empty()) to_coordinator_(std::move(held));
+  return pending;
+}
+
+bool SteadyState::active() const {
+  absl::MutexLock lock(&mu_);
+  return active_;
+}
+
+absl::StatusOr<bool> SteadyState::AwaitRound(int wakeup_fd, absl::Duration timeout) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!aborted_.ok()) return aborted_;
+    if (rounds_.changed()) return true;
+  }
+  dataplane::tcp::TcpMesh* mesh = mesh_();
+  if (mesh == nullptr) return absl::FailedPreconditionError("data plane not connected");
+  const int own[] = {changed_fd_, wakeup_fd};
+  absl::StatusOr<bool> peer = mesh->WaitReadable(own, timeout);
+  uint64_t drained;
+  while (::read(changed_fd_, &drained, sizeof(drained)) > 0) {
+  }
+  if (!peer.ok() || *peer) return peer;
+  absl::MutexLock lock(&mu_);
+  return rounds_.changed();
+}
+
+absl::StatusOr<std::vector<Response>> SteadyState::RunRound() {
+  dataplane::tcp::TcpMesh* mesh = mesh_();
+  if (mesh == nullptr) return absl::FailedPreconditionError("data plane not connected");
+  RoundVote vote;
+  {
+    absl::MutexLock lock(&mu_);
+    vote = rounds_.Vote(fusion_threshold_bytes_);
+  }
+  const uint64_t slots = vote.slots;
+  std::vector<uint8_t> bytes(negotiation::VoteBytes(slots));
+  negotiation::EncodeVote(vote, bytes.data());
+  const absl::Status exchanged = dataplane::tcp::CombineInPlace(
+      *mesh, bytes.data(), bytes.size(), [slots](uint8_t* mine, const uint8_t* theirs) {
+        RoundVote combined = negotiation::DecodeVote(mine, slots);
+        negotiation::CombineVotes(combined, negotiation::DecodeVote(theirs, slots));
+        negotiation::EncodeVote(combined, mine);
+      });
+  // A peer that closed its connection ended the job there, normally or not: the coordinator
+  // knows which and tells every host; until then nothing here claims a failure of its own.
+  if (absl::IsUnavailable(exchanged)) return End(exchanged);
+  ARD_RETURN_IF_ERROR(exchanged);
+  std::optional<negotiation::RoundOutcome> outcome;
+  {
+    absl::MutexLock lock(&mu_);
+    ARD_RETURN_IF_ERROR(rounds_.Agreed(negotiation::DecodeVote(bytes.data(), slots)));
+    // The lists this round releases may still be on their way from the coordinator.
+    mu_.Await(absl::Condition(
+        +[](SteadyState* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+          return !s->aborted_.ok() || s->rounds_.outcome_ready();
+        },
+        this));
+    if (!aborted_.ok()) return aborted_;
+    outcome = rounds_.TakeOutcome();
+    ++rounds_run_;
+    agreed_ += outcome->agreed_tensors;
+  }
+  if (!outcome->to_coordinator.empty()) to_coordinator_(std::move(outcome->to_coordinator));
+  return std::move(outcome->run);
+}
+
+void SteadyState::Abort(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  if (aborted_.ok()) aborted_ = why.ok() ? absl::CancelledError("job ended") : why;
+}
+
+uint64_t SteadyState::rounds() const {
+  absl::MutexLock lock(&mu_);
+  return rounds_run_;
+}
+
+uint64_t SteadyState::agreed_tensors() const {
+  absl::MutexLock lock(&mu_);
+  return agreed_;
+}
+
+}  // namespace ard::jobs

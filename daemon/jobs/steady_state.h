@@ -1,0 +1,71 @@
+// The steady state of one cross-host job (DESIGN.md "Steady state without the coordinator"): the
+// job's readiness rounds (negotiation::SteadyRounds) driven from its executor thread over its TCP
+// mesh (dataplane::IdleRounds), fed from the control loop with host-ready tensors and the
+// coordinator's lists. Owned by the job's CoordinatedNegotiator when DaemonConfig.steady_state is
+// on.
+//
+// Threads: Offer/Received/SetJoinPending/TakeUnrun on the control loop; AwaitRound/RunRound on the
+// executor thread; Abort on any. The round state is shared under a mutex; an eventfd wakes the
+// idle executor when the loop changed something.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/dataplane/idle_rounds.h"
+#include "daemon/dataplane/tcp/tcp_mesh.h"
+#include "daemon/negotiation/steady_rounds.h"
+
+namespace ard::jobs {
+
+class SteadyState : public dataplane::IdleRounds {
+ public:
+  // `mesh`: the job's connected mesh (executor thread; null before it connected).
+  // `to_coordinator`: called on the executor thread with held tensors a round sends to the
+  // coordinator (the caller posts them to the loop).
+  SteadyState(std::vector<bool> here, uint64_t fusion_threshold_bytes,
+              std::function<dataplane::tcp::TcpMesh*()> mesh,
+              std::function<void(std::vector<negotiation::ReadyTensor>)> to_coordinator);
+  ~SteadyState() override;
+  SteadyState(const SteadyState&) = delete;
+  SteadyState& operator=(const SteadyState&) = delete;
+
+  // See negotiation::SteadyRounds. Once the rounds are over, Offer and Received take nothing
+  // (false): the caller negotiates centrally and runs lists as they come.
+  bool Offer(negotiation::ReadyTensor& tensor);
+  bool Received(negotiation::CommittedList& list);
+  void SetJoinPending(bool pending);
+  // The job failed: held tensors and unreleased lists' tensors (their ranks get the failure).
+  std::vector<negotiation::ReadyTensor> TakeUnrun();
+
+  // dataplane::IdleRounds
+  absl::StatusOr<bool> AwaitRound(int wakeup_fd, absl::Duration timeout) override;
+  absl::StatusOr<std::vector<negotiation::Response>> RunRound() override;
+  void Abort(const absl::Status& why) override;
+  bool active() const override;
+
+  // Rounds run and tensors they agreed (for metrics and tests).
+  uint64_t rounds() const;
+  uint64_t agreed_tensors() const;
+
+ private:
+  void WakeIfChanged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A peer's connection closed during a round: the rounds are over; held tensors go to the
+  // coordinator; returns the unreleased lists' responses, to run now.
+  std::vector<negotiation::Response> End(const absl::Status& why);
+
+  const uint64_t fusion_threshold_bytes_;
+  const std::function<dataplane::tcp::TcpMesh*()> mesh_;
+  const std::function<void(std::vector<negotiation::ReadyTensor>)> to_coordinator_;
+  const int changed_fd_;  // eventfd: the loop changed the round state
+  mutable absl::Mutex mu_;
+  negotiation::SteadyRounds rounds_ ABSL_GUARDED_BY(mu_);
+  absl::Status aborted_ ABSL_GUARDED_BY(mu_);
+  bool active_ ABSL_GUARDED_BY(mu_) = true;
+  uint64_t rounds_run_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t agreed_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace ard::jobs

@@ -1,0 +1,264 @@
+#include "daemon/negotiation/steady_rounds.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/negotiation/fusion_planner.h"
+
+namespace ard::negotiation {
+namespace {
+
+constexpr size_t kHeaderWords = 6;  // round, round_min, slots, slots_min, lists, fusion
+
+size_t Words(uint64_t slots) { return (slots + 63) / 64; }
+
+bool Bit(const std::vector<uint64_t>& bits, size_t i) {
+  return i / 64 < bits.size() && ((bits[i / 64] >> (i % 64)) & 1) != 0;
+}
+
+void SetBit(std::vector<uint64_t>& bits, size_t i) { bits[i / 64] |= uint64_t{1} << (i % 64); }
+
+// The metadata that decides a response (not where this call's input lies).
+bool SameMeta(const TensorRequest& a, const TensorRequest& b) {
+  const wire::Submit &x = a.meta, &y = b.meta;
+  if (x.collective != y.collective || x.dtype != y.dtype || x.reduce_op != y.reduce_op ||
+      x.root_rank != y.root_rank || x.prescale != y.prescale || x.postscale != y.postscale ||
+      x.ndims != y.ndims || x.bytes != y.bytes || x.group_id != y.group_id ||
+      x.group_size != y.group_size || x.num_splits != y.num_splits || a.splits != b.splits ||
+      a.gpu.has_value() || b.gpu.has_value() || a.name() != b.name()) {
+    return false;
+  }
+  for (uint32_t d = 0; d < x.ndims && d < wire::kMaxDims; ++d) {
+    if (x.shape[d] != y.shape[d]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void CombineVotes(RoundVote& mine, const RoundVote& theirs) {
+  mine.round = std::max(mine.round, theirs.round);
+  mine.round_min = std::min(mine.round_min, theirs.round_min);
+  mine.slots = std::max(mine.slots, theirs.slots);
+  mine.slots_min = std::min(mine.slots_min, theirs.slots_min);
+  mine.lists = std::max(mine.lists, theirs.lists);
+  mine.fusion_threshold_bytes =
+      std::min(mine.fusion_threshold_bytes, theirs.fusion_threshold_bytes);
+  const size_t words = std::max(mine.ready.size(), theirs.ready.size());
+  mine.ready.resize(words, 0);
+  mine.to_coordinator.resize(words, 0);
+  for (size_t w = 0; w < words; ++w) {
+    mine.ready[w] &= w < theirs.ready.size() ? theirs.ready[w] : 0;
+    mine.to_coordinator[w] |= w < theirs.to_coordinator.size() ? theirs.to_coordinator[w] : 0;
+  }
+}
+
+size_t VoteBytes(uint64_t slots) { return (kHeaderWords + 2 * Words(slots)) * sizeof(uint64_t); }
+
+void EncodeVote(const RoundVote& vote, uint8_t* out) {
+  const size_t words = Words(vote.slots);
+  std::vector<uint64_t> w = {vote.round,     vote.round_min, vote.slots,
+                             vote.slots_min, vote.lists,     vote.fusion_threshold_bytes};
+  w.resize(kHeaderWords + 2 * words, 0);
+  for (size_t i = 0; i < words && i < vote.ready.size(); ++i) w[kHeaderWords + i] = vote.ready[i];
+  for (size_t i = 0; i < words && i < vote.to_coordinator.size(); ++i) {
+    w[kHeaderWords + words + i] = vote.to_coordinator[i];
+  }
+  std::memcpy(out, w.data(), w.size() * sizeof(uint64_t));
+}
+
+RoundVote DecodeVote(const uint8_t* in, uint64_t slots) {
+  const size_t words = Words(slots);
+  std::vector<uint64_t> w(kHeaderWords + 2 * words);
+  std::memcpy(w.data(), in, w.size() * sizeof(uint64_t));
+  RoundVote vote;
+  vote.round = w[0];
+  vote.round_min = w[1];
+  vote.slots = w[2];
+  vote.slots_min = w[3];
+  vote.lists = w[4];
+  vote.fusion_threshold_bytes = w[5];
+  vote.ready.assign(w.begin() + kHeaderWords, w.begin() + kHeaderWords + words);
+  vote.to_coordinator.assign(w.begin() + kHeaderWords + words, w.end());
+  return vote;
+}
+
+SteadyRounds::SteadyRounds(std::vector<bool> here) : here_(std::move(here)) {}
+
+void SteadyRounds::Received(CommittedList list) {
+  pending_lists_[++received_] = std::move(list);
+  changed_ = true;
+}
+
+bool SteadyRounds::Offer(ReadyTensor& tensor) {
+  changed_ = true;
+  auto slot = slot_of_.find(tensor.name);
+  if (!join_pending_ && slot != slot_of_.end() && !last_to_coordinator_.count(tensor.name) &&
+      !held_.count(slot->second) && Matches(*slots_[slot->second], tensor)) {
+    held_[slot->second] = std::move(tensor);
+    return true;
+  }
+  coordinator_bound_.insert(tensor.name);
+  return false;
+}
+
+void SteadyRounds::SetJoinPending(bool pending) {
+  if (pending != join_pending_) changed_ = true;
+  join_pending_ = pending;
+}
+
+bool SteadyRounds::Matches(const Template& t, const ReadyTensor& tensor) const {
+  if (tensor.ranks.size() != here_.size() || t.tensor.ranks.size() != here_.size()) return false;
+  for (size_t r = 0; r < here_.size(); ++r) {
+    if (!here_[r]) continue;
+    if (!tensor.ranks[r] || !t.tensor.ranks[r] || !SameMeta(*t.tensor.ranks[r], *tensor.ranks[r])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+RoundVote SteadyRounds::Vote(uint64_t fusion_threshold_bytes) {
+  changed_ = false;
+  RoundVote v;
+  v.round = v.round_min = ++round_;
+  v.slots = v.slots_min = slots_.size();
+  v.lists = received_;
+  v.fusion_threshold_bytes = fusion_threshold_bytes;
+  v.ready.assign(Words(v.slots), 0);
+  v.to_coordinator.assign(Words(v.slots), 0);
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (!slots_[s]) continue;
+    if (join_pending_ || coordinator_bound_.count(slots_[s]->tensor.name)) {
+      SetBit(v.to_coordinator, s);
+    } else if (held_.count(s)) {
+      SetBit(v.ready, s);
+    }
+  }
+  return v;
+}
+
+absl::Status SteadyRounds::Agreed(RoundVote result) {
+  if (result.round != round_ || result.round_min != round_ || result.slots != slots_.size() ||
+      result.slots_min != slots_.size()) {
+    return absl::InternalError(absl::StrCat("readiness round ", round_, " on ", slots_.size(),
+                                            " slots: the hosts voted in rounds ", result.round_min,
+                                            "..", result.round, " on ", result.slots_min, "..",
+                                            result.slots, " slots"));
+  }
+  result_ = std::move(result);
+  return absl::OkStatus();
+}
+
+void SteadyRounds::Flush(size_t slot, RoundOutcome* out) {
+  auto held = held_.find(slot);
+  if (held == held_.end()) return;
+  coordinator_bound_.insert(held->second.name);
+  out->to_coordinator.push_back(std::move(held->second));
+  held_.erase(held);
+  changed_ = true;
+}
+
+std::optional<RoundOutcome> SteadyRounds::TakeOutcome() {
+  if (!outcome_ready()) return std::nullopt;
+  const RoundVote result = *std::move(result_);
+  result_.reset();
+  RoundOutcome out;
+  // The agreed tensors, from the table every host voted on (the lists below may change it).
+  std::vector<Response> agreed;
+  std::set<std::string> asked;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (!slots_[s]) continue;
+    if (Bit(result.to_coordinator, s)) asked.insert(slots_[s]->tensor.name);
+    if (!Bit(result.ready, s)) continue;
+    auto held = held_.find(s);  // voted ready: held here since the vote
+    Response r;
+    r.collective = slots_[s]->collective;
+    r.tensors.push_back(slots_[s]->tensor);  // every rank's metadata ...
+    for (size_t rank = 0; rank < here_.size(); ++rank) {
+      if (here_[rank]) r.tensors[0].ranks[rank] = std::move(held->second.ranks[rank]);
+    }  // ... with this host's inputs
+    held_.erase(held);
+    agreed.push_back(std::move(r));
+  }
+  for (uint64_t n = released_ + 1; n <= result.lists; ++n) {
+    CommittedList list = std::move(pending_lists_.at(n));
+    pending_lists_.erase(n);
+    Release(list, &out);
+    for (Response& r : list.responses) {
+      for (const ReadyTensor& t : r.tensors) asked.erase(t.name);  // asked about the last one
+      out.run.push_back(std::move(r));
+    }
+  }
+  released_ = std::max(released_, result.lists);
+  out.agreed_tensors = agreed.size();
+  for (Response& r : PlanFusion(std::move(agreed), result.fusion_threshold_bytes)) {
+    out.run.push_back(std::move(r));
+  }
+  last_to_coordinator_ = std::move(asked);
+  for (const auto& [name, slot] : slot_of_) {
+    if (last_to_coordinator_.count(name)) Flush(slot, &out);
+  }
+  return out;
+}
+
+std::vector<ReadyTensor> SteadyRounds::TakeHeld() {
+  std::vector<ReadyTensor> out;
+  for (auto& [slot, tensor] : held_) out.push_back(std::move(tensor));
+  held_.clear();
+  return out;
+}
+
+std::vector<Response> SteadyRounds::TakePending() {
+  std::vector<Response> out;
+  for (auto& [n, list] : pending_lists_) {
+    for (Response& r : list.responses) out.push_back(std::move(r));
+  }
+  pending_lists_.clear();
+  result_.reset();
+  return out;
+}
+
+void SteadyRounds::Release(const CommittedList& list, RoundOutcome* out) {
+  for (uint32_t id : list.cache_evict) {
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      if (!slots_[s] || slots_[s]->id != id) continue;
+      Flush(s, out);  // held for a template that is gone: negotiate it centrally
+      slot_of_.erase(slots_[s]->tensor.name);
+      slots_[s].reset();
+    }
+  }
+  for (const Response& r : list.responses) {
+    for (const ReadyTensor& t : r.tensors) {
+      coordinator_bound_.erase(t.name);  // committed: the other hosts need not be told
+    }
+  }
+  for (const auto& [id, name] : list.cache_put) {
+    const ReadyTensor* found = nullptr;
+    wire::Collective collective = wire::Collective::kAllreduce;
+    for (const Response& r : list.responses) {
+      // Only single tensors of successful non-join responses, every rank taking part, host
+      // memory, not grouped: those whose response the metadata alone decides.
+      if (!r.error.ok() || r.collective == wire::Collective::kJoin) continue;
+      for (const ReadyTensor& t : r.tensors) {
+        if (t.name == name) {
+          found = &t;
+          collective = r.collective;
+        }
+      }
+    }
+    if (found == nullptr || slot_of_.count(name)) continue;
+    const bool every_rank =
+        std::all_of(found->ranks.begin(), found->ranks.end(),
+                    [](const auto& q) { return q && !q->gpu && q->meta.group_id < 0; });
+    if (!every_rank || found->ranks.size() != here_.size()) continue;
+    size_t s = 0;
+    while (s < slots_.size() && slots_[s]) ++s;
+    if (s == slots_.size()) slots_.emplace_back();
+    slots_[s] = Template{id, *found, collective};
+    slot_of_[name] = s;
+  }
+}
+
+}  // namespace ard::negotiation

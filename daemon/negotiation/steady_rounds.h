@@ -1,0 +1,138 @@
+// Coordinator-free steady state (DESIGN.md "Steady state without the coordinator"): one host's
+// side of the readiness rounds in which the hosts of a cross-host job agree among themselves
+// which cached tensors every host is ready for, so the coordinator is asked only about cache
+// misses, errors and membership.
+//
+// Model. The coordinator's committed lists (one per JobEvent that commits responses or changes
+// the response cache) arrive on every host in one stream order, numbered 1, 2, ...; this class
+// holds them until a round releases them. A round r is one commutative combine over every host's
+// RoundVote (CombineVotes: AND of ready bits, OR of to-coordinator bits, MAX of lists received):
+// afterwards each host runs, in this order, (1) the lists up to the round's `lists` (waiting for
+// the ones still in flight to it), then (2) the tensors every host was ready for, in slot order,
+// fused, then (3) sends the held tensors some host asked to negotiate to the coordinator. Every
+// list and every agreed tensor thus runs at the same place of one sequence on every host (the
+// argument is in DESIGN.md).
+// Slots: each cached tensor (a put of the coordinator's response cache whose committed response
+// has every rank of the job, host memory, no group) gets the lowest free slot when its list is
+// released, with every rank's committed metadata as its template; slots are freed
+// by evictions. Releases happen at the same places on every host, so at every vote all hosts
+// hold the same slot table and the bit vectors mean the same tensors.
+//
+// Pure logic over value types; not thread-safe (the job's control loop).
+// Lifecycle: 1. Received() for each coordinator list, Offer() for each host-ready tensor,
+// SetJoinPending() while a local join waits; 2. when changed() (or a peer started a round): Vote(),
+// the data plane combines the votes, Agreed(result); 3. TakeOutcome() until it answers (it waits
+// for lists up to result.lists); then back to 1.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/negotiation/tensor_request.h"
+
+namespace ard::negotiation {
+
+// One host's contribution to a round and, combined over every host, the round's result.
+struct RoundVote {
+  uint64_t round = 0;  // rounds are numbered from 1; checked equal on every host
+  uint64_t slots = 0;  // size of the slot table voted on; checked equal on every host
+  uint64_t lists = 0;  // coordinator lists received (result: the most any host received)
+  uint64_t fusion_threshold_bytes = 0;   // result: the smallest (every host fuses the same way)
+  std::vector<uint64_t> ready;           // bit per slot: this host holds it (result: AND)
+  std::vector<uint64_t> to_coordinator;  // bit per slot: negotiate it centrally (result: OR)
+  // Combine bookkeeping: the smallest round and slot count seen (equal to round/slots on every
+  // host exactly when all voted in the same round with the same table).
+  uint64_t round_min = 0;
+  uint64_t slots_min = 0;
+};
+
+// Folds `theirs` into `mine`. Commutative and associative: any combining tree gives every host
+// the same result.
+void CombineVotes(RoundVote& mine, const RoundVote& theirs);
+// Fixed-size wire form: VoteBytes(slots) bytes, native byte order (hosts of a job share one).
+size_t VoteBytes(uint64_t slots);
+void EncodeVote(const RoundVote& vote, uint8_t* out);
+RoundVote DecodeVote(const uint8_t* in, uint64_t slots);
+
+// One coordinator list: a JobEvent's responses and its response-cache decisions.
+struct CommittedList {
+  std::vector<Response> responses;
+  std::vector<uint32_t> cache_evict;
+  std::vector<std::pair<uint32_t, std::string>> cache_put;  // id, tensor name
+};
+
+// What a round makes this host do, in order.
+struct RoundOutcome {
+  std::vector<Response> run;                // lists' responses, then the agreed tensors
+  std::vector<ReadyTensor> to_coordinator;  // held tensors to negotiate centrally now
+  size_t agreed_tensors = 0;                // tensors of `run` agreed by the round
+};
+
+class SteadyRounds {
+ public:
+  // `here[r]`: rank r of the job runs on this host.
+  explicit SteadyRounds(std::vector<bool> here);
+
+  // The next coordinator list in stream order; held until a round releases it.
+  void Received(CommittedList list);
+  // A tensor every local rank submitted. Held for agreement (true, `tensor` moved from) when it
+  // is cached with exactly this metadata for this host's ranks and no host asked for it
+  // centrally; otherwise false: the caller sends it to the coordinator (remembered until a list
+  // commits it, so that the other hosts are told to do the same).
+  bool Offer(ReadyTensor& tensor);
+  // A local rank's join is waiting: this host asks every cached tensor to go to the coordinator
+  // (whose readiness table completes joins).
+  void SetJoinPending(bool pending);
+
+  // Something happened since this host last voted: it should start a round.
+  bool changed() const { return changed_; }
+  // A round's result is waiting for coordinator lists: no vote until TakeOutcome answered.
+  bool applying() const { return result_.has_value(); }
+  uint64_t lists_received() const { return received_; }
+  size_t held() const { return held_.size(); }
+
+  RoundVote Vote(uint64_t fusion_threshold_bytes);
+  // The round's combined result: Internal error when the hosts voted in different rounds or on
+  // different tables (a broken invariant: the job must fail).
+  absl::Status Agreed(RoundVote result);
+  // The outcome of the round Agreed() took, once every list it releases arrived; nullopt before.
+  std::optional<RoundOutcome> TakeOutcome();
+  bool outcome_ready() const { return result_ && received_ >= result_->lists; }
+  // The rounds are over (the job failed, or the data plane broke): the tensors held, and the
+  // responses of the lists not released yet, in order; nothing is held or released after this.
+  std::vector<ReadyTensor> TakeHeld();
+  std::vector<Response> TakePending();
+
+ private:
+  struct Template {
+    uint32_t id = 0;
+    ReadyTensor tensor;  // every taking-part rank's committed metadata
+    wire::Collective collective = wire::Collective::kAllreduce;
+  };
+  // Applies a released list's cache decisions to the slot table.
+  void Release(const CommittedList& list, RoundOutcome* out);
+  bool Matches(const Template& t, const ReadyTensor& tensor) const;
+  void Flush(size_t slot, RoundOutcome* out);
+
+  const std::vector<bool> here_;
+  uint64_t round_ = 0;
+  bool changed_ = false;
+  bool join_pending_ = false;
+  uint64_t received_ = 0;                            // lists received
+  uint64_t released_ = 0;                            // lists released by rounds
+  std::map<uint64_t, CommittedList> pending_lists_;  // received, not released; by number
+  std::vector<std::optional<Template>> slots_;
+  std::map<std::string, size_t> slot_of_;
+  std::map<size_t, ReadyTensor> held_;         // slot -> this host's tensor (with inputs)
+  std::set<std::string> coordinator_bound_;    // sent centrally, not committed yet
+  std::set<std::string> last_to_coordinator_;  // names the last round asked to go centrally
+  std::optional<RoundVote> result_;            // agreed, waiting for lists
+};
+
+}  // namespace ard::negotiation
