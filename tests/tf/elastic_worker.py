@@ -4,7 +4,7 @@
 rank adds an offset that averages to zero), so the final weights equal the reference path's
 whatever ranks come and go, provided a reset rolls back to the last commit.
 
-Environment: ELASTIC_STEPS, ELASTIC_COMMIT, ELASTIC_SLEEP_S; ELASTIC_DIE_AT="<rank>:<step>,..."
+Environment: ELASTIC_STEPS, ELASTIC_COMMIT, ELASTIC_SLEEP_S, ELASTIC_WAIT_AT; ELASTIC_DIE_AT="<rank>:<step>,..."
 (the process launched as that rank SIGKILLs itself at that step)
 (by the rank the launcher gave); ELASTIC_MODE=tape|keras. Prints "STEP <step> <rank> <size>", "RESUMED <unix time> <size>" at the
 first collective after each reset, "DIE <unix time>" before dying, "FINAL <rank> <size> <json>"."""
@@ -22,6 +22,9 @@ import allreduced.tensorflow as hvd
 STEPS = int(os.environ.get("ELASTIC_STEPS", "20"))
 COMMIT = int(os.environ.get("ELASTIC_COMMIT", "2"))
 SLEEP_S = float(os.environ.get("ELASTIC_SLEEP_S", "0.05"))
+# "<step>:<size>": at that step, commit and wait until the job has grown to that size (a joining
+# rank's HostsUpdatedInterrupt ends the wait), so a slow joiner cannot miss the run.
+WAIT_AT = tuple(int(x) for x in os.environ.get("ELASTIC_WAIT_AT", "0:0").split(":"))
 DIE_AT = [tuple(int(x) for x in item.split(":"))
           for item in os.environ.get("ELASTIC_DIE_AT", "").split(",") if item]
 
@@ -73,6 +76,10 @@ def tape_idiom():
     def train(state):
         while state.step < STEPS:
             step = state.step
+            if step == WAIT_AT[0] and hvd.size() < WAIT_AT[1]:
+                state.commit()  # raises HostsUpdatedInterrupt once ranks wait to join
+                time.sleep(SLEEP_S)
+                continue
             maybe_die(step)
             w.assign_sub(0.1 * averaged(step))
             state.step += 1
