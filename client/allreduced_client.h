@@ -152,6 +152,10 @@ ARD_API int ard_client_create(const ard_options* options, ard_client** out, char
  * sub-jobs "<job>.ps<id>" of the TensorFlow plugin. Valid until ard_client_destroy. Any thread. */
 ARD_API const char* ard_client_job(const ard_client* client);
 
+/* 1 once the daemon said that ranks wait to join this elastic job ($ALLREDUCED_ELASTIC_MIN_NP):
+ * the job re-forms, larger, when its ranks register again (a new client). Else 0. Any thread. */
+ARD_API int ard_client_hosts_updated(const ard_client* client);
+
 /* This process's place in the job, as the daemon assigned it (cross_* = among hosts). */
 typedef struct {
   int rank, size, local_rank, local_size, cross_rank, cross_size;

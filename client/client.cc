@@ -111,6 +111,10 @@ ARD_API void ard_client_topology(const ard_client* client, ard_topology* out) {
   *out = client->session->topology();
 }
 
+ARD_API int ard_client_hosts_updated(const ard_client* client) {
+  return client != nullptr && client->session->hosts_updated() ? 1 : 0;
+}
+
 ARD_API const char* ard_client_job(const ard_client* client) {
   return client == nullptr ? "" : client->session->job().c_str();
 }

@@ -92,6 +92,34 @@ Status ResolveGpu(const EnvLookup& env, ClientConfig* out) {
   return OkStatus();
 }
 
+// Elastic jobs: environment only ($ALLREDUCED_ELASTIC_MIN_NP turns it on; the elastic runner sets
+// $ALLREDUCED_ELASTIC_ORDER to the rank a process had before a re-formation).
+Status ResolveElastic(const EnvLookup& env, ClientConfig* out) {
+  uint64_t min_np, max_np, order;
+  ARD_CLIENT_RETURN_IF_ERROR(UintOption(0, env, "ALLREDUCED_ELASTIC_MIN_NP", 0, &min_np));
+  ARD_CLIENT_RETURN_IF_ERROR(UintOption(0, env, "ALLREDUCED_ELASTIC_MAX_NP", 0, &max_np));
+  int64_t parsed = out->ranks.rank >= 0 ? out->ranks.rank : 0;
+  const char* value = env("ALLREDUCED_ELASTIC_ORDER");
+  if (value != nullptr && value[0] != '\0' && !ParseInt64(value, 0, INT64_MAX, &parsed)) {
+    return InvalidArgument(std::string("environment variable ALLREDUCED_ELASTIC_ORDER='") + value +
+                           "' is not an integer >= 0");
+  }
+  order = static_cast<uint64_t>(parsed);
+  if (min_np == 0) return OkStatus();
+  if (min_np > wire::kMaxSplits || max_np > wire::kMaxSplits || (max_np != 0 && max_np < min_np) ||
+      order >= wire::kMaxSplits || (max_np != 0 && order >= max_np)) {
+    return InvalidArgument("elastic settings ALLREDUCED_ELASTIC_MIN_NP=" + std::to_string(min_np) +
+                           ", ALLREDUCED_ELASTIC_MAX_NP=" + std::to_string(max_np) +
+                           ", ALLREDUCED_ELASTIC_ORDER=" + std::to_string(order) +
+                           " must satisfy 1 <= min <= max <= " + std::to_string(wire::kMaxSplits) +
+                           " and order < max");
+  }
+  out->elastic_min_np = static_cast<int>(min_np);
+  out->elastic_max_np = max_np == 0 ? -1 : static_cast<int>(max_np);
+  out->elastic_order = static_cast<int>(order);
+  return OkStatus();
+}
+
 }  // namespace
 
 Status ResolveConfig(const ard_options& options, const EnvLookup& env, ClientConfig* out) {
@@ -121,6 +149,7 @@ Status ResolveConfig(const ard_options& options, const EnvLookup& env, ClientCon
   ARD_CLIENT_RETURN_IF_ERROR(ResolveTimeout(options.timeout_ms, env, &config.timeout_ms));
   ARD_CLIENT_RETURN_IF_ERROR(ResolveArena(options, env, &config));
   ARD_CLIENT_RETURN_IF_ERROR(ResolveGpu(env, &config));
+  ARD_CLIENT_RETURN_IF_ERROR(ResolveElastic(env, &config));
   *out = std::move(config);
   return OkStatus();
 }

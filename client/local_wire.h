@@ -28,7 +28,9 @@
 //  - An ERROR whose request_id names a SUBMIT fails that request (the daemon never reads its
 //    input afterwards); an ERROR with request_id 0 after WELCOME is fatal for the client.
 //  - NOTIFY with a non-zero code: the job failed, every pending and later request fails with it;
-//    code 0 is informational.
+//    code 0 is informational. An elastic job's generation ends with NOTIFY ABORTED (a rank or host
+//    was lost: re-register with a new HELLO); NOTIFY 0 with kHostsUpdated as its text tells an
+//    elastic job's ranks that others wait to join (re-register at the next commit).
 //  - A BYE (clean shutdown) with nothing outstanding ends a rank quietly: the others fail only if
 //    they later need it. A socket that closes without BYE fails the job on every other rank.
 #pragma once
@@ -51,6 +53,7 @@ inline constexpr uint32_t kMaxSplits = 4096;          // alltoall splits = world
 inline constexpr uint32_t kMaxMessageBytes = 2048;    // error text in COMPLETE/ERROR/NOTIFY
 inline constexpr uint64_t kMaxTensorBytes = (1ull << 32) - 1;  // below 4 GiB, as DESIGN.md says
 inline constexpr uint64_t kSlotAlignment = 64;        // offsets of tensors in arenas
+inline constexpr char kHostsUpdated[] = "hosts updated";  // NOTIFY 0 text (elastic jobs)
 
 enum class MsgType : uint16_t {
   kHello = 1,
@@ -141,7 +144,12 @@ struct Hello {
   int32_t local_rank;       // rank on this host, or -1
   int32_t local_size;       // ranks on this host, or -1
   uint32_t pid;             // informational; the daemon trusts SO_PEERCRED
-  uint32_t reserved;
+  // 0: a fixed-size job. >= 1: an elastic job that runs with at least this many ranks; then
+  // `size` is its maximum (or -1), `rank` only orders this process among the job's (-1: after the
+  // others), local_rank is -1, local_size the launcher's (a new job's first generation on this
+  // host waits for that many, or settles), and the daemon forms each generation from the ranks
+  // present.
+  uint32_t elastic_min_np;
   uint64_t segment_bytes;   // size of the segment passed with this frame
 };
 static_assert(sizeof(Hello) == 96, "wire layout");

@@ -81,6 +81,12 @@ Status Session::SendHello() {
   hello.local_rank = config_.ranks.local_rank;
   hello.local_size = config_.ranks.local_size;
   hello.pid = static_cast<uint32_t>(::getpid());
+  if (config_.elastic_min_np > 0) {  // the daemon numbers each generation (local_wire.h)
+    hello.rank = config_.elastic_order;
+    hello.size = config_.elastic_max_np;
+    hello.local_rank = -1;  // local_size stays the launcher's: the first generation waits for it
+    hello.elastic_min_np = static_cast<uint32_t>(config_.elastic_min_np);
+  }
   hello.segment_bytes = arena_->first_segment_bytes();
   return connection_->Send(MsgType::kHello, 0, &hello, sizeof(hello), nullptr, 0,
                            arena_->first_segment_fd());
@@ -271,7 +277,10 @@ Status Session::HandleError(const Frame& frame, bool notify) {
   int32_t code;
   std::string message;
   ARD_CLIENT_RETURN_IF_ERROR(DecodeError(frame.payload, frame.payload_bytes, &code, &message));
-  if (notify && code == 0) return OkStatus();  // informational event: nothing fails
+  if (notify && code == 0) {  // informational event: nothing fails
+    if (message == wire::kHostsUpdated) hosts_updated_ = true;
+    return OkStatus();
+  }
   Status status = WireStatus(code, std::move(message));
   uint64_t id = frame.header.request_id;
   if (!notify && id != 0 && HandleGpuReply(frame, status)) return OkStatus();

@@ -44,6 +44,7 @@ class Session {
 
   const ard_topology& topology() const { return topology_; }
   const std::string& job() const { return config_.job; }
+  bool hosts_updated() const { return hosts_updated_; }
 
   // ard_submit / ard_wait / ard_release semantics (allreduced_client.h).
   Status Submit(const ard_request& request, ard_done_fn done, void* user, uint64_t* handle);
@@ -101,6 +102,7 @@ class Session {
   uint64_t max_tensor_bytes_ = wire::kMaxTensorBytes;
   std::atomic<uint64_t> next_handle_{1};  // 0 means "no request" on the wire
   std::atomic<bool> closing_{false};
+  std::atomic<bool> hosts_updated_{false};  // an elastic job's daemon said others wait to join
   std::thread receiver_;
 
   std::mutex gpu_mu_;

@@ -36,7 +36,8 @@ namespace ard::cluster {
 // This host's ranks of a job, as the coordinator needs them to form it.
 struct HostRegistration {
   std::string job;
-  int size = 0;  // the job's world size
+  int size = 0;            // the job's world size (elastic: its max_np, 0 for none)
+  int elastic_min_np = 0;  // an elastic job: the coordinator forms it from the ranks present
   struct Rank {
     int local_rank = 0;
     int rank = -1;  // from the launcher, or -1

@@ -19,7 +19,9 @@ constexpr size_t kMaxNameBytes = 256;
 }  // namespace
 
 struct JobFormation::Forming {
-  int size = 0;
+  int size = 0;            // elastic: max_np (0: none)
+  int elastic_min_np = 0;  // 0: a fixed-size job
+  absl::Time last_registration;
   uint64_t token = 0;
   absl::Duration timeout;
   // By host name (sorted: host order defines cross ranks).
@@ -42,7 +44,9 @@ void JobFormation::Register(const RegisterRanksRequest& request, Done<RegisterRa
                      request.timeout_ms(), " (at most ", kMaxFormTimeoutMs, ") out of range")));
     return;
   }
-  if (request.size() < 1 || request.ranks_size() < 1 || request.ranks_size() > request.size()) {
+  const bool elastic = request.elastic_min_np() > 0;
+  if (request.ranks_size() < 1 || (!elastic && request.size() < 1) ||
+      (request.size() > 0 && request.ranks_size() > request.size())) {
     done(absl::InvalidArgumentError(absl::StrCat("job ", request.job(), ": host ", request.host(),
                                                  " registered ", request.ranks_size(),
                                                  " ranks for size ", request.size())));
@@ -52,19 +56,29 @@ void JobFormation::Register(const RegisterRanksRequest& request, Done<RegisterRa
   if (forming == nullptr) {
     forming = std::make_unique<Forming>();
     forming->size = request.size();
+    forming->elastic_min_np = request.elastic_min_np();
     forming->token = next_token_++;
     forming->timeout = absl::Milliseconds(std::max<uint32_t>(request.timeout_ms(), 1000));
     loop_.PostAfter(forming->timeout, [this, name = request.job(), token = forming->token] {
       FormTimeout(name, token);
     });
   }
-  if (forming->size != request.size()) {
+  if (forming->size != request.size() || (forming->elastic_min_np > 0) != elastic) {
     done(absl::InvalidArgumentError(absl::StrCat("job ", request.job(), " has size ", forming->size,
                                                  " on other hosts but ", request.size(), " on ",
                                                  request.host())));
     return;
   }
   forming->hosts[request.host()] = {request, std::move(done)};
+  forming->last_registration = absl::Now();
+  if (elastic) {
+    for (int quarter : {1, 4}) {
+      loop_.PostAfter(quarter * kElasticSettle + absl::Milliseconds(1),
+                      [this, name = request.job()] {
+                        if (forming_.count(name) != 0) TryForm(name);
+                      });
+    }
+  }
   TryForm(request.job());
 }
 
@@ -77,19 +91,26 @@ absl::StatusOr<JobLayout> JobFormation::Layout(const std::string& name, const Fo
     std::sort(entries.begin() + first, entries.end(),
               [](const auto* a, const auto* b) { return a->local_rank() < b->local_rank(); });
   }
+  const bool elastic = f.elastic_min_np > 0;
+  const int size = elastic ? static_cast<int>(entries.size()) : f.size;
   std::vector<negotiation::RankRequest> requests;
   for (size_t i = 0; i < entries.size(); ++i) {
-    requests.push_back({entries[i]->rank(), static_cast<int64_t>(i)});
+    if (elastic) {  // dense, in the ranks' own order, then host order and local rank
+      const int64_t order = entries[i]->rank() < 0 ? int64_t{INT32_MAX} : entries[i]->rank();
+      requests.push_back({-1, order * (int64_t{1} << 24) + static_cast<int64_t>(i)});
+    } else {
+      requests.push_back({entries[i]->rank(), static_cast<int64_t>(i)});
+    }
   }
-  absl::StatusOr<std::vector<int>> ranks = negotiation::AssignRanks(requests, f.size);
+  absl::StatusOr<std::vector<int>> ranks = negotiation::AssignRanks(requests, size);
   if (!ranks.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("job ", name, ": ", ranks.status().message()));
   }
   JobLayout layout;
   layout.set_job_id((id_prefix_ << 24) | next_id_++);
-  layout.set_generation(1);
+  layout.set_generation(elastic ? ++elastic_generation_[name] : 1);
   layout.set_job(name);
-  layout.set_size(f.size);
+  layout.set_size(size);
   size_t next = 0;
   for (const auto& [host, reg] : f.hosts) {
     JobLayout::JobHost* h = layout.add_hosts();
@@ -108,9 +129,9 @@ void JobFormation::TryForm(const std::string& name) {
   const Forming& f = *it->second;
   int total = 0;
   for (const auto& [host, reg] : f.hosts) total += reg.first.ranks_size();
-  if (total < f.size) return;
+  if (f.elastic_min_np > 0 ? !ElasticReady(name, f, total) : total < f.size) return;
   absl::StatusOr<JobLayout> layout =
-      total > f.size
+      f.elastic_min_np == 0 && total > f.size
           ? absl::InvalidArgumentError(absl::StrCat("job ", name, ": hosts registered ", total,
                                                     " ranks for a job of size ", f.size))
           : Layout(name, f);
@@ -118,10 +139,15 @@ void JobFormation::TryForm(const std::string& name) {
   std::unique_ptr<Forming> done = std::move(it->second);
   forming_.erase(it);
   if (layout.ok()) {
+    if (done->elastic_min_np > 0) {
+      auto& hosts = elastic_hosts_[name];
+      hosts.clear();
+      for (const auto& [host, reg] : done->hosts) hosts.insert(host);
+    }
     on_formed_(*layout);
     Logger("negotiation")
-        ->info("cross-host job formed job={} id={} size={} hosts={}", name, layout->job_id(),
-               done->size, layout->hosts_size());
+        ->info("cross-host job formed job={} id={} size={} hosts={} generation={}", name,
+               layout->job_id(), layout->size(), layout->hosts_size(), layout->generation());
   }
   RegisterRanksResponse response;
   if (layout.ok()) *response.mutable_layout() = *layout;
@@ -145,14 +171,43 @@ void JobFormation::FormTimeout(const std::string& name, uint64_t token) {
     who.push_back(absl::StrCat(host, " (", reg.first.ranks_size(), ")"));
     total += reg.first.ranks_size();
   }
-  const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
-      "job ", name, " did not form within ", FormatDurationShort(f->timeout), ": ", total, " of ",
-      f->size, " ranks registered, on hosts ", absl::StrJoin(who, ", ")));
+  const absl::Status status =
+      f->elastic_min_np > 0
+          ? absl::DeadlineExceededError(absl::StrCat(
+                "elastic job ", name, " did not form within ", FormatDurationShort(f->timeout),
+                ": ", total, " rank(s) registered, fewer than min_np ", f->elastic_min_np,
+                ", on hosts ", absl::StrJoin(who, ", ")))
+          : absl::DeadlineExceededError(absl::StrCat(
+                "job ", name, " did not form within ", FormatDurationShort(f->timeout), ": ", total,
+                " of ", f->size, " ranks registered, on hosts ", absl::StrJoin(who, ", ")));
   for (auto& [host, reg] : f->hosts) reg.second(status);
+}
+
+bool JobFormation::ElasticReady(const std::string& name, const Forming& f, int total) const {
+  if (total < f.elastic_min_np) return false;  // the registration's timeout fails it
+  if (f.size > 0 && total >= f.size) return true;
+  auto previous = elastic_hosts_.find(name);
+  if (previous != elastic_hosts_.end() && !previous->second.empty()) {
+    bool all = true;  // every surviving host of the last generation is back
+    for (const std::string& host : previous->second) all = all && f.hosts.count(host) != 0;
+    if (all) return true;
+  }
+  // A new job: its hosts start their ranks at different times.
+  const absl::Duration settle =
+      previous == elastic_hosts_.end() ? 4 * kElasticSettle : kElasticSettle;
+  return absl::Now() - f.last_registration >= settle;
 }
 
 void JobFormation::OnHostDown(const std::string& host) {
   for (auto& [name, f] : forming_) f->hosts.erase(host);
+  for (auto& [name, hosts] : elastic_hosts_) hosts.erase(host);
+  std::vector<std::string> elastic;
+  for (const auto& [name, f] : forming_) {
+    if (f->elastic_min_np > 0) elastic.push_back(name);
+  }
+  for (const std::string& name : elastic) {
+    if (forming_.count(name) != 0) TryForm(name);
+  }
 }
 
 }  // namespace ard::cluster

@@ -1,8 +1,11 @@
 // Formation without sockets: a job forms once every rank registered, with ranks by host order
 // then local rank (the launcher's kept), the same layout to every host; bad registrations and
-// timeouts fail every host that registered.
+// timeouts fail every host that registered. Elastic jobs: max_np forms at once; the next
+// generation forms once the last one's surviving hosts are back, ranks dense in their order.
 #include "daemon/cluster/job_formation.h"
 
+#include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
 #include "catch2/catch.hpp"
 #include "daemon/cluster/job_coordinator_test_util.h"
 
@@ -97,6 +100,67 @@ TEST_CASE("a host DOWN drops its registration; the job then needs it again") {
   f.Register(Registration("a", 1, 2));
   CHECK(f.answers.at("b").ok());
   CHECK(f.formed.size() == 1);
+}
+
+// An elastic registration: `hints` are the ranks' places in rank order (their old ranks).
+RegisterRanksRequest Elastic(const std::string& host, std::vector<int> hints, int max_np) {
+  RegisterRanksRequest r = Registration(host, static_cast<int>(hints.size()), max_np);
+  r.set_elastic_min_np(2);
+  for (size_t i = 0; i < hints.size(); ++i) r.mutable_ranks(i)->set_rank(hints[i]);
+  return r;
+}
+
+std::vector<int> RanksOf(const JobLayout& layout, int host) {
+  return std::vector<int>(layout.hosts(host).ranks().begin(), layout.hosts(host).ranks().end());
+}
+
+TEST_CASE("an elastic job re-forms from the surviving hosts with dense ranks in their order") {
+  Formation f;
+  f.Register(Elastic("a", {0, 1}, 4));
+  CHECK_FALSE(f.answered("a"));  // 2 of max_np 4, no earlier generation: waits to settle
+  f.Register(Elastic("b", {2, 3}, 4));
+  REQUIRE(f.answers.at("b").ok());
+  CHECK(f.answers.at("b")->layout().generation() == 1);
+  CHECK(f.answers.at("b")->layout().size() == 4);
+  // b lost its rank 2 (old rank 2); a's ranks and b's other one come back: generation 2 forms
+  // as soon as both hosts of generation 1 registered, numbered 0, 1 (a) and 2 (b).
+  f.Register(Elastic("b", {3}, 4));
+  CHECK_FALSE(f.answered("b"));
+  f.Register(Elastic("a", {1, 0}, 4));
+  REQUIRE(f.answers.at("a").ok());
+  const JobLayout& two = f.answers.at("a")->layout();
+  CHECK(two.generation() == 2);
+  CHECK(two.size() == 3);
+  CHECK(RanksOf(two, 0) == std::vector<int>{1, 0});  // index = local rank; hint 0 -> rank 0
+  CHECK(RanksOf(two, 1) == std::vector<int>{2});
+  // Host b goes DOWN: a alone (>= min_np) is every surviving host of generation 2.
+  f.formation.OnHostDown("b");
+  f.Register(Elastic("a", {0, 1}, 4));
+  REQUIRE(f.answers.at("a").ok());
+  CHECK(f.answers.at("a")->layout().generation() == 3);
+  CHECK(f.answers.at("a")->layout().size() == 2);
+}
+
+TEST_CASE("an elastic job below min_np fails at its timeout, saying so") {
+  EventLoop loop("test");
+  std::vector<JobLayout> formed;
+  JobFormation formation(loop, 7, [&](const JobLayout& l) { formed.push_back(l); });
+  RegisterRanksRequest a = Elastic("a", {0}, 0);
+  a.set_timeout_ms(1000);
+  absl::Notification answered;
+  absl::Status status;
+  loop.Start();
+  loop.Post([&] {
+    formation.Register(a, [&](auto r) {
+      status = r.status();
+      answered.Notify();
+    });
+  });
+  REQUIRE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  loop.Stop();
+  CHECK(status.code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(absl::StrContains(status.message(), "fewer than min_np 2"));
+  CHECK(formed.empty());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "daemon/jobs/coordinated_negotiator.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/gpu/device.h"
@@ -14,11 +15,13 @@ using negotiation::TensorRequest;
 
 CoordinatedNegotiator::CoordinatedNegotiator(EventLoop& loop, cluster::PeerClient& coordinator,
                                              const JobOptions& options, std::string data_address,
-                                             std::string job, int size, int local_size)
+                                             std::string job, int size, int local_size,
+                                             ElasticSpec elastic)
     : options_(options),
       job_(std::move(job)),
       size_(size),
       local_size_(local_size),
+      elastic_(elastic),
       channel_(loop, coordinator,
                cluster::JobChannel::Options{options.host_name, std::move(data_address),
                                             options.form_timeout, options.rpc_timeout,
@@ -27,21 +30,30 @@ CoordinatedNegotiator::CoordinatedNegotiator(EventLoop& loop, cluster::PeerClien
 
 void CoordinatedNegotiator::FormAsync(const std::vector<MemberInfo>& members,
                                       std::function<void(absl::StatusOr<Formation>)> done) {
-  // Local ranks: the launcher's, else arrival order among the rest.
+  // Local ranks: the launcher's, else arrival order among the rest; an elastic job's follow the
+  // members' order (their `rank`), then arrival.
+  if (elastic_.min_np > 0) local_size_ = static_cast<int>(members.size());
   std::vector<negotiation::RankRequest> entries;
   for (size_t i = 0; i < members.size(); ++i) {
     const int l = members[i].local_rank;
-    entries.push_back({l >= 0 && l < local_size_ ? l : -1, static_cast<int64_t>(i)});
+    const int64_t order = members[i].rank < 0 ? int64_t{INT32_MAX} : members[i].rank;
+    if (elastic_.min_np > 0) {
+      entries.push_back({-1, order * (int64_t{1} << 24) + static_cast<int64_t>(i)});
+    } else {
+      entries.push_back({l >= 0 && l < local_size_ ? l : -1, static_cast<int64_t>(i)});
+    }
   }
   auto local_ranks = negotiation::AssignRanks(entries, local_size_);
   if (!local_ranks.ok()) return done(local_ranks.status());
-  cluster::HostRegistration registration{job_, size_, {}};
+  cluster::HostRegistration registration{job_, elastic_.min_np > 0 ? elastic_.max_np : size_, {}};
+  registration.elastic_min_np = elastic_.min_np;
   for (size_t i = 0; i < members.size(); ++i) {
     registration.ranks.push_back({(*local_ranks)[i], members[i].rank, members[i].pid});
   }
   channel_.RegisterAsync(registration, [this, local_ranks = *local_ranks,
                                         done = std::move(done)](absl::StatusOr<JobLayout> layout) {
     if (!layout.ok()) return done(layout.status());
+    if (elastic_.min_np > 0) size_ = layout->size();
     int me = -1;
     for (int h = 0; h < layout->hosts_size(); ++h) {
       if (layout->hosts(h).name() == options_.host_name) me = h;

@@ -22,7 +22,7 @@ class CoordinatedNegotiator : public Negotiator, private cluster::JobChannelSink
  public:
   CoordinatedNegotiator(EventLoop& loop, cluster::PeerClient& coordinator,
                         const JobOptions& options, std::string data_address, std::string job,
-                        int size, int local_size);
+                        int size, int local_size, ElasticSpec elastic = {});
 
   void FormAsync(const std::vector<MemberInfo>& members,
                  std::function<void(absl::StatusOr<Formation>)> done) override;
@@ -50,8 +50,9 @@ class CoordinatedNegotiator : public Negotiator, private cluster::JobChannelSink
 
   const JobOptions& options_;
   const std::string job_;
-  const int size_;
-  const int local_size_;
+  int size_;        // elastic: from the coordinator's layout
+  int local_size_;  // elastic: the members at formation
+  const ElasticSpec elastic_;
   cluster::JobChannel channel_;
   NegotiationSink* sink_ = nullptr;  // Not owned; from Start
   int cross_rank_ = -1;

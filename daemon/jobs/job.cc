@@ -66,7 +66,8 @@ absl::Status Job::CheckHello(const wire::Hello& hello, int size) const {
   const bool cross = hello.local_size >= 1 && size > hello.local_size;
   if (size_ != size || cross != cross_host() || (cross && local_size_ != hello.local_size)) {
     return absl::InvalidArgumentError(absl::StrCat("job ", name_, " has size ", size_, " (",
-                                                   local_size_, " on this host) but this process "
+                                                   local_size_,
+                                                   " on this host) but this process "
                                                    "says ",
                                                    size, " (", hello.local_size, ")"));
   }
@@ -74,8 +75,9 @@ absl::Status Job::CheckHello(const wire::Hello& hello, int size) const {
     const bool same_rank = hello.rank >= 0 && m->rank == hello.rank;
     const bool same_local = hello.local_rank >= 0 && m->local_rank == hello.local_rank;
     if (same_rank || same_local) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "job ", name_, ": rank ", same_rank ? hello.rank : hello.local_rank, " registered twice"));
+      return absl::InvalidArgumentError(absl::StrCat("job ", name_, ": rank ",
+                                                     same_rank ? hello.rank : hello.local_rank,
+                                                     " registered twice"));
     }
   }
   return absl::OkStatus();
@@ -83,7 +85,65 @@ absl::Status Job::CheckHello(const wire::Hello& hello, int size) const {
 
 void Job::AddMember(const std::shared_ptr<Session>& s) {
   members_.push_back(s);
-  if (static_cast<int>(members_.size()) == local_size_) Form();
+  last_arrival_ = absl::Now();
+  if (!elastic() && static_cast<int>(members_.size()) == local_size_) Form();
+}
+
+void Job::MakeElastic(ElasticSpec spec, uint64_t previous_generation) {
+  elastic_ = spec;
+  lifecycle_ = JobLifecycle(previous_generation);
+}
+
+void Job::MaybeFormElastic(bool predecessor_attached, const std::set<uint32_t>& returning,
+                           absl::Duration settle) {
+  if (!elastic() || state() != JobState::kForming || formation_in_flight_ || members_.empty() ||
+      predecessor_attached) {
+    return;
+  }
+  const int n = static_cast<int>(members_.size());
+  bool ready = elastic_.max_np > 0 && n >= elastic_.max_np;
+  if (lifecycle_.generation() > 0) {  // a successor: wait for the survivors, not for a timer
+    bool all_back = true;
+    for (uint32_t pid : returning) {
+      all_back = all_back && std::any_of(members_.begin(), members_.end(), [pid](const auto& m) {
+                   return m->creds().pid == static_cast<pid_t>(pid);
+                 });
+    }
+    ready = ready || all_back || absl::Now() - last_arrival_ >= settle;
+  } else if (elastic_.first_local > 0) {  // the launcher said how many start here
+    ready = ready || n >= elastic_.first_local;
+  } else {
+    ready = ready || absl::Now() - last_arrival_ >= settle;
+  }
+  if (!ready) return;
+  // Several hosts: the coordinator counts every host's ranks against min_np.
+  if (!elastic_.coordinated && n < elastic_.min_np) return;
+  local_size_ = n;
+  if (!elastic_.coordinated) size_ = n;
+  Form();
+}
+
+std::set<uint32_t> Job::ReturningPids() const {
+  std::set<uint32_t> out = returning_;
+  for (const auto& m : members_) {
+    if (m != nullptr && !m->closed()) out.insert(static_cast<uint32_t>(m->creds().pid));
+  }
+  return out;
+}
+
+void Job::HostsUpdated() {
+  if (state() == JobState::kForming) {
+    hosts_updated_ = true;  // told once formed (OnFormed)
+    return;
+  }
+  if (state() != JobState::kRunning || (hosts_updated_ && told_hosts_updated_)) return;
+  hosts_updated_ = told_hosts_updated_ = true;
+  Logger("local")->info("elastic job has ranks waiting to join job={} id={} generation={}", name_,
+                        id_, lifecycle_.generation());
+  const std::string notify = local::EncodeError(wire::MsgType::kNotify, 0, 0, wire::kHostsUpdated);
+  for (const auto& m : members_) {
+    if (m != nullptr) m->Send(notify);
+  }
 }
 
 void Job::Form() {
@@ -92,12 +152,12 @@ void Job::Form() {
     infos.push_back({m->rank, m->local_rank, static_cast<uint32_t>(m->creds().pid)});
   }
   formation_in_flight_ = true;
-  negotiator_->FormAsync(infos, [this, alive = std::weak_ptr<bool>(alive_)](
-                                    absl::StatusOr<Formation> formation) {
-    if (alive.expired()) return;
-    formation_in_flight_ = false;
-    OnFormed(std::move(formation));
-  });
+  negotiator_->FormAsync(
+      infos, [this, alive = std::weak_ptr<bool>(alive_)](absl::StatusOr<Formation> formation) {
+        if (alive.expired()) return;
+        formation_in_flight_ = false;
+        OnFormed(std::move(formation));
+      });
 }
 
 void Job::OnFormed(absl::StatusOr<Formation> formation) {
@@ -115,6 +175,10 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
     return AbandonForming(arena.status());
   }
   cluster_job_id_ = formation->job_id;
+  if (elastic()) {  // this generation's size, as the negotiator numbered it
+    size_ = formation->hosts.size;
+    local_size_ = formation->local_size;
+  }
   std::vector<std::shared_ptr<Session>> by_rank(size_);
   local_order_.assign(local_size_, -1);
   here_.assign(size_, false);
@@ -143,9 +207,9 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
   if (cross_host()) {
     const dataplane::HostLayout& hosts = formation->hosts;
     auto tcp = std::make_unique<dataplane::TcpCollective>(
-        hosts, [job_id = formation->job_id, me = hosts.cross_rank,
-                addresses = formation->data_addresses, listener = listener_,
-                timeout = options_.form_timeout] {
+        hosts,
+        [job_id = formation->job_id, me = hosts.cross_rank, addresses = formation->data_addresses,
+         listener = listener_, timeout = options_.form_timeout] {
           return dataplane::tcp::TcpMesh::Connect(job_id, me, addresses, *listener, timeout);
         });
     tcp_ = tcp.get();
@@ -175,6 +239,7 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
     w.job_id = id_;
     m->Send(local::EncodeWelcome(w), segment->readonly_fd());
   }
+  if (hosts_updated_) HostsUpdated();  // ranks arrived while it formed
   Logger("local")->info("job formed job={} id={} size={} hosts={} cross_rank={} generation={}",
                         name_, cross_host() ? cluster_job_id_ : id_, size_, hosts.cross_size,
                         hosts.cross_rank, lifecycle_.generation());
@@ -182,6 +247,15 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
 
 void Job::FormTimeout() {
   if (state() != JobState::kForming) return;
+  if (elastic()) {
+    const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
+        "elastic job ", name_, " generation ", lifecycle_.generation() + 1, " did not form within ",
+        absl::FormatDuration(options_.form_timeout), ": ", members_.size(),
+        " rank(s) registered on host ", options_.host_name, ", fewer than min_np ", elastic_.min_np,
+        elastic_.coordinated ? " in the cluster" : "", "; the job stops"));
+    Logger("local")->warn("{}", status.message());
+    return AbandonForming(status);
+  }
   std::vector<int> have;
   for (const auto& m : members_) {
     if (m->rank >= 0) have.push_back(m->rank);
@@ -207,8 +281,10 @@ void Job::AbandonForming(const absl::Status& status) {
   EndIfDetached();
 }
 
-void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful,
-                         const std::string& why) {
+void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful, const std::string& why) {
+  if (elastic() && graceful && reform_pending()) {
+    returning_.insert(static_cast<uint32_t>(s->creds().pid));
+  }
   if (state() == JobState::kForming) {
     members_.erase(std::remove(members_.begin(), members_.end(), s), members_.end());
     if (formation_in_flight_) {
@@ -219,9 +295,9 @@ void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful,
                        " ", why, " while job ", name_, " formed")));
     }
   } else if (state() == JobState::kRunning) {
-    absl::Status gone = absl::AbortedError(absl::StrCat(
-        "rank ", s->rank, " (pid ", s->creds().pid, ") on host ", options_.host_name, " ", why,
-        "; job ", name_, " cannot continue"));
+    absl::Status gone = absl::AbortedError(absl::StrCat("rank ", s->rank, " (pid ", s->creds().pid,
+                                                        ") on host ", options_.host_name, " ", why,
+                                                        "; job ", name_, " cannot continue"));
     // A rank that shut down cleanly with nothing outstanding is the normal end of a job: the
     // others fail only if they still need it (now, or at their next submit).
     if (graceful && table_->pending_tensors() == 0) {
@@ -234,18 +310,29 @@ void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful,
   EndIfDetached();
 }
 
-void Job::Fail(const absl::Status& status, bool tell_others) {
-  if (!lifecycle_.Fail(status).ok()) return;  // already failed or ended: the first one wins
+void Job::Fail(const absl::Status& failure, bool tell_others) {
+  // An elastic job that loses a member re-forms (its survivors register again) unless the
+  // daemon itself stops; its ranks get a recoverable error naming what was lost.
+  const bool reform = elastic() && state() == JobState::kRunning && !shutting_down_;
+  const absl::Status status =
+      reform ? absl::AbortedError(absl::StrCat("elastic job ", name_, " generation ",
+                                               lifecycle_.generation(),
+                                               " re-forms: ", failure.message()))
+             : failure;
+  if (state() == JobState::kReforming) return;  // this generation already ended
+  if (!(reform ? lifecycle_.Reform() : lifecycle_.Fail(status)).ok()) return;  // first one wins
+  if (reform) reform_reason_ = std::string(status.message());
   if (options_.metrics != nullptr) options_.metrics->OnError("job");
-  if (context_ == nullptr) return;            // forming: the members hear it from the caller
+  if (context_ == nullptr) return;  // forming: the members hear it from the caller
   context_->Fail(status);
   executor_->Abort(status);
   if (tell_others) negotiator_->ReportFailure(status);
   if (gpu_ != nullptr) gpu_->FailRegistrations(status, members_);
   Logger("local")->warn("job failed job={} id={} generation={} error=\"{}\"", name_, id_,
                         lifecycle_.generation(), status.message());
-  const std::string notify = local::EncodeError(
-      wire::MsgType::kNotify, 0, static_cast<int32_t>(status.code()), lifecycle_.failure());
+  const std::string notify =
+      local::EncodeError(wire::MsgType::kNotify, 0, static_cast<int32_t>(status.code()),
+                         std::string(status.message()));
   for (const auto& m : members_) {
     if (m != nullptr) m->Send(notify);
   }
@@ -271,6 +358,7 @@ void Job::EndIfDetached() {
 }
 
 void Job::Shutdown() {
+  shutting_down_ = true;
   Fail(absl::UnavailableError("allreduced is shutting down"));
   if (executor_ != nullptr) executor_->Stop();
 }

@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,31 @@ class Job : private NegotiationSink {
   uid_t uid() const { return uid_; }
   JobState state() const { return lifecycle_.state(); }
   bool cross_host() const { return local_size_ < size_; }
+  bool elastic() const { return elastic_.min_np > 0; }
+  uint64_t generation() const { return lifecycle_.generation(); }
+  // Some process of this job is still attached.
+  bool attached() const { return connected() > 0; }
+  bool formation_in_flight() const { return formation_in_flight_; }
+
+  // Makes this (forming, memberless) job elastic (DESIGN.md "Elastic training"): it forms from
+  // the ranks present rather than a fixed size, succeeds generation `previous_generation`, and a
+  // lost member re-forms it (reforming) instead of failing it. Call once, before AddMember.
+  void MakeElastic(ElasticSpec spec, uint64_t previous_generation);
+  // Elastic, forming: forms now if it may. `predecessor_attached`: a process of an earlier
+  // generation on this host has not re-registered (or gone) yet: wait. A successor generation
+  // then forms once `returning` (the processes that left the last generation to register again)
+  // are all members, or `settle` passed since the last arrival (one did not come back); a first
+  // generation once the launcher's local size arrived (else, without one, after `settle`).
+  // max_np arrived: at once.
+  void MaybeFormElastic(bool predecessor_attached, const std::set<uint32_t>& returning,
+                        absl::Duration settle);
+  // Elastic: the pids of the processes that will register for the next generation: those
+  // still attached and those that left cleanly after this generation ended or heard of joiners.
+  std::set<uint32_t> ReturningPids() const;
+  // Elastic: this generation ended to re-form (lost member, or ranks waiting to join).
+  bool reform_pending() const { return !reform_reason_.empty() || hosts_updated_; }
+  // Elastic: ranks wait to join; every member is told (NOTIFY 0 kHostsUpdated) once it runs.
+  void HostsUpdated();
 
   // HELLO: why this process cannot join (size or rank disagreement, not forming), or OK.
   absl::Status CheckHello(const wire::Hello& hello, int size) const;
@@ -114,8 +140,8 @@ class Job : private NegotiationSink {
   GpuProcesses* const gpu_processes_;
   const uint32_t id_;  // this daemon's id of the job (the cluster's is the formation's job_id)
   const std::string name_;
-  const int size_;
-  const int local_size_;
+  int size_;         // elastic: set at formation
+  int local_size_;   // elastic: set at formation
   const uid_t uid_;  // of its first process: processes of other users cannot join it
   const absl::Time created_;
   const std::unique_ptr<Negotiator> negotiator_;
@@ -124,24 +150,31 @@ class Job : private NegotiationSink {
   std::shared_ptr<timeline::Recorder> timeline_;  // from options_.timeline; null: none
 
   JobLifecycle lifecycle_;
+  ElasticSpec elastic_;              // min_np 0: a fixed-size job
+  absl::Time last_arrival_;          // elastic, forming: the latest AddMember
+  bool hosts_updated_ = false;       // elastic: ranks wait to join this generation
+  bool told_hosts_updated_ = false;  // elastic: the members were told so
+  bool shutting_down_ = false;       // the daemon stops: even an elastic job fails
+  std::string reform_reason_;        // elastic: why this generation ended (kept once ended)
+  std::set<uint32_t> returning_;     // elastic: pids that left cleanly to re-register
   uint64_t cluster_job_id_ = 0;
   // Forming: in arrival order; then index = rank (null for ranks on other hosts). Sessions stay
   // listed after they close (so reports can name them) until the job is dropped.
   std::vector<std::shared_ptr<local::Session>> members_;
-  std::vector<int> local_order_;  // this host's ranks by local rank (from formation)
-  std::vector<bool> here_;        // by rank: runs on this host
-  absl::Status departed_;  // a rank left cleanly: the job fails at the next submit
-  bool pending_cap_logged_ = false;  // max_pending_tensors was hit (logged once)
-  bool finished_ = false;            // ended: on_finished_ posted
+  std::vector<int> local_order_;      // this host's ranks by local rank (from formation)
+  std::vector<bool> here_;            // by rank: runs on this host
+  absl::Status departed_;             // a rank left cleanly: the job fails at the next submit
+  bool pending_cap_logged_ = false;   // max_pending_tensors was hit (logged once)
+  bool finished_ = false;             // ended: on_finished_ posted
   bool formation_in_flight_ = false;  // FormAsync was called and has not answered
   negotiation::StallInspector stall_inspector_;
   std::vector<JobSummary::StalledTensor> stalled_;  // from the last stall inspection
 
-  std::shared_ptr<dataplane::JobContext> context_;         // from formation on
-  std::unique_ptr<negotiation::ReadinessTable> table_;     // from formation on
-  dataplane::TcpCollective* tcp_ = nullptr;                // Not owned (the executor's)
-  std::unique_ptr<dataplane::Executor> executor_;          // from formation on
-  std::unique_ptr<JobGpu> gpu_;                            // from the first GPU_REGISTER on
+  std::shared_ptr<dataplane::JobContext> context_;      // from formation on
+  std::unique_ptr<negotiation::ReadinessTable> table_;  // from formation on
+  dataplane::TcpCollective* tcp_ = nullptr;             // Not owned (the executor's)
+  std::unique_ptr<dataplane::Executor> executor_;       // from formation on
+  std::unique_ptr<JobGpu> gpu_;                         // from the first GPU_REGISTER on
 };
 
 }  // namespace ard::jobs

@@ -28,7 +28,7 @@ struct JobOptions {
   uint64_t max_result_bytes = 8ull << 30;
   absl::Duration rpc_timeout = absl::Seconds(2);
   absl::Duration cycle_time = absl::ZeroDuration();  // coalescing delay for host-ready tensors
-  int max_jobs = 1024;              // forming or running jobs at once
+  int max_jobs = 1024;                               // forming or running jobs at once
   int max_pending_tensors = 65536;  // per job: submitted by some ranks, not yet by all
   // GPU path: why this daemon has no usable GPU device ("" when it has one).
   std::string gpu_unavailable;
@@ -50,6 +50,9 @@ struct JobOptions {
   bool steady_state = false;
   uint64_t fusion_threshold_bytes = 128ull << 20;
   timeline::Hub* timeline = nullptr;  // Not owned; null: no timeline
+  // Elastic jobs (DESIGN.md "Elastic training"): a re-formation whose survivors do not all come
+  // back, or a new job without the launcher's local size, forms once no rank arrived for this long.
+  absl::Duration elastic_settle = absl::Milliseconds(500);
 };
 
 }  // namespace ard::jobs

@@ -13,6 +13,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,17 @@ class JobRegistry : public local::SessionHandler {
 
  private:
   void HandleHello(const std::shared_ptr<local::Session>& s, const wire::Hello& hello, int fd);
+  // HELLO of an elastic job (wire::Hello::elastic_min_np): joins the forming generation, or
+  // starts the next one (the running generation's ranks are told; a re-forming one retires).
+  void HandleElasticHello(const std::shared_ptr<local::Session>& s, const wire::Hello& hello,
+                          int fd);
+  // Forms the forming generation of elastic job `name` if it may (Job::MaybeFormElastic).
+  void TryFormElastic(const std::string& name);
+  // Elastic: remembers who will register for `job`'s successor (a generation that ended to
+  // re-form), for TryFormElastic; null or another job: nothing.
+  void RecordHandoff(const Job* job);
+  Job* NewJob(const std::string& name, int size, int local_size, uid_t uid,
+              std::unique_ptr<Negotiator> negotiator);
   Job* JobOf(const local::Session& s);
   void Drop(const std::string& name, uint32_t id);
   void ScheduleStallInspection();
@@ -66,8 +78,18 @@ class JobRegistry : public local::SessionHandler {
   EventLoop& loop_;
   const JobOptions options_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by name
+  // Earlier generations of elastic jobs, until their last process detached.
+  std::vector<std::unique_ptr<Job>> retired_;
+  // Elastic jobs by name whose last generation here ended to re-form: its generation, the
+  // processes expected back, and when it ended (forgotten after the formation timeout).
+  struct Handoff {
+    uint64_t generation = 0;
+    std::set<uint32_t> returning;
+    absl::Time at;
+  };
+  std::map<std::string, Handoff> handoffs_;
   uint32_t next_job_id_ = 1;
-  cluster::PeerClient* coordinator_ = nullptr;       // Not owned; null: single-host jobs only.
+  cluster::PeerClient* coordinator_ = nullptr;        // Not owned; null: single-host jobs only.
   dataplane::tcp::DataListener* listener_ = nullptr;  // Not owned.
   std::string data_address_;
   bool shut_down_ = false;

@@ -26,13 +26,15 @@ const char* JobStateName(JobState state);
 
 class JobLifecycle {
  public:
+  // `generation`: that of the job this one succeeds (an elastic job's next generation), else 0.
+  explicit JobLifecycle(uint64_t generation = 0) : generation_(generation) {}
   JobState state() const { return state_; }
   uint64_t generation() const { return generation_; }
   // Why it failed (kFailed, and kEnded after a failure); empty otherwise.
   const std::string& failure() const { return failure_; }
   bool failed() const { return !failure_.empty(); }
 
-  // forming -> running (generation 1) and reforming -> running (generation + 1).
+  // forming or reforming -> running (generation + 1: 1 for a new job).
   absl::Status Formed();
   // running -> reforming: members were lost and the job re-forms with those left (elastic).
   absl::Status Reform();

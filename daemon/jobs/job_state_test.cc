@@ -65,5 +65,17 @@ TEST_CASE("Transitions the diagram does not have are refused and change nothing"
   CHECK(fresh.state() == JobState::kForming);
 }
 
+TEST_CASE("an elastic job's next generation forms as the one after its predecessor's") {
+  JobLifecycle next(3);  // generation 3 re-forms: its successor starts forming
+  CHECK(next.state() == JobState::kForming);
+  CHECK(next.generation() == 3);
+  REQUIRE(next.Formed().ok());
+  CHECK(next.generation() == 4);
+  REQUIRE(next.Reform().ok());  // lost a member: this generation ends, the job goes on
+  CHECK(next.state() == JobState::kReforming);
+  CHECK_FALSE(next.failed());
+  REQUIRE(next.End().ok());
+}
+
 }  // namespace
 }  // namespace ard::jobs

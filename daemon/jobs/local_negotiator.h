@@ -12,6 +12,7 @@ namespace ard::jobs {
 
 class LocalNegotiator : public Negotiator {
  public:
+  // `size` 0: an elastic job (its size is the number of members at each formation).
   LocalNegotiator(const JobOptions& options, int size) : options_(options), size_(size) {}
 
   void FormAsync(const std::vector<MemberInfo>& members,

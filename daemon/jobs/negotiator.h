@@ -21,9 +21,17 @@
 
 namespace ard::jobs {
 
+// An elastic job's bounds (HELLO's elastic_min_np and size): min_np 0 = a fixed-size job.
+struct ElasticSpec {
+  int min_np = 0;
+  int max_np = 0;            // 0: no bound
+  bool coordinated = false;  // formed by the coordinator (a daemon with cross-host jobs)
+  int first_local = 0;       // the launcher's local size: a new job's first generation waits for it
+};
+
 // One local process of a forming job, as registered (HELLO).
 struct MemberInfo {
-  int rank = -1;        // from the launcher, or -1
+  int rank = -1;        // from the launcher, or -1 (elastic: the process's place in rank order)
   int local_rank = -1;  // from the launcher, or -1
   uint32_t pid = 0;
 };

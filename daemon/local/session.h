@@ -77,6 +77,7 @@ class Session {
   // Registration, loop thread only.
   shm::InputArena input;
   std::string job;  // empty until HELLO
+  uint32_t job_id = 0;  // the daemon's id of that job (an elastic job's generations share a name)
   int rank = -1;
   int local_rank = -1;
   bool welcomed = false;

@@ -59,6 +59,11 @@ extern "C" const char* allreduced_tf_job() {
   return it == clients.end() ? "" : ard_client_job(it->second);
 }
 
+extern "C" int allreduced_tf_hosts_updated() {
+  std::lock_guard<std::mutex> lock(mu);
+  return clients.count(0) != 0 ? ard_client_hosts_updated(clients[0]) : 0;
+}
+
 extern "C" void allreduced_tf_topology(int* out6) {
   std::lock_guard<std::mutex> lock(mu);
   const int values[6] = {topology.rank,       topology.size,       topology.local_rank,

@@ -19,6 +19,8 @@ extern "C" {
 __attribute__((visibility("default"))) int allreduced_tf_init(char* err, size_t err_len);
 // Closes every connection (process sets included).
 __attribute__((visibility("default"))) void allreduced_tf_shutdown();
+// 1 when the daemon said ranks wait to join this elastic job (ard_client_hosts_updated).
+__attribute__((visibility("default"))) int allreduced_tf_hosts_updated();
 // rank, size, local_rank, local_size, cross_rank, cross_size; -1 each before init.
 __attribute__((visibility("default"))) void allreduced_tf_topology(int* out6);
 // The global job's name ("" before init), for the timeline (allreducectl timeline --job).

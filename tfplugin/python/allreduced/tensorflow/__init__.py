@@ -21,6 +21,7 @@ from allreduced.tensorflow.collectives import (allgather, allreduce, alltoall, b
                                                broadcast_global_variables, broadcast_variables,
                                                grouped_allgather, grouped_allreduce,
                                                grouped_reducescatter, join, reducescatter)
+from allreduced.tensorflow import elastic  # noqa: F401 (hvd.elastic)
 from allreduced.tensorflow.compression import Compression
 from allreduced.tensorflow.objects import allgather_object, broadcast_object, broadcast_object_fn
 from allreduced.tensorflow.optimizer_v1 import DistributedOptimizer

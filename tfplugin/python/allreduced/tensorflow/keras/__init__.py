@@ -10,6 +10,7 @@ from allreduced.tensorflow import (Adasum, Average, Compression, Max, Min, Produ
                                    join, local_rank, local_size, rank, reducescatter,
                                    remove_process_set, shutdown, size)
 from allreduced.tensorflow.keras import callbacks
+from allreduced.tensorflow.keras import elastic  # noqa: F401 (hvd.elastic)
 from allreduced.tensorflow.keras.callbacks import (BestModelCheckpoint,
                                                    BroadcastGlobalVariablesCallback,
                                                    LearningRateScheduleCallback,

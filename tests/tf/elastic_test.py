@@ -1,0 +1,197 @@
+"""Elastic training with real daemons and real TensorFlow processes (elastic_worker.py): a worker
+SIGKILLed (daemon alive) on 2 hosts x 2 ranks, a whole host (daemon and workers) SIGKILLed on 3 x 2,
+the Keras idiom through a shrink, a job that grows when a worker joins on a running host, fewer
+than min_np after the timeout, and the reset limit. Survivors roll back to their last commit,
+re-form with dense ranks, and end with the reference path's weights, all ranks identical."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+from harness import Cluster  # noqa: E402
+from allreduced.launch import RankGroup  # noqa: E402
+
+PACKAGE_DIR = os.path.join(HERE, "..", "..", "tfplugin", "python")
+WORKER = os.path.join(HERE, "elastic_worker.py")
+FORM_TIMEOUT_MS = 8000
+
+
+def base_env(min_np, extra=None):
+    return dict(extra or {}, PYTHONPATH=PACKAGE_DIR, TF_CPP_MIN_LOG_LEVEL="3",
+                ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"],
+                ALLREDUCED_ELASTIC_MIN_NP=str(min_np))
+
+
+class Job:
+    """`per_host` elastic workers on each daemon socket; their output lines by start rank."""
+
+    def __init__(self, sockets, per_host, min_np, job, extra_env=None):
+        self.lines = [[] for _ in range(len(sockets) * per_host)]
+        self.seen = threading.Condition()
+        self.group = RankGroup(sockets, per_host, [sys.executable, WORKER], job=job,
+                               env=base_env(min_np, extra_env), text=True,
+                               on_line=self._on_line)
+
+    def _on_line(self, rank, line):
+        with self.seen:
+            self.lines[rank].append(line.rstrip("\n"))
+            self.seen.notify_all()
+
+    def wait_line(self, rank, prefix, timeout_s=120):
+        deadline = time.monotonic() + timeout_s
+        with self.seen:
+            while not any(l.startswith(prefix) for l in self.lines[rank]):
+                left = deadline - time.monotonic()
+                assert left > 0, f"no '{prefix}' from rank {rank}:\n" + self.output()
+                self.seen.wait(left)
+
+    def wait(self, timeout_s=180):
+        self.group.wait(timeout_s=timeout_s)
+        return [p.returncode for p in self.group.procs]
+
+    def output(self):
+        return "\n".join(f"--- rank {r}\n" + "\n".join(ls) for r, ls in enumerate(self.lines))
+
+    def finals(self, ranks):
+        out = {}
+        for r in ranks:
+            line = next(l for l in self.lines[r] if l.startswith("FINAL "))
+            _, rank, size, rest = line.split(" ", 3)
+            weights, flags = rest.rsplit("] ", 1)
+            out[r] = (int(rank), int(size), json.loads(weights + "]"), flags)
+        return out
+
+
+def assert_finished_alike(job, survivors, size):
+    finals = job.finals(survivors)
+    assert sorted(f[0] for f in finals.values()) == list(range(size)), job.output()
+    assert all(f[1] == size for f in finals.values()), job.output()
+    weights = [f[2] for f in finals.values()]
+    assert all(w == weights[0] for w in weights), job.output()
+    assert all("reference=True" in f[3] for f in finals.values()), job.output()
+    return finals
+
+
+def resumed_after_death(job, victim, survivor):
+    died = float(next(l for l in job.lines[victim] if l.startswith("DIE ")).split()[1])
+    resumed = float(next(l for l in job.lines[survivor] if l.startswith("RESUMED ")).split()[1])
+    return resumed - died
+
+
+def test_a_killed_worker_shrinks_the_job_and_the_survivors_finish():
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        daemons = [cluster.add(f"el-w{i}", extra_flags=[f"--job_form_timeout_ms={FORM_TIMEOUT_MS}"])
+                   for i in range(2)]
+        job = Job([d.socket for d in daemons], 2, 2, "elastic-worker",
+                  {"ELASTIC_DIE_AT": "1:5", "ELASTIC_STEPS": "16"})
+        codes = job.wait()
+        assert codes[1] == -signal.SIGKILL, job.output()
+        assert [codes[r] for r in (0, 2, 3)] == [0, 0, 0], job.output() + cluster.logs()
+        finals = assert_finished_alike(job, [0, 2, 3], 3)
+        assert [finals[r][0] for r in (0, 2, 3)] == [0, 1, 2]  # dense, order kept
+        # The survivors re-form without waiting for a host timeout (10 s here).
+        assert resumed_after_death(job, 1, 0) < 5.0, job.output()
+    finally:
+        cluster.close()
+
+
+def test_a_lost_host_shrinks_the_job_to_the_other_hosts():
+    cluster = Cluster(host_timeout_ms=1000)
+    try:
+        daemons = [cluster.add(f"el-h{i}", extra_flags=[f"--job_form_timeout_ms={FORM_TIMEOUT_MS}"])
+                   for i in range(3)]
+        job = Job([d.socket for d in daemons], 2, 2, "elastic-host",
+                  {"ELASTIC_STEPS": "40", "ELASTIC_SLEEP_S": "0.1"})
+        job.wait_line(0, "STEP 6 ")
+        killed_at = time.time()
+        daemons[2].kill()
+        job.group.kill(ranks=[4, 5])
+        codes = job.wait()
+        assert [codes[r] for r in range(4)] == [0] * 4, job.output() + cluster.logs()
+        assert_finished_alike(job, [0, 1, 2, 3], 4)
+        resumed = float(next(l for l in job.lines[0] if l.startswith("RESUMED ")).split()[1])
+        print(f"BENCH host kill -> first collective of the new generation: "
+              f"{resumed - killed_at:.2f} s (host_timeout 1.0 s, machine under load)")
+    finally:
+        cluster.close()
+
+
+def test_the_keras_idiom_survives_a_killed_worker():
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        daemon = cluster.add("el-k", extra_flags=[f"--job_form_timeout_ms={FORM_TIMEOUT_MS}"])
+        job = Job([daemon.socket], 3, 2, "elastic-keras",
+                  {"ELASTIC_MODE": "keras", "ELASTIC_DIE_AT": "2:6", "ELASTIC_STEPS": "12",
+                   "ELASTIC_COMMIT": "4"})
+        codes = job.wait()
+        assert codes[:2] == [0, 0] and codes[2] == -signal.SIGKILL, job.output() + cluster.logs()
+        assert_finished_alike(job, [0, 1], 2)
+    finally:
+        cluster.close()
+
+
+def test_a_joining_worker_grows_the_job_and_receives_the_state():
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        daemon = cluster.add("el-g", extra_flags=[f"--job_form_timeout_ms={FORM_TIMEOUT_MS}"])
+        job = Job([daemon.socket], 2, 2, "elastic-grow",
+                  {"ELASTIC_STEPS": "30", "ELASTIC_SLEEP_S": "0.1", "ELASTIC_WAIT_AT": "10:3"})
+        job.wait_line(0, "STEP 4 ")
+        env = dict(os.environ, **base_env(2, {"ELASTIC_STEPS": "30", "ELASTIC_SLEEP_S": "0.1"}),
+                   ALLREDUCED_SOCKET=daemon.socket, ALLREDUCED_JOB="elastic-grow",
+                   ALLREDUCED_RANK="2", ALLREDUCED_SIZE="3", ALLREDUCED_LOCAL_RANK="2",
+                   ALLREDUCED_LOCAL_SIZE="3")
+        joiner = subprocess.run([sys.executable, WORKER], env=env, capture_output=True, text=True,
+                                timeout=180)
+        codes = job.wait()
+        assert codes == [0, 0] and joiner.returncode == 0, (
+            job.output() + joiner.stdout + joiner.stderr + cluster.logs())
+        finals = job.finals([0, 1])
+        assert [(f[0], f[1]) for f in finals.values()] == [(0, 3), (1, 3)], job.output()
+        assert finals[0][2] == finals[1][2] and "reference=True" in finals[0][3], job.output()
+        assert all("resets=1" in f[3] for f in finals.values()), job.output()  # one re-formation
+        joined = next(l for l in joiner.stdout.splitlines() if l.startswith("FINAL "))
+        assert joined.startswith("FINAL 2 3 ") and "reference=True" in joined, joiner.stdout
+        assert json.dumps(finals[0][2]) in joined, joiner.stdout
+    finally:
+        cluster.close()
+
+
+def test_below_min_np_the_job_stops_after_the_timeout():
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        daemon = cluster.add("el-m", extra_flags=[f"--job_form_timeout_ms={FORM_TIMEOUT_MS}"])
+        job = Job([daemon.socket], 2, 2, "elastic-min", {"ELASTIC_DIE_AT": "1:3"})
+        start = time.monotonic()
+        codes = job.wait()
+        assert codes[1] == -signal.SIGKILL and codes[0] != 0, job.output()
+        text = "\n".join(job.lines[0])
+        assert "fewer than min_np 2" in text and "did not form within 8s" in text, text
+        assert time.monotonic() - start >= FORM_TIMEOUT_MS / 1000
+    finally:
+        cluster.close()
+
+
+def test_the_reset_limit_stops_a_job_whose_ranks_keep_dying():
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        daemon = cluster.add("el-r", extra_flags=[f"--job_form_timeout_ms={FORM_TIMEOUT_MS}"])
+        job = Job([daemon.socket], 4, 1, "elastic-limit",
+                  {"ELASTIC_DIE_AT": "3:3", "ALLREDUCED_ELASTIC_RESET_LIMIT": "0"})
+        codes = job.wait()
+        assert codes[:3] == [0, 0, 0], job.output()  # no limit: one reset, then done
+        job = Job([daemon.socket], 4, 1, "elastic-limit2",
+                  {"ELASTIC_DIE_AT": "3:3,2:6", "ALLREDUCED_ELASTIC_RESET_LIMIT": "1"})
+        codes = job.wait()
+        assert codes[2:] == [-signal.SIGKILL] * 2 and codes[:2] != [0, 0], job.output()
+        for rank in (0, 1):
+            assert any("reset limit of 1" in l for l in job.lines[rank]), job.output()
+    finally:
+        cluster.close()
