@@ -316,7 +316,7 @@ absl::Status TcpMesh::Fail(absl::Status error) {
     // coordinator reports); the mesh does not call it a failure of its own.
     if (closed_by_peer_ && absl::IsUnavailable(error)) {
       Logger("dataplane")
-          ->info("tcp mesh closed job={} host={}: {}", job_id_, self_, error.message());
+          ->info("tcp mesh peer closed job={} host={}: {}", job_id_, self_, error.message());
     } else {
       Logger("dataplane")
           ->warn("tcp mesh failed job={} host={}: {}", job_id_, self_, error.message());
