@@ -20,7 +20,7 @@
 # Binaries: $ARD_BIN_DIR (a Bazel bin directory) or the runfiles of `bazel run //bench:run_peers`
 # or <repo>/bazel-bin; each can be overridden with ARD_BIN_ALLREDUCED, ARD_BIN_ALLREDUCECTL,
 # ARD_BIN_GLOO_BENCH, ARD_BIN_MPI_BENCH. CASE_TIMEOUT_S bounds each run of a case (default 420).
-# ARD_DAEMON_FLAGS adds flags to every daemon (e.g. --steady_state=true).
+# ARD_DAEMON_FLAGS adds flags to every daemon (e.g. --steady_state=false).
 set -u -o pipefail
 
 SIZES=4:256M

@@ -10,6 +10,7 @@
 
 namespace ard::cluster {
 
+using negotiation::ReadyTensor;
 using negotiation::Response;
 
 ClusterJob::ClusterJob(JobLayout layout, uint64_t fusion_threshold_bytes, size_t cache_capacity,
@@ -93,30 +94,92 @@ ClusterJob::Outcome ClusterJob::Negotiate(const NegotiateRequest& request, absl:
   return {absl::OkStatus(), absl::OkStatus()};
 }
 
+namespace {
+
+constexpr size_t kMaxEventBytes = 1 << 20;
+
+// About the bytes `t` adds to a JobEvent: every rank's metadata, its name, and a cache put (the
+// name again) and evict.
+size_t EventBytes(const ReadyTensor& t) {
+  size_t ranks = 0;
+  for (const auto& r : t.ranks) ranks += r ? 1 : 0;
+  return 2 * t.name.size() + 32 + ranks * (negotiation::ToMeta(t.first()).ByteSizeLong() + 4);
+}
+
+// Splits a large fused response into runs of its tensors of about kMaxEventBytes each; errors,
+// joins and groups (atomic) stay whole.
+void SplitLarge(Response r, std::vector<std::pair<Response, size_t>>* out) {
+  size_t total = 0;
+  bool group = false;
+  for (const ReadyTensor& t : r.tensors) {
+    total += EventBytes(t);
+    group = group || t.first().meta.group_id >= 0;
+  }
+  if (total <= kMaxEventBytes || r.tensors.size() < 2 || group || !r.error.ok() ||
+      r.collective == wire::Collective::kJoin) {
+    out->emplace_back(std::move(r), total);
+    return;
+  }
+  Response piece;
+  size_t bytes = 0;
+  for (ReadyTensor& t : r.tensors) {
+    const size_t b = EventBytes(t);
+    if (!piece.tensors.empty() && bytes + b > kMaxEventBytes) {
+      out->emplace_back(std::move(piece), bytes);
+      piece = Response();
+      bytes = 0;
+    }
+    piece.collective = r.collective;
+    piece.join_last_rank = r.join_last_rank;
+    piece.tensors.push_back(std::move(t));
+    bytes += b;
+  }
+  out->emplace_back(std::move(piece), bytes);
+}
+
+}  // namespace
+
 void ClusterJob::Respond(std::vector<Response> ready) {
-  JobEvent event;
-  const std::vector<Response> plan =
-      negotiation::PlanFusion(std::move(ready), fusion_threshold_bytes_);
-  cache_.Update(plan, &event);
-  for (const Response& r : plan) {
-    CollectiveResponse* out = event.add_responses();
-    out->set_collective(static_cast<uint32_t>(r.collective));
-    out->set_error_code(static_cast<int32_t>(r.error.code()));
-    out->set_error(std::string(r.error.message()));
-    out->set_join_last_rank(r.join_last_rank);
-    for (const auto& t : r.tensors) {
-      if (r.error.ok() && r.collective != wire::Collective::kJoin) {
-        ++committed_tensors_;
-        committed_bytes_ += t.first().meta.bytes;
-      }
-      auto* tensor = out->add_tensors();
-      tensor->set_name(t.name);
-      for (const auto& rank : t.ranks) {
-        if (rank) *tensor->add_ranks() = negotiation::ToMeta(*rank);
-      }
+  std::vector<std::pair<Response, size_t>> pieces;
+  for (Response& r : negotiation::PlanFusion(std::move(ready), fusion_threshold_bytes_)) {
+    SplitLarge(std::move(r), &pieces);
+  }
+  // Consecutive events in order: every host receives (and numbers) them the same way.
+  std::vector<Response> batch;
+  size_t bytes = 0;
+  auto flush = [&] {
+    JobEvent event;
+    cache_.Update(batch, &event);
+    for (const Response& r : batch) AddResponse(r, &event);
+    Broadcast(std::move(event));
+    batch.clear();
+    bytes = 0;
+  };
+  for (auto& [r, b] : pieces) {
+    if (!batch.empty() && bytes + b > kMaxEventBytes) flush();
+    batch.push_back(std::move(r));
+    bytes += b;
+  }
+  if (!batch.empty()) flush();
+}
+
+void ClusterJob::AddResponse(const Response& r, JobEvent* event) {
+  CollectiveResponse* out = event->add_responses();
+  out->set_collective(static_cast<uint32_t>(r.collective));
+  out->set_error_code(static_cast<int32_t>(r.error.code()));
+  out->set_error(std::string(r.error.message()));
+  out->set_join_last_rank(r.join_last_rank);
+  for (const auto& t : r.tensors) {
+    if (r.error.ok() && r.collective != wire::Collective::kJoin) {
+      ++committed_tensors_;
+      committed_bytes_ += t.first().meta.bytes;
+    }
+    auto* tensor = out->add_tensors();
+    tensor->set_name(t.name);
+    for (const auto& rank : t.ranks) {
+      if (rank) *tensor->add_ranks() = negotiation::ToMeta(*rank);
     }
   }
-  Broadcast(std::move(event));
 }
 
 absl::Status ClusterJob::CheckGpuHost(const std::string& host, const GpuHost& gpu) const {

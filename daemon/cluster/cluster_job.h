@@ -85,7 +85,11 @@ class ClusterJob {
   absl::Status CheckGpuHost(const std::string& host, const GpuHost& gpu) const;
   void AddGpuHost(const std::string& host, const GpuHost& gpu);
   // Fuses what became ready and sends it (with the cache decisions) to every host.
+  // Commits `ready` (fused) in one JobEvent, or in several, each of about kMaxEventBytes at most
+  // (a fused response split into runs of its tensors, a group never), so that a big cluster's
+  // first step stays under a follower's gRPC receive limit (4 MiB).
   void Respond(std::vector<negotiation::Response> ready);
+  void AddResponse(const negotiation::Response& r, JobEvent* event);
   void Broadcast(JobEvent event);
   negotiation::MissingRank Describe(int rank) const;
 

@@ -131,6 +131,33 @@ TEST_CASE("ready allreduces are fused; names are cached and later sent as ids") 
   CHECK(f.coordinator.job_count() == 0);
 }
 
+TEST_CASE("a large commit is split into several events in order, each about 1 MiB at most") {
+  Fixture f;
+  f.Form();
+  std::vector<std::pair<std::string, std::vector<TensorMeta>>> a, b;
+  constexpr int kTensors = 6000;  // one fused response of ~2.5 MB of metadata
+  for (int i = 0; i < kTensors; ++i) {
+    const std::string name = "tensor." + std::to_string(i);
+    a.push_back({name, {Meta(0, {8}), Meta(1, {8})}});
+    b.push_back({name, {Meta(2, {8}), Meta(3, {8})}});
+  }
+  f.Negotiate("a", a);
+  f.Negotiate("b", b);
+  auto events = f.b->events();
+  REQUIRE(events.size() > 1);
+  std::set<std::string> committed;
+  for (const JobEvent& e : events) {
+    CHECK(e.ByteSizeLong() <= (1u << 20) + 4096);
+    for (const auto& r : e.responses()) {
+      for (const auto& t : r.tensors()) {
+        CHECK(t.ranks_size() == 4);
+        committed.insert(t.name());
+      }
+    }
+  }
+  CHECK(committed.size() == kTensors);
+}
+
 TEST_CASE("a host going DOWN aborts its jobs on every other host") {
   Fixture f;
   f.Form();

@@ -34,6 +34,16 @@ TEST_CASE("defaults are valid and fill the host name") {
   CHECK(c->cross_host_algorithm() == "auto");
   CHECK(c->cross_host_ring_threshold_bytes() == 64 << 10);
   CHECK(c->cross_host_chunk_bytes() == 4 << 20);
+  CHECK(c->steady_state());
+}
+
+TEST_CASE("the steady state is on by default; a file or a flag turns it off") {
+  auto from_file = Load({"--config=" + WriteTemp("steady.conf", "steady_state: false\n")});
+  REQUIRE(from_file.ok());
+  CHECK_FALSE(from_file->steady_state());
+  auto from_flag = Load({"--steady_state=false"});
+  REQUIRE(from_flag.ok());
+  CHECK_FALSE(from_flag->steady_state());
 }
 
 TEST_CASE("cross-host algorithm flags set the data plane's selection") {

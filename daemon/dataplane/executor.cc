@@ -70,6 +70,10 @@ void Executor::Enqueue(Response response) {
 void Executor::AttachGpu(std::unique_ptr<Collective> gpu) {
   {
     absl::MutexLock lock(&mu_);
+    if (rounds_ != nullptr) {
+      held_gpu_ = std::move(gpu);  // a response with attach_gpu places it
+      return;
+    }
     queue_.push_back(Item{Response(), std::move(gpu)});
   }
   Wake();
@@ -78,7 +82,7 @@ void Executor::AttachGpu(std::unique_ptr<Collective> gpu) {
 bool Executor::TryRunInline(Response& response) {
   uint64_t bytes = 0;
   for (const auto& t : response.tensors) bytes += t.first().meta.bytes;
-  if (!host_->RunsInline(bytes) || HasGpuTensors(response)) return false;
+  if (!host_->RunsInline(bytes) || HasGpuTensors(response) || response.attach_gpu) return false;
   {
     absl::MutexLock lock(&mu_);
     if (busy_ || stopping_ || !queue_.empty()) return false;
@@ -193,6 +197,11 @@ bool Executor::IdleRound() {
 }
 
 void Executor::Dispatch(Item& item, bool stopping) {
+  if (item.response.attach_gpu) {
+    absl::MutexLock lock(&mu_);
+    item.attach_gpu = std::move(held_gpu_);
+    if (item.attach_gpu == nullptr) return;  // the GPU data plane failed to form: the job failed
+  }
   if (item.attach_gpu != nullptr) {
     Collective* gpu = item.attach_gpu.get();
     {

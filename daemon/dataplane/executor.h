@@ -38,7 +38,9 @@ class Executor {
   void Enqueue(negotiation::Response response);
   // The job's GPU data plane, prepared on the executor thread at this place in the committed
   // order; responses with GPU tensors run through it from then on. `gpu` stays alive (for the
-  // loop's raw pointer) until the executor is destroyed.
+  // loop's raw pointer) until the executor is destroyed. With rounds, it is held until a
+  // response with attach_gpu runs (released by a round, or enqueued once the rounds ended), so
+  // its Prepare (NCCL init across hosts) has the same place in every host's order.
   void AttachGpu(std::unique_ptr<Collective> gpu);
   // Runs a small host-memory response on the calling thread (the control loop) when the
   // executor thread has nothing queued or running and the data plane allows it (no peers),
@@ -80,7 +82,8 @@ class Executor {
   IdleRounds* rounds_;  // Not owned; null without the steady state; null again once failed
   int wakeup_fd_ = -1;  // eventfd: new work or stopping, with rounds
   absl::Mutex mu_;
-  std::unique_ptr<Collective> gpu_ ABSL_GUARDED_BY(mu_);  // written on the executor thread
+  std::unique_ptr<Collective> gpu_ ABSL_GUARDED_BY(mu_);       // written on the executor thread
+  std::unique_ptr<Collective> held_gpu_ ABSL_GUARDED_BY(mu_);  // with rounds: until attach_gpu
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a response is executing (thread or inline)

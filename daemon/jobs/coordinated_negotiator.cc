@@ -211,13 +211,21 @@ void CoordinatedNegotiator::OnGpuLayout(const JobLayout& layout, const GpuLayout
     return sink_->OnFailedElsewhere(bad);
   }
   auto plan = gpu::PlanFromLayout(layout, gpus, cross_rank_);
-  if (!plan.ok()) return done(plan.status());
-  if (!plan->id) {  // hierarchical, not cross rank 0: a communicator of this host's GPUs only
+  if (plan.ok() && !plan->id) {  // hierarchical, not cross rank 0: this host's GPUs only
     auto own = options_.gpu_device->NewUniqueId();
-    if (!own.ok()) return done(own.status());
-    plan->id = *own;
+    if (own.ok()) plan->id = *own;
+    if (!own.ok()) plan = own.status();
   }
-  done(*std::move(plan));
+  const std::weak_ptr<bool> alive = alive_;
+  done(std::move(plan));
+  if (alive.expired() || steady_ == nullptr) return;
+  // The executor holds the GPU data plane until this marker runs: a round releases it at the
+  // same place on every host (the layout is one event of the stream every host receives), so no
+  // host starts NCCL's cross-host init while another waits in a round.
+  negotiation::CommittedList start;
+  start.responses.emplace_back().attach_gpu = true;
+  if (steady_->Received(start)) return;
+  sink_->OnCommitted(std::move(start.responses[0]));
 }
 
 void CoordinatedNegotiator::OnAborted(const absl::Status& status) {

@@ -41,6 +41,9 @@ struct Response {
   std::vector<ReadyTensor> tensors;  // more than one for a grouped allreduce
   absl::Status error;                // not OK: fail every request of `tensors` with it
   int join_last_rank = -1;           // kJoin: the rank that joined last
+  // No tensors: the job's GPU data plane starts here in the job's order (with the steady state,
+  // where a round releases it; the executor holds the GPU collective until then).
+  bool attach_gpu = false;
 };
 
 // Upper-case names used in Horovod-style messages ("ALLREDUCE") and dtype names ("float32").

@@ -272,6 +272,7 @@ absl::Status TcpMesh::PumpPeer(int peer, bool* progressed) {
         send ? ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recvmsg(fd, &msg, MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
     if (n <= 0) {
+      closed_by_peer_ = n == 0;
       const std::string why = n == 0 ? "connection closed by the peer" : ErrnoText(errno);
       return absl::UnavailableError(absl::StrCat("job ", job_id_, ": host ", self_, " lost host ",
                                                  peer, " while ", send ? "sending" : "receiving",
@@ -311,8 +312,15 @@ absl::Status TcpMesh::Fail(absl::Status error) {
   if (broken_.ok()) {
     broken_ = error;
     ShutdownAll();  // peers blocked on this host fail now instead of at their progress timeout
-    Logger("dataplane")
-        ->warn("tcp mesh failed job={} host={}: {}", job_id_, self_, error.message());
+    // A peer's clean close is the job's normal end there (or a failure its daemon or the
+    // coordinator reports); the mesh does not call it a failure of its own.
+    if (closed_by_peer_ && absl::IsUnavailable(error)) {
+      Logger("dataplane")
+          ->info("tcp mesh peer closed job={} host={}: {}", job_id_, self_, error.message());
+    } else {
+      Logger("dataplane")
+          ->warn("tcp mesh failed job={} host={}: {}", job_id_, self_, error.message());
+    }
   }
   return error;
 }

@@ -156,6 +156,9 @@ class TcpMesh {
   std::unique_ptr<uint8_t, FreeDeleter> scratch_;  // op thread only
   size_t scratch_bytes_ = 0;
   std::vector<pollfd> poll_fds_;  // op thread only
+  // The last transfer error was a peer's clean close (EOF): how a job's normal end reaches a host
+  // waiting on that peer, so Fail logs it without calling it a failure. Op thread only.
+  bool closed_by_peer_ = false;
 
   mutable absl::Mutex mu_;
   std::atomic<bool> aborted_{false};

@@ -1,15 +1,20 @@
 #include "daemon/dataplane/tcp/tcp_mesh.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "catch2/catch.hpp"
+#include "daemon/common/logging.h"
 #include "daemon/dataplane/tcp/mesh_fixture.h"
+#include "spdlog/sinks/ostream_sink.h"
 
 namespace ard::dataplane::tcp {
 namespace {
@@ -181,7 +186,37 @@ TEST_CASE("TcpMesh reports a peer that closes mid-transfer as Unavailable naming
           absl::StatusCode::kFailedPrecondition);
 }
 
+// The data plane's warnings (Logger "dataplane") while alive.
+class WarningCapture {
+ public:
+  WarningCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
+    sink_->set_level(spdlog::level::warn);
+    Logger("dataplane")->sinks().push_back(sink_);
+  }
+  ~WarningCapture() {
+    auto& sinks = Logger("dataplane")->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  std::string text() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+TEST_CASE("TcpMesh: a peer that closed between transfers (a normal job end) is no warning") {
+  LocalHosts hosts(2);
+  Meshes meshes = ConnectOrDie(hosts, 12);
+  WarningCapture warnings;
+  meshes[1].reset();  // host 1's job ended: its connections close cleanly
+  uint8_t byte = 0;
+  absl::Status s = meshes[0]->Exchange(1, &byte, 1, 1, &byte, 1);
+  REQUIRE(s.code() == absl::StatusCode::kUnavailable);
+  CHECK(warnings.text().empty());
+}
+
 TEST_CASE("TcpMesh times out when no byte moves, naming the peers it waited on") {
+  WarningCapture warnings;
   LocalHosts hosts(3);
   TcpMeshOptions options;
   options.progress_timeout = absl::Milliseconds(200);
@@ -190,6 +225,7 @@ TEST_CASE("TcpMesh times out when no byte moves, naming the peers it waited on")
   absl::Status s = meshes[0]->Exchange(-1, nullptr, 0, 2, buf.data(), buf.size());
   REQUIRE(s.code() == absl::StatusCode::kDeadlineExceeded);
   REQUIRE(Contains(s, "receive from hosts [2]"));
+  CHECK(warnings.text().find("tcp mesh failed") != std::string::npos);  // a real failure warns
 }
 
 TEST_CASE("TcpMesh rejects bad peer indexes without poisoning the mesh") {
