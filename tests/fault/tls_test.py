@@ -49,10 +49,10 @@ def tls_flags(pki, name, ca="ca"):
             f"--tls_ca_file={pki}/{ca}.pem"]
 
 
-def ctl_tls(pki, address, name="ctl", ca="ca"):
+def ctl_tls(pki, address, name="ctl", ca="ca", command=("status", "--json")):
     args = [] if name is None else ["--tls_cert", f"{pki}/{name}.pem", "--tls_key",
                                     f"{pki}/{name}.key", "--tls_ca", f"{pki}/{ca}.pem"]
-    return harness.ctl("--daemon", address, "--timeout_ms", "2000", *args, "status", "--json")
+    return harness.ctl("--daemon", address, "--timeout_ms", "2000", *args, *command)
 
 
 def hosts_up(pki, address):
@@ -92,6 +92,23 @@ def test_mutual_tls_cluster_serves_only_certified_peers(pki, cluster):
     assert r.stdout.startswith("STATUS 14 UNAVAILABLE"), r.stdout + r.stderr
     assert hosts_up(pki, a.address) == {"h-a", "h-b"}
     assert a.proc.poll() is None and b.proc.poll() is None
+
+
+def test_mutual_tls_certificate_may_forget_a_down_host(pki, cluster):
+    """Promise: over mutual TLS the client certificate is the operator's credential: `forget` of
+    a DOWN host is accepted on the cluster port (on plaintext TCP it is refused, admin_commands_test),
+    and an UP host is still refused."""
+    a, b = cluster.daemons["h-a"], cluster.daemons["h-b"]
+    up = ctl_tls(pki, a.address, command=("forget", "h-b"))
+    assert up.returncode == 1 and "host h-b is UP" in up.stderr, up.stderr
+    b.kill()
+    wait_until(lambda: hosts_up(pki, a.address) == {"h-a"}, 15, "h-b DOWN")
+    done = ctl_tls(pki, a.address, command=("forget", "h-b"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("forgot host h-b (membership epoch "), done.stdout
+    status = ctl_tls(pki, a.address)
+    assert status.returncode == 0, status.stderr
+    assert [h["name"] for h in json.loads(status.stdout)["hosts"]] == ["h-a"]
 
 
 def test_daemon_with_untrusted_certificate_cannot_join(pki, cluster):
