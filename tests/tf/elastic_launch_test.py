@@ -4,6 +4,7 @@ x 2 slots with real TensorFlow workers (elastic_worker.py): a worker dies, the j
 the launcher starts a replacement in the freed slot, the job grows back to 4 and finishes."""
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -102,3 +103,62 @@ def test_a_dead_worker_is_replaced_and_the_job_grows_back():
         assert all("reference=True" in f[3] for f in finals.values()), out
     finally:
         cluster.close()
+
+
+def launch(tmp_path, shell, *options, timeout_s=60):
+    """The elastic launcher over two pretend hosts of one slot each (their sockets are only passed
+    on: the workers here are shell scripts, not clients); returns the finished process."""
+    script = tmp_path / "worker.sh"
+    script.write_text(shell)
+    return subprocess.run(
+        [sys.executable, "-m", "allreduced.launch", "--sockets", "/x.sock,/y.sock", "--slots", "1",
+         *options, "sh", str(script)],
+        env=dict(os.environ, PYTHONPATH=PACKAGE_DIR), cwd=tmp_path, capture_output=True,
+        text=True, timeout=timeout_s)
+
+
+def test_a_failed_worker_is_replaced_and_the_launcher_exits_0_when_the_rest_succeed(tmp_path):
+    r = launch(tmp_path, "if [ $ALLREDUCED_RANK = 1 ] && [ ! -e m ]; then touch m; exit 3; fi\n"
+               "sleep 1; echo done $ALLREDUCED_RANK $ALLREDUCED_ELASTIC_MIN_NP "
+               "$ALLREDUCED_ELASTIC_MAX_NP $ALLREDUCED_ELASTIC_RESET_LIMIT\n",
+               "--min-np", "1", "--max-np", "2", "-np", "2", "--reset-limit", "7")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "worker 1 on local1 exited with 3" in r.stderr, r.stderr
+    assert "started worker 2 on local1" in r.stderr, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["[0] done 0 1 2 7", "[2] done 1 1 2 7"], r.stdout
+
+
+def test_a_host_whose_workers_keep_failing_is_blacklisted(tmp_path):
+    r = launch(tmp_path, "if [ $ALLREDUCED_SOCKET = /y.sock ]; then echo no; exit 4; fi\n"
+               "sleep 3\n", "--min-np", "1", "--max-np", "2", "-np", "2")
+    assert r.returncode == 0, r.stdout + r.stderr  # worker 0 finished the job
+    assert "host local1 blacklisted for 120s after 3 failures" in r.stderr, r.stderr
+    assert r.stdout.count("no") == 3, r.stdout  # no worker there after the third failure
+
+
+def test_the_last_failure_is_the_exit_code(tmp_path):
+    r = launch(tmp_path, "exit 5\n", "--min-np", "1", "-np", "1")
+    assert r.returncode == 5, r.stdout + r.stderr
+
+
+def test_sigterm_stops_every_worker_and_exits_143(tmp_path):
+    script = tmp_path / "worker.sh"
+    script.write_text("echo up $$\nexec sleep 60\n")
+    p = subprocess.Popen(
+        [sys.executable, "-m", "allreduced.launch", "--sockets", "/x.sock,/y.sock", "--slots", "1",
+         "--min-np", "2", "-np", "2", "sh", str(script)],
+        env=dict(os.environ, PYTHONPATH=PACKAGE_DIR), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    pids = [int(p.stdout.readline().split()[-1]) for _ in range(2)]
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=8) == 143, p.stderr.read()  # not after the 10 s grace: SIGTERM works
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_elastic_options_are_checked(tmp_path):
+    r = launch(tmp_path, "exit 0\n", "--min-np", "3", "-np", "2")
+    assert r.returncode == 2 and "1 <= --min-np <= -np <= --max-np" in r.stderr, r.stderr
+    r = launch(tmp_path, "exit 0\n", "--max-np", "2", "-np", "2")
+    assert r.returncode == 2 and "elastic mode needs --min-np" in r.stderr, r.stderr

@@ -9,10 +9,12 @@ import shutil
 import signal
 import sys
 import threading
+import time
 
 from allreduced.launch import elastic
 from allreduced.launch import hosts as hosts_lib
 from allreduced.launch.rank_group import RankGroup
+from allreduced.launch.remote import REMOTE_GRACE_S
 
 _DESCRIPTION = """\
 Starts -np ranks of COMMAND over the hosts, like horovodrun: hosts from -H or --hostfile, else
@@ -36,6 +38,19 @@ class _Stopped(Exception):
     def __init__(self, signo):
         super().__init__(signo)
         self.signo = signo
+
+
+class _Signals:
+    """Elastic mode's signal state: while `starting`, a signal is only recorded in `received`
+    and check() raises it afterwards."""
+
+    def __init__(self):
+        self.starting = False
+        self.received = []
+
+    def check(self):
+        if self.received:
+            raise _Stopped(self.received[0])
 
 
 def parser(prog="python -m allreduced.launch"):
@@ -77,7 +92,8 @@ def _discoverer(args):
            for x in (f"--{flag}", getattr(args, flag))]
     if args.sockets:
         sockets = [s for s in args.sockets.split(",") if s]
-        return lambda: hosts_lib.socket_hosts(sockets, args.slots or -(-args.max_np // len(sockets)))
+        per_host = args.slots or -(-args.max_np // len(sockets))
+        return lambda: hosts_lib.socket_hosts(sockets, per_host)
     if args.host_discovery_script:
         def from_script():
             found = elastic.run_discovery_script(args.host_discovery_script)
@@ -126,34 +142,30 @@ def _run_elastic(name, command, args):
                 sys.stdout.buffer.flush()
 
     workers = []
-    received = []
+    signals = _Signals()
 
     def on_signal(signo, frame):
-        received.append(signo)
-        raise _Stopped(signo)
+        signals.received.append(signo)
+        if not signals.starting:
+            raise _Stopped(signo)
 
     for signo in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signo) != signal.SIG_IGN:
             signal.signal(signo, on_signal)
     try:
         return elastic.run(table, discover, command, args.np, args.max_np, env, options, log,
-                           workers)
+                           workers, signals)
     except hosts_lib.HostError as e:
         sys.stderr.write(f"{name}: {e}\n")
-        for w in workers:
-            w.group.kill()
+        _stop_all([w.group for w in workers])
         return 2
     except OSError as e:
         sys.stderr.write(f"{name}: cannot start {e.filename or command[0]}: {e.strerror}\n")
-        for w in workers:
-            w.group.kill()
+        _stop_all([w.group for w in workers])
         return 127
     except _Stopped as e:
         sys.stderr.write(f"{name}: {signal.Signals(e.signo).name}; stopping every rank\n")
-        for w in workers:
-            w.group.signal(signal.SIGTERM)
-        for w in workers:
-            _stop(w.group)
+        _stop_all([w.group for w in workers])
         return 128 + e.signo
 
 
@@ -277,3 +289,19 @@ def _stop(group):
         group.stop()
     except _Stopped:
         group.kill()
+
+
+def _stop_all(groups):
+    """RankGroup.stop() of every group with one grace for all, or kill() at once on a second
+    signal."""
+    try:
+        for g in groups:
+            g.signal(signal.SIGTERM)
+        remote = any(not s.local for g in groups for s in g.slots)
+        deadline = time.monotonic() + REMOTE_GRACE_S + (5 if remote else 0)
+        while any(g.running() for g in groups) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    except _Stopped:
+        pass
+    for g in groups:
+        g.kill()

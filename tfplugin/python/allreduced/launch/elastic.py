@@ -108,7 +108,7 @@ class _Worker:
         self.group, self.host, self.number = group, host, number
 
 
-def run(table, discover, command, np, max_np, elastic_env, start_options, log, workers,
+def run(table, discover, command, np, max_np, elastic_env, start_options, log, workers, signals,
         interval_s=DISCOVERY_INTERVAL_S):
     """Starts `np` workers in table's free slots, then keeps the job at up to `max_np` workers:
     a worker that fails frees its slot and a new worker is started in a free one (a host that is
@@ -116,7 +116,9 @@ def run(table, discover, command, np, max_np, elastic_env, start_options, log, w
     (returning Hosts with sockets, or raising HostError) is asked again every interval_s.
     Returns the exit code once every worker has exited: 0 when the last to exit succeeded, else
     the last failure's code. `workers`: an empty list, holding the running _Workers, for the
-    caller to stop them on a signal. log(number, line) gets a worker's output lines, and the
+    caller to stop them on a signal; `signals`: the caller's signal state (cli._Signals: a
+    `starting` flag its handler heeds, check() raising for a signal held meanwhile).
+    log(number, line) gets a worker's output lines, and the
     launcher's own (number None)."""
     number = [0]
     finished = [False]  # a worker exited 0: the job is ending, no new worker
@@ -131,11 +133,18 @@ def run(table, discover, command, np, max_np, elastic_env, start_options, log, w
             size = np if ranked else running + 1
             slot = hosts_lib.Slot(rank, size, 0, h.name, h.socket, local,
                                   table.used[h.name] + 1, h.local)
-            group = RankGroup.of_slots([slot], command, env=elastic_env,
-                                       on_line=lambda _r, line, n=number[0]: log(n, line),
-                                       **start_options)
-            table.take(h.name)
-            workers.append(_Worker(group, h.name, number[0]))
+            # A signal's handler raises only outside here (signals.starting), so that every
+            # started worker is in `workers` to be stopped; signals.check() raises after.
+            signals.starting = True
+            try:
+                group = RankGroup.of_slots([slot], command, env=elastic_env,
+                                           on_line=lambda _r, line, n=number[0]: log(n, line),
+                                           **start_options)
+                table.take(h.name)
+                workers.append(_Worker(group, h.name, number[0]))
+            finally:
+                signals.starting = False
+            signals.check()
             if not ranked:
                 log(None, f"started worker {number[0]} on {h.name}\n".encode())
             number[0] += 1
