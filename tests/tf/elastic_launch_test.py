@@ -105,16 +105,15 @@ def test_a_dead_worker_is_replaced_and_the_job_grows_back():
         cluster.close()
 
 
-def launch(tmp_path, shell, *options, timeout_s=60):
-    """The elastic launcher over two pretend hosts of one slot each (their sockets are only passed
-    on: the workers here are shell scripts, not clients); returns the finished process."""
+def launch(tmp_path, shell, *options, hosts=("--sockets", "/x.sock,/y.sock", "--slots", "1")):
+    """The elastic launcher, by default over two pretend hosts of one slot each (their sockets are
+    only passed on: the workers here are shell scripts, not clients); the finished process."""
     script = tmp_path / "worker.sh"
     script.write_text(shell)
     return subprocess.run(
-        [sys.executable, "-m", "allreduced.launch", "--sockets", "/x.sock,/y.sock", "--slots", "1",
-         *options, "sh", str(script)],
+        [sys.executable, "-m", "allreduced.launch", *hosts, *options, "sh", str(script)],
         env=dict(os.environ, PYTHONPATH=PACKAGE_DIR), cwd=tmp_path, capture_output=True,
-        text=True, timeout=timeout_s)
+        text=True, timeout=60)
 
 
 def test_a_failed_worker_is_replaced_and_the_launcher_exits_0_when_the_rest_succeed(tmp_path):
@@ -162,3 +161,25 @@ def test_elastic_options_are_checked(tmp_path):
     assert r.returncode == 2 and "1 <= --min-np <= -np <= --max-np" in r.stderr, r.stderr
     r = launch(tmp_path, "exit 0\n", "--max-np", "2", "-np", "2")
     assert r.returncode == 2 and "elastic mode needs --min-np" in r.stderr, r.stderr
+
+
+def test_hosts_that_the_discovery_script_adds_get_workers_up_to_max_np(tmp_path):
+    script = tmp_path / "hosts.sh"
+    script.write_text("#!/bin/sh\necho localhost:1\n[ -e more ] && echo 127.0.0.1:2\nexit 0\n")
+    script.chmod(0o755)
+    r = launch(tmp_path, "if [ $ALLREDUCED_RANK = 0 ]; then touch more; sleep 8; exit 0; fi\n"
+               "echo grown $ALLREDUCED_RANK $ALLREDUCED_SIZE\n", "--min-np", "1", "--max-np", "2",
+               "-np", "1", hosts=("--host-discovery-script", str(script), "--socket", "/z.sock"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "started worker 1 on 127.0.0.1" in r.stderr, r.stderr
+    assert "[1] grown 1 2" in r.stdout and "[2]" not in r.stdout, r.stdout  # max_np 2
+
+
+def test_a_bad_discovery_line_stops_the_launch_with_its_line(tmp_path):
+    script = tmp_path / "hosts.sh"
+    script.write_text("#!/bin/sh\necho localhost:1\necho 'localhost slots=2'\n")
+    script.chmod(0o755)
+    r = launch(tmp_path, "exit 0\n", "--min-np", "1",
+               hosts=("--host-discovery-script", str(script), "--socket", "/z.sock"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "line 2: expected 'host:slots' (slots >= 1), got 'localhost slots=2'" in r.stderr

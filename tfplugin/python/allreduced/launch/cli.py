@@ -61,14 +61,14 @@ def parser(prog="python -m allreduced.launch"):
     p.add_argument("--max-np", type=int, help="elastic: the most ranks (default: -np)")
     p.add_argument("--reset-limit", type=int, help="elastic: the most re-formations "
                    "(ALLREDUCED_ELASTIC_RESET_LIMIT)")
-    p.add_argument("--host-discovery-script", help="elastic: prints the available hosts, "
-                   "'host:slots' per line; run again every few seconds")
     where = p.add_mutually_exclusive_group()
     where.add_argument("-H", "--hosts", help="host1:2,host2:2 (host:slots; a bare host has "
                        "--slots, default 1)")
     where.add_argument("--hostfile", help="lines 'host slots=N' (or host:N)")
     where.add_argument("--sockets", help="daemons on this machine, one host each, by their "
                        "sockets (PATH,PATH...); ranks spread evenly unless --slots")
+    where.add_argument("--host-discovery-script", help="elastic: prints the available hosts, "
+                       "'host:slots' per line; run again every few seconds")
     p.add_argument("--slots", type=int, help="ranks per host (cluster view: instead of its GPU "
                    "count)")
     p.add_argument("--socket", help="every host's daemon socket; the cluster view is not asked")
