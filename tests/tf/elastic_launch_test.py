@@ -183,3 +183,12 @@ def test_a_bad_discovery_line_stops_the_launch_with_its_line(tmp_path):
                hosts=("--host-discovery-script", str(script), "--socket", "/z.sock"))
     assert r.returncode == 2, r.stdout + r.stderr
     assert "line 2: expected 'host:slots' (slots >= 1), got 'localhost slots=2'" in r.stderr
+
+
+def test_the_first_workers_are_numbered_as_a_plain_launch_numbers_them(tmp_path):
+    r = launch(tmp_path, "echo $ALLREDUCED_RANK $ALLREDUCED_SIZE $ALLREDUCED_LOCAL_RANK "
+               "$ALLREDUCED_LOCAL_SIZE $ALLREDUCED_SOCKET\n", "--min-np", "2", "-np", "3",
+               hosts=("--sockets", "/x.sock,/y.sock", "--slots", "2"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(r.stdout.splitlines()) == [
+        "[0] 0 3 0 2 /x.sock", "[1] 1 3 1 2 /x.sock", "[2] 2 3 0 1 /y.sock"], r.stdout

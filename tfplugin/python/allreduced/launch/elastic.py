@@ -68,7 +68,7 @@ class SlotTable:
         self.used = collections.Counter()  # host name: workers running there
         self._failures = collections.defaultdict(list)  # host name: times of failures
         self._blacklisted_until = {}
-        self._limit, self._window_s, self._cool_down_s = failure_limit, window_s, cool_down_s
+        self.failure_limit, self.window_s, self.cool_down_s = failure_limit, window_s, cool_down_s
 
     def update(self, hosts):
         self.hosts = list(hosts)
@@ -92,10 +92,10 @@ class SlotTable:
         self.used[name] -= 1
         if not failed:
             return False
-        times = [t for t in self._failures[name] if now - t < self._window_s] + [now]
+        times = [t for t in self._failures[name] if now - t < self.window_s] + [now]
         self._failures[name] = times
-        if len(times) >= self._limit:
-            self._blacklisted_until[name] = now + self._cool_down_s
+        if len(times) >= self.failure_limit:
+            self._blacklisted_until[name] = now + self.cool_down_s
             self._failures[name] = []
             return True
         return False
@@ -118,40 +118,34 @@ def run(table, discover, command, np, max_np, elastic_env, start_options, log, w
     the last failure's code. `workers`: an empty list, holding the running _Workers, for the
     caller to stop them on a signal; `signals`: the caller's signal state (cli._Signals: a
     `starting` flag its handler heeds, check() raising for a signal held meanwhile).
-    log(number, line) gets a worker's output lines, and the
-    launcher's own (number None)."""
+    log(number, line) gets a worker's output lines, and the launcher's own (number None).
+    Raises HostError when the hosts cannot hold `np` workers."""
     number = [0]
     finished = [False]  # a worker exited 0: the job is ending, no new worker
 
-    def start(count, ranked):
-        for h, local in table.free(time.monotonic())[:count]:
-            if not h.socket:
-                raise HostError(f"host {h.name}: its daemon's socket is not known; give it with "
-                                "--socket")
-            running = len(workers) if not ranked else 0
-            rank = number[0] if ranked else running
-            size = np if ranked else running + 1
-            slot = hosts_lib.Slot(rank, size, 0, h.name, h.socket, local,
-                                  table.used[h.name] + 1, h.local)
-            # A signal's handler raises only outside here (signals.starting), so that every
-            # started worker is in `workers` to be stopped; signals.check() raises after.
-            signals.starting = True
-            try:
-                group = RankGroup.of_slots([slot], command, env=elastic_env,
-                                           on_line=lambda _r, line, n=number[0]: log(n, line),
-                                           **start_options)
-                table.take(h.name)
-                workers.append(_Worker(group, h.name, number[0]))
-            finally:
-                signals.starting = False
-            signals.check()
-            if not ranked:
-                log(None, f"started worker {number[0]} on {h.name}\n".encode())
+    def start(slot):
+        # A signal's handler raises only outside here (signals.starting), so that every started
+        # worker is in `workers` to be stopped; signals.check() raises after.
+        signals.starting = True
+        try:
+            group = RankGroup.of_slots([slot], command, env=elastic_env,
+                                       on_line=lambda _r, line, n=number[0]: log(n, line),
+                                       **start_options)
+            table.take(slot.host)
+            workers.append(_Worker(group, slot.host, number[0]))
             number[0] += 1
+        finally:
+            signals.starting = False
+        signals.check()
 
-    start(np, ranked=True)
-    if len(workers) < np:
-        raise HostError(f"-np {np}: the hosts have {len(workers)} free slot(s)")
+    # The first workers as a plain launch numbers them: host-major, each host's LOCAL_SIZE the
+    # count a new job's first generation waits for there.
+    now = time.monotonic()
+    for slot in hosts_lib.assign([h for h in table.hosts if not table.blacklisted(h.name, now)],
+                                 np):
+        start(slot)
+    code = 0
+    asked_at = time.monotonic()
     code = 0
     asked_at = time.monotonic()
     while workers:
@@ -166,11 +160,11 @@ def run(table, discover, command, np, max_np, elastic_env, start_options, log, w
             code = rc if rc > 0 else (128 - rc if rc < 0 else 0)
             if rc == 0:
                 finished[0] = True
-            if table.release(w.host, rc != 0, now):
-                log(None, f"host {w.host} blacklisted for {table._cool_down_s:.0f}s after "
-                    f"{table._limit} failures\n".encode())
             if rc != 0:
                 log(None, f"worker {w.number} on {w.host} exited with {rc}\n".encode())
+            if table.release(w.host, rc != 0, now):
+                log(None, f"host {w.host} blacklisted for {table.cool_down_s:.0f}s after "
+                    f"{table.failure_limit} failures\n".encode())
         if now - asked_at >= interval_s:
             asked_at = now
             try:
@@ -178,5 +172,12 @@ def run(table, discover, command, np, max_np, elastic_env, start_options, log, w
             except HostError as e:
                 log(None, f"host discovery: {e} (keeping the previous hosts)\n".encode())
         if workers and not finished[0] and len(workers) < max_np:
-            start(max_np - len(workers), ranked=False)
+            for h, local in table.free(now)[:max_np - len(workers)]:
+                if not h.socket:
+                    raise HostError(f"host {h.name}: its daemon's socket is not known; give it "
+                                    "with --socket")
+                # Last in rank order: it joins the running job at its next commit.
+                start(hosts_lib.Slot(len(workers), len(workers) + 1, 0, h.name, h.socket, local,
+                                     table.used[h.name] + 1, h.local))
+                log(None, f"started worker {number[0] - 1} on {h.name}\n".encode())
     return code
