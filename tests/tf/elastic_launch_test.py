@@ -101,6 +101,13 @@ def test_a_dead_worker_is_replaced_and_the_job_grows_back():
         assert all(f[1] == 4 for f in finals.values()), out
         assert len({json.dumps(f[2]) for f in finals.values()}) == 1, out
         assert all("reference=True" in f[3] for f in finals.values()), out
+        lines = [l.partition("] ")[2] for l in r.stdout.splitlines() if l.startswith("[0] ")]
+        assert any(l.startswith("STEP ") and l.endswith(" 3") for l in lines), out  # shrank
+        died = float(next(l for l in r.stdout.splitlines() if l.startswith("[1] DIE ")).split()[2])
+        regrown = float(next(l for l in lines if l.startswith("RESUMED ") and l.endswith(" 4")
+                             and float(l.split()[1]) > died).split()[1])
+        print(f"BENCH worker death -> first collective at 4 ranks again: {regrown - died:.2f} s "
+              "(replacement started by the launcher; includes its TensorFlow import)")
     finally:
         cluster.close()
 
