@@ -2,11 +2,35 @@
 
 Each NAME=PATH (a binary from $(location ...)) becomes the environment variable ARD_BIN_<NAME>
 with an absolute path, for tests/integration/harness.py; the rest goes to pytest.
+With Bazel's test sharding (`shard_count`), shard i of n runs the collected tests whose index
+is i modulo n.
 """
 import os
 import sys
 
 import pytest
+
+
+class Shard:
+    """Keeps this shard's part of the collected tests (TEST_SHARD_INDEX of TEST_TOTAL_SHARDS)."""
+
+    def __init__(self, index, total):
+        self.index, self.total = index, total
+
+    def pytest_collection_modifyitems(self, config, items):
+        kept = [item for i, item in enumerate(items) if i % self.total == self.index]
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
+
+
+def shard_plugins():
+    total = int(os.environ.get("TEST_TOTAL_SHARDS", "1") or "1")
+    if total <= 1:
+        return []
+    status = os.environ.get("TEST_SHARD_STATUS_FILE")
+    if status:  # tells Bazel this runner shards
+        open(status, "a").close()
+    return [Shard(int(os.environ["TEST_SHARD_INDEX"]), total)]
 
 
 def main():
@@ -21,7 +45,7 @@ def main():
                 # Bazel adds __init__.py files to runfiles, which would make pytest import the
                 # test as a package member; put its own directory first so helpers import plainly.
                 sys.path.insert(0, os.path.dirname(os.path.abspath(arg)))
-    sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-rs"] + rest))
+    sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-rs"] + rest, plugins=shard_plugins()))
 
 
 if __name__ == "__main__":

@@ -19,12 +19,15 @@ TF_WORKER_FILES = [
     "training_scenarios.py",
 ]
 
-def tf_test(name, size = "large", srcs = [], data = [], args = []):
-    """`name`.py is the test file; `srcs` its other Python modules, `args` extra NAME=PATH pairs."""
+def tf_test(name, size = "large", srcs = [], data = [], args = [], shard_count = None):
+    """`name`.py is the test file; `srcs` its other Python modules, `args` extra NAME=PATH pairs;
+    `shard_count` splits its tests over that many processes (pytest_main.py), each with the
+    size's time limit."""
     test_file = name + ".py"
     native.py_test(
         name = name,
         size = size,
+        shard_count = shard_count,
         srcs = [test_file] + srcs + [
             "//tests:pytest_main.py",
             "//tests/integration:harness.py",
