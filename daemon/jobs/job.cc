@@ -94,8 +94,8 @@ void Job::MakeElastic(ElasticSpec spec, uint64_t previous_generation) {
   lifecycle_ = JobLifecycle(previous_generation);
 }
 
-void Job::MaybeFormElastic(bool predecessor_attached, const std::set<uint32_t>& returning,
-                           absl::Duration settle) {
+void Job::MaybeFormElastic(bool predecessor_attached, absl::Time predecessor_left,
+                           const std::set<uint32_t>& returning, absl::Duration settle) {
   if (!elastic() || state() != JobState::kForming || formation_in_flight_ || members_.empty() ||
       predecessor_attached) {
     return;
@@ -109,7 +109,9 @@ void Job::MaybeFormElastic(bool predecessor_attached, const std::set<uint32_t>& 
                    return m->creds().pid == static_cast<pid_t>(pid);
                  });
     }
-    ready = ready || all_back || absl::Now() - last_arrival_ >= settle;
+    // A survivor re-registers moments after it detached from the last generation, however long
+    // after the first survivor it got there: count the settle time from both.
+    ready = ready || all_back || absl::Now() - std::max(last_arrival_, predecessor_left) >= settle;
   } else if (elastic_.first_local > 0) {  // the launcher said how many start here
     ready = ready || n >= elastic_.first_local;
   } else {

@@ -81,11 +81,12 @@ class Job : private NegotiationSink {
   // Elastic, forming: forms now if it may. `predecessor_attached`: a process of an earlier
   // generation on this host has not re-registered (or gone) yet: wait. A successor generation
   // then forms once `returning` (the processes that left the last generation to register again)
-  // are all members, or `settle` passed since the last arrival (one did not come back); a first
-  // generation once the launcher's local size arrived (else, without one, after `settle`).
-  // max_np arrived: at once.
-  void MaybeFormElastic(bool predecessor_attached, const std::set<uint32_t>& returning,
-                        absl::Duration settle);
+  // are all members, or `settle` passed since the last arrival and since `predecessor_left` (the
+  // last process of the earlier generation detached: one did not come back); a first generation
+  // once the launcher's local size arrived (else, without one, after `settle`). max_np arrived:
+  // at once.
+  void MaybeFormElastic(bool predecessor_attached, absl::Time predecessor_left,
+                        const std::set<uint32_t>& returning, absl::Duration settle);
   // Elastic: the pids of the processes that will register for the next generation: those
   // still attached and those that left cleanly after this generation ended or heard of joiners.
   std::set<uint32_t> ReturningPids() const;

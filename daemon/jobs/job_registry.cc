@@ -174,7 +174,8 @@ void JobRegistry::TryFormElastic(const std::string& name) {
   }
   auto handoff = handoffs_.find(name);
   it->second->MaybeFormElastic(
-      attached, handoff != handoffs_.end() ? handoff->second.returning : std::set<uint32_t>{},
+      attached, handoff != handoffs_.end() ? handoff->second.at : absl::InfinitePast(),
+      handoff != handoffs_.end() ? handoff->second.returning : std::set<uint32_t>{},
       options_.elastic_settle);
   if (it->second->state() != JobState::kForming || it->second->formation_in_flight()) {
     handoffs_.erase(name);  // the successor formed (or is forming) with those present
