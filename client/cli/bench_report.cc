@@ -6,27 +6,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/bench_options.h"
+#include "client/cli/json_text.h"
 
 namespace ard::cli {
 namespace {
 
 const char* RedopColumn(const BenchRunInfo& info) {
   return IsReduction(info.collective) ? ReduceOpName(info.reduce_op) : "none";
-}
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 // Doubles as JSON numbers: finite, enough digits for GB/s and microseconds.

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/cli/json_text.h"
 
 namespace ard::cli {
 namespace {
@@ -49,23 +50,6 @@ struct HostMarks {
   std::vector<Instance> instances;
   std::map<std::string, std::vector<size_t>> by_tensor;  // instances, by commit time
 };
-
-std::string Quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 HostMarks Collect(const StopTimelineResponse& host) {
   HostMarks h;
@@ -160,8 +144,8 @@ class Writer {
  public:
   explicit Writer(int64_t base) : base_(base) {}
   void Meta(int pid, int tid, const std::string& what, const std::string& arg) {
-    Add(absl::StrCat("{\"ph\":\"M\",\"pid\":", pid, ",\"tid\":", tid, ",\"name\":", Quote(what),
-                     ",\"args\":{", arg, "}}"));
+    Add(absl::StrCat("{\"ph\":\"M\",\"pid\":", pid, ",\"tid\":", tid,
+                     ",\"name\":", JsonString(what), ",\"args\":{", arg, "}}"));
   }
   // A slice [start, end]; skipped when either end is unknown.
   bool Slice(int pid, int tid, const std::string& name, int64_t start, int64_t end,
@@ -169,8 +153,8 @@ class Writer {
     if (start == kNone || end == kNone) return false;
     if (end < start) end = start;  // clock alignment error between hosts' marks
     Add(absl::StrCat("{\"ph\":\"X\",\"cat\":\"allreduced\",\"pid\":", pid, ",\"tid\":", tid,
-                     ",\"name\":", Quote(name), ",\"ts\":", start - base_, ",\"dur\":", end - start,
-                     ",\"args\":{", args, "}}"));
+                     ",\"name\":", JsonString(name), ",\"ts\":", start - base_,
+                     ",\"dur\":", end - start, ",\"args\":{", args, "}}"));
     ++slices_;
     return true;
   }
@@ -224,7 +208,7 @@ std::string WriteChromeTrace(const std::string& job,
   for (size_t h = 0; h < hosts.size(); ++h) {
     const HostMarks& host = hosts[h];
     const int pid = static_cast<int>(h) + 1;
-    w.Meta(pid, 0, "process_name", absl::StrCat("\"name\":", Quote("host " + host.name)));
+    w.Meta(pid, 0, "process_name", absl::StrCat("\"name\":", JsonString("host " + host.name)));
     w.Meta(pid, 0, "process_sort_index", absl::StrCat("\"sort_index\":", pid));
     w.Meta(pid, 0, "thread_name", "\"name\":\"fused groups\"");
     w.Meta(pid, 0, "thread_sort_index", "\"sort_index\":0");
@@ -233,8 +217,9 @@ std::string WriteChromeTrace(const std::string& job,
     int next = 1;
     for (auto& [key, tid] : tids) {
       tid = next++;
-      w.Meta(pid, tid, "thread_name",
-             absl::StrCat("\"name\":", Quote(absl::StrCat("rank ", key.first, " ", key.second))));
+      w.Meta(
+          pid, tid, "thread_name",
+          absl::StrCat("\"name\":", JsonString(absl::StrCat("rank ", key.first, " ", key.second))));
       w.Meta(pid, tid, "thread_sort_index", absl::StrCat("\"sort_index\":", tid));
     }
     for (const auto& [id, g] : host.groups) {
@@ -243,7 +228,7 @@ std::string WriteChromeTrace(const std::string& job,
                   absl::StrCat("\"group\":", id, ",\"tensors\":[",
                                absl::StrJoin(g.tensors, ",",
                                              [](std::string* out, const std::string& t) {
-                                               out->append(Quote(t));
+                                               out->append(JsonString(t));
                                              }),
                                "]"))) {
         ++st.groups;
@@ -252,9 +237,10 @@ std::string WriteChromeTrace(const std::string& job,
     for (const Instance& in : host.instances) {
       auto g = host.groups.find(in.group);
       const Group* group = g == host.groups.end() ? nullptr : &g->second;
-      const std::string common = absl::StrCat(
-          "\"tensor\":", Quote(in.tensor), ",\"host\":", Quote(host.name), ",\"group\":", in.group,
-          ",\"group_size\":", group != nullptr ? group->tensors.size() : 0);
+      const std::string common =
+          absl::StrCat("\"tensor\":", JsonString(in.tensor), ",\"host\":", JsonString(host.name),
+                       ",\"group\":", in.group,
+                       ",\"group_size\":", group != nullptr ? group->tensors.size() : 0);
       for (const auto& [rank, submit] : in.submits) {
         const int tid = tids[{rank, in.tensor}];
         std::vector<int> later_here, later_elsewhere;
@@ -272,7 +258,7 @@ std::string WriteChromeTrace(const std::string& job,
                      absl::StrCat(rank_arg, ",\"waiting_for\":", RankList(later_here)));
         n += w.Slice(pid, tid, kPhaseNegotiate, in.ready, in.commit,
                      absl::StrCat(rank_arg, ",\"waiting_for\":", RankList(later_elsewhere),
-                                  ",\"last_host\":", Quote(in.last_host)));
+                                  ",\"last_host\":", JsonString(in.last_host)));
         if (group != nullptr) {
           const bool cross = group->transfer_start != kNone;
           n += w.Slice(pid, tid, kPhaseQueued, in.commit, group->exec, rank_arg);
@@ -295,11 +281,12 @@ std::string WriteChromeTrace(const std::string& job,
   if (stats != nullptr) *stats = st;
   std::vector<std::string> host_info;
   for (const StopTimelineResponse& a : answers) {
-    host_info.push_back(absl::StrCat(Quote(a.host()), ":{\"clock_offset_us\":", a.clock_offset_us(),
+    host_info.push_back(absl::StrCat(JsonString(a.host()),
+                                     ":{\"clock_offset_us\":", a.clock_offset_us(),
                                      ",\"clock_offset_error_us\":", a.clock_offset_error_us(),
                                      ",\"dropped_marks\":", a.dropped(), "}"));
   }
-  return absl::StrCat("{\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"job\":", Quote(job),
+  return absl::StrCat("{\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"job\":", JsonString(job),
                       ",\"start_unix_us\":", base, ",\"hosts\":{", absl::StrJoin(host_info, ","),
                       "}},\n\"traceEvents\":[\n", w.Events(), "\n]}\n");
 }
