@@ -8,8 +8,7 @@
 namespace ard::rpc {
 
 grpc::ServerUnaryReactor* ClusterService::Join(grpc::CallbackServerContext* context,
-                                               const JoinRequest* request,
-                                               JoinResponse* response) {
+                                               const JoinRequest* request, JoinResponse* response) {
   auto* reactor = context->DefaultReactor();
   handler_.HandleJoin(*request, FinishWith(reactor, response));
   return reactor;
@@ -92,32 +91,34 @@ absl::StatusOr<cluster::Caller> AdminService::CallerOf(grpc::CallbackServerConte
       "of the cluster (it uses the daemon's local admin socket), or use mutual TLS");
 }
 
-grpc::ServerUnaryReactor* AdminService::ForgetHost(grpc::CallbackServerContext* context,
-                                                   const ForgetHostRequest* request,
-                                                   ForgetHostResponse* response) {
+// A mutation runs only with an authorized caller (CallerOf); `handle` is its MutationHandler
+// method.
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* AdminService::Mutation(
+    grpc::CallbackServerContext* context, const Request* request, Response* response,
+    void (cluster::MutationHandler::*handle)(const Request&, const cluster::Caller&,
+                                             cluster::Done<Response>)) {
   auto* reactor = context->DefaultReactor();
   auto done = FinishWith(reactor, response);
   absl::StatusOr<cluster::Caller> caller = CallerOf(context);
   if (!caller.ok()) {
     done(caller.status());
   } else {
-    mutations_.HandleForgetHost(*request, *caller, std::move(done));
+    (mutations_.*handle)(*request, *caller, std::move(done));
   }
   return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::ForgetHost(grpc::CallbackServerContext* context,
+                                                   const ForgetHostRequest* request,
+                                                   ForgetHostResponse* response) {
+  return Mutation(context, request, response, &cluster::MutationHandler::HandleForgetHost);
 }
 
 grpc::ServerUnaryReactor* AdminService::AbortJob(grpc::CallbackServerContext* context,
                                                  const AbortJobRequest* request,
                                                  AbortJobResponse* response) {
-  auto* reactor = context->DefaultReactor();
-  auto done = FinishWith(reactor, response);
-  absl::StatusOr<cluster::Caller> caller = CallerOf(context);
-  if (!caller.ok()) {
-    done(caller.status());
-  } else {
-    mutations_.HandleAbortJob(*request, *caller, std::move(done));
-  }
-  return reactor;
+  return Mutation(context, request, response, &cluster::MutationHandler::HandleAbortJob);
 }
 
 }  // namespace ard::rpc

@@ -19,8 +19,8 @@ class ClusterService final : public ard::Cluster::CallbackService {
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const HeartbeatRequest* request,
                                       HeartbeatResponse* response) override;
-  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
-                                  const LeaveRequest* request, LeaveResponse* response) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context, const LeaveRequest* request,
+                                  LeaveResponse* response) override;
   grpc::ServerUnaryReactor* Identify(grpc::CallbackServerContext* context,
                                      const IdentifyRequest* request,
                                      IdentifyResponse* response) override;
@@ -58,6 +58,11 @@ class AdminService final : public ard::Admin::CallbackService {
 
  private:
   absl::StatusOr<cluster::Caller> CallerOf(grpc::CallbackServerContext* context) const;
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* Mutation(
+      grpc::CallbackServerContext* context, const Request* request, Response* response,
+      void (cluster::MutationHandler::*handle)(const Request&, const cluster::Caller&,
+                                               cluster::Done<Response>));
 
   cluster::AdminHandler& handler_;         // Not owned.
   cluster::TimelineHandler& timeline_;     // Not owned.
