@@ -7,16 +7,20 @@ each, m bytes per rank):
       r(H) = log2(p) + 2 when H is not a power of two p (fold in, fold out), else log2(H)
   pipelined ring (m >= threshold):         T = c + 2 (H - 1) * alpha + 2 (H - 1) / H * m * beta
 c is what every collective pays whatever the host count: the client's submit and completion,
-the local stage and today the negotiation round trip through the coordinator.
+the local stage and the steady state's readiness round.
+
+Loopback on this machine is not a network: every simulated host shares the same few cores, so
+where a real cluster runs its H hosts' steps side by side, here they take turns. The fit
+therefore scales the alpha and beta terms by s(H) = max(1, H / cores), the hosts per core
+(`--cores`, default this machine's), and the projection to 2..1,000 hosts uses s = 1: hosts
+with cores of their own, each link as fast as one measured here between two hosts.
 
 Each path's three parameters are fitted by least squares to the daemon_Hx1 cases of one run's
 logs (median time per size), and the model is checked point by point against what was measured
 at every host count present (2, 4 and 8). Then it projects the chosen algorithms' cost from 2 to
-1,000 hosts. Loopback on this 2-core machine is not a network and every host shares the same two
-cores, so alpha and beta here include CPU contention that grows with the host count; the
-residuals show how much.
+1,000 hosts. The residuals show what the model does not capture.
 
-  bench/cost_model.py --logs DIR [--threshold 65536] [--out FILE]
+  bench/cost_model.py --logs DIR [--threshold 65536] [--cores N] [--out FILE]
 """
 import argparse
 import math
@@ -35,12 +39,19 @@ def rounds(hosts):
     return int(math.log2(p)) + (2 if p != hosts else 0)
 
 
-def features(path, hosts, size):
-    """The coefficients of (c, alpha, beta) in the model's time for one point."""
+def sharing(hosts, cores):
+    """s(H): how many simulated hosts share each core (1 with a core or more per host)."""
+    return max(1.0, hosts / cores) if cores else 1.0
+
+
+def features(path, hosts, size, cores=0):
+    """The coefficients of (c, alpha, beta) in the model's time for one point; cores=0: hosts
+    with cores of their own (no sharing)."""
+    s = sharing(hosts, cores)
     if path == "rd":
         r = rounds(hosts)
-        return (1.0, float(r), float(r * size))
-    return (1.0, 2.0 * (hosts - 1), 2.0 * (hosts - 1) / hosts * size)
+        return (1.0, s * r, s * r * size)
+    return (1.0, s * 2.0 * (hosts - 1), s * 2.0 * (hosts - 1) / hosts * size)
 
 
 def least_squares(rows, times):
@@ -69,8 +80,8 @@ def least_squares(rows, times):
     return [att[i] / ata[i][i] for i in range(n)]
 
 
-def predict(params, path, hosts, size):
-    return sum(p * f for p, f in zip(params, features(path, hosts, size)))
+def predict(params, path, hosts, size, cores=0):
+    return sum(p * f for p, f in zip(params, features(path, hosts, size, cores)))
 
 
 def measured_points(logs):
@@ -89,17 +100,20 @@ def measured_points(logs):
     return points
 
 
-def report(points, threshold):
+def report(points, threshold, cores):
     lines = ["# Alpha-beta model of the cross-host allreduce (bench/cost_model.py)", "",
              f"Fitted to the daemon_Hx1 cases at {', '.join(map(str, sorted(points)))} hosts; "
              f"recursive doubling below {human(threshold)}, the pipelined ring from there. "
-             "Times in us; error = model / measured - 1.", ""]
+             "Times in us; error = model / measured - 1. "
+             f"The measured hosts shared {cores} cores: alpha and beta are scaled by "
+             f"s(H) = max(1, H / {cores}) in the fit (model column) and not in the projection "
+             "(hosts with cores of their own).", ""]
     fitted = {}
     for path, title in (("rd", "recursive doubling"), ("ring", "pipelined ring")):
         sample = [(h, s, t) for h, rows in points.items() for s, t in rows.items()
                   if (s < threshold) == (path == "rd") and t > 0]
         try:
-            params = least_squares([features(path, h, s) for h, s, _ in sample],
+            params = least_squares([features(path, h, s, cores) for h, s, _ in sample],
                                    [t for _, _, t in sample])
         except (ValueError, IndexError):
             raise ValueError(f"the {title} points ({len(sample)}: "
@@ -115,7 +129,7 @@ def report(points, threshold):
                   "| hosts | size | measured | model | error |", "|---|---|---|---|---|"]
         for h, s, t in sorted(sample):
             if s in (4, 1024, 16 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20):
-                m = predict(params, path, h, s)
+                m = predict(params, path, h, s, cores)
                 lines.append(f"| {h} | {human(s)} | {t:.1f} | {m:.1f} | {m / t - 1:+.0%} |")
         lines.append("")
     lines += ["## Projection (model time in us, busbw in GB/s)", "",
@@ -137,6 +151,8 @@ def main():
     ap.add_argument("--logs", required=True, help="a bench/run_peers.sh log directory")
     ap.add_argument("--threshold", type=int, default=64 << 10,
                     help="cross_host_ring_threshold_bytes of the measured daemons")
+    ap.add_argument("--cores", type=int, default=os.cpu_count(),
+                    help="cores the measured daemons shared (default: this machine's)")
     ap.add_argument("--out", help="write the report here (default: stdout)")
     args = ap.parse_args()
     points = measured_points(args.logs)
@@ -145,7 +161,7 @@ def main():
                  "host counts; the model needs at least two (run_peers.sh --cases "
                  "daemon_2x1,daemon_4x1,daemon_8x1)")
     try:
-        text = report(points, args.threshold)
+        text = report(points, args.threshold, args.cores)
     except ValueError as e:
         sys.exit(f"cost_model: {e}")
     if args.out:
