@@ -16,7 +16,9 @@ from harness import Cluster, binary, ctl, host_states, wait_until, workers_acros
 
 @pytest.fixture
 def pair():
-    c = Cluster(heartbeat_ms=100, host_timeout_ms=1000)
+    # A host is DOWN after 4 s without heartbeats: long enough that a loaded machine (CI) does
+    # not abort the tests' jobs with a false DOWN, short enough for the forget test's wait.
+    c = Cluster(heartbeat_ms=100, host_timeout_ms=4000)
     for name in ("h-a", "h-b"):
         c.add(name)
     os.chmod(c.workdir, 0o755)  # the admin sockets are reachable by other users (setpriv tests)
@@ -63,7 +65,7 @@ def test_forget_removes_a_down_host_and_refuses_an_up_one(pair):
     assert tcp.returncode == 1 and "refused on a plaintext TCP connection" in tcp.stderr
 
     b.kill()
-    wait_until(lambda: host_states(a.address)["h-b"]["state"] == "DOWN", 10, "h-b DOWN")
+    wait_until(lambda: host_states(a.address)["h-b"]["state"] == "DOWN", 20, "h-b DOWN")
     if can_run_as_nobody():
         other = admin(a, "forget", "h-b", as_nobody=True)
         assert other.returncode == 1 and "forget needs root; you are nobody" in other.stderr
