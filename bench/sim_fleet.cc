@@ -7,21 +7,15 @@
 #include <random>
 #include <utility>
 
+#include "bench/sim_tensors.h"
+
 namespace ard::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kAllreduce = 1;  // wire::Collective::kAllreduce
-constexpr uint32_t kFloat32 = 9;    // wire::DataType::kFloat32
-constexpr uint32_t kSum = 1;        // wire::ReduceOp::kSum
 constexpr auto kHeartbeatDeadline = std::chrono::seconds(10);
-
-std::string TensorName(int i) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "sim.grad.%04d", i);
-  return name;
-}
+constexpr char kMadeUpDataAddress[] = "127.0.0.1:9";
 
 void SetDeadline(grpc::ClientContext* context, std::chrono::seconds after) {
   context->set_deadline(std::chrono::system_clock::now() + after);
@@ -107,6 +101,7 @@ SimFleet::SimFleet(FleetOptions options) : options_(std::move(options)) {
     beat_stubs_.push_back(Cluster::NewStub(
         grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args)));
   }
+  options_.data_addresses.resize(options_.hosts, kMadeUpDataAddress);
   std::mt19937_64 random(std::random_device{}());
   for (int i = 0; i < options_.hosts; ++i) {
     auto host = std::make_unique<Host>();
@@ -199,7 +194,7 @@ bool SimFleet::Join() {
     info->set_version("scale_sim");
     info->set_instance_id(host->instance_id);
     info->set_pid(getpid());
-    info->set_data_address("127.0.0.1:9");
+    info->set_data_address(options_.data_addresses[host->index]);
     Call<JoinResponse>(
         [&](grpc::ClientContext* c, grpc::CompletionQueue* cq) {
           return StubsOf(*host).cluster->PrepareAsyncJoin(c, request, cq);
@@ -288,7 +283,7 @@ bool SimFleet::Form() {
     request.set_job("scale_sim");
     request.set_host(host->name);
     request.set_size(options_.hosts);
-    request.set_data_address("127.0.0.1:9");
+    request.set_data_address(options_.data_addresses[host->index]);
     request.set_timeout_ms(std::chrono::milliseconds(options_.phase_timeout).count());
     auto* rank = request.add_ranks();
     rank->set_local_rank(0);
@@ -303,6 +298,7 @@ bool SimFleet::Form() {
           if (!s.ok()) return Fail("RegisterRanks of " + host->name + ": " + s.error_message());
           ++messages_.received;
           const JobLayout& layout = r.layout();
+          if (layout_hosts_ == 0) layout_ = layout;
           job_id_ = layout.job_id();
           generation_ = layout.generation();
           job_size_ = layout.size();
@@ -341,7 +337,7 @@ void SimFleet::SendStep(Host& host, bool full) {
   request.set_generation(generation_);
   request.set_host(host.name);
   for (int i = 0; i < options_.tensors; ++i) {
-    const std::string name = TensorName(i);
+    const std::string name = SimTensorName(i);
     auto id = host.cache_ids.find(name);
     if (!full && id != host.cache_ids.end()) {
       request.add_cached_ids(id->second);
@@ -349,16 +345,7 @@ void SimFleet::SendStep(Host& host, bool full) {
     }
     HostReadyTensor* t = request.add_ready();
     t->set_name(name);
-    TensorMeta* m = t->add_ranks();
-    m->set_rank(host.rank);
-    m->set_collective(kAllreduce);
-    m->set_dtype(kFloat32);
-    m->set_reduce_op(kSum);
-    m->set_prescale(1.0);
-    m->set_postscale(1.0);
-    m->add_shape(1);
-    m->set_group_id(-1);
-    m->set_bytes(4);
+    *t->add_ranks() = SimTensorMeta(host.rank);
   }
   ++messages_.sent;
   Host* h = &host;
@@ -375,6 +362,7 @@ void SimFleet::OnEvent(Host& host, const JobEvent& event) {
   ++messages_.received;
   largest_event_bytes_ = std::max<long>(largest_event_bytes_, event.ByteSizeLong());
   if (event.abort_code() != 0) return Fail("job aborted: " + event.abort());
+  if (options_.on_event) options_.on_event(host.index, event);
   for (const CacheEntry& put : event.cache_put()) host.cache_ids[put.name()] = put.id();
   const long before = host.committed;
   for (const CollectiveResponse& r : event.responses()) {
@@ -454,6 +442,8 @@ void SimFleet::Leave() {
   }
   Pump([this] { return done_ == options_.hosts; });
 }
+
+const std::string& SimFleet::host_name(int i) const { return hosts_[i]->name; }
 
 long SimFleet::min_committed() const {
   long least = hosts_.empty() ? 0 : hosts_.front()->committed;

@@ -1,7 +1,8 @@
 // Simulated hosts for bench/scale_sim: N fake followers in one process that speak the real cluster
 // (Join, Heartbeat, Leave) and negotiation (RegisterRanks, Negotiate, WatchJob) protocols to a
 // real coordinator daemon, with no ranks, tensors or data plane behind them (their data-plane
-// addresses are made up; nothing ever connects to them, since no collective runs).
+// addresses are made up unless FleetOptions.data_addresses names real listeners, as SimDataPlane's
+// for the coordinator-free steady state; see bench/sim_data_plane.h).
 //
 // Threads: the phases run on the caller's thread. Each phase method starts asynchronous calls on
 // one gRPC CompletionQueue and pumps it (Pump) until the phase is done, an RPC fails, or the
@@ -39,6 +40,10 @@ struct FleetOptions {
   int hosts_per_channel = 50;  // hosts sharing one HTTP/2 connection
   int max_receive_bytes = -1;  // a channel's receive limit (-1: none; gRPC's default is 4 MiB)
   std::chrono::seconds phase_timeout{300};
+  // Host i's data-plane address, sent in Join and RegisterRanks (empty: a made-up one for all).
+  std::vector<std::string> data_addresses;
+  // Called on the pumping thread with every JobEvent host i receives, in stream order.
+  std::function<void(int host, const JobEvent& event)> on_event;
 };
 
 // Negotiation messages of one phase, summed over hosts (heartbeats are not counted).
@@ -66,6 +71,8 @@ class SimFleet {
   const std::string& error() const { return error_; }
   int job_size() const { return job_size_; }
   int layout_hosts() const { return layout_hosts_; }
+  const JobLayout& layout() const { return layout_; }  // as RegisterRanks answered it
+  const std::string& host_name(int i) const;           // simulated host i's name
   long min_committed() const;  // fewest committed tensors any host has seen (all phases)
   MessageCount messages() const { return messages_; }
   long largest_event_bytes() const { return largest_event_bytes_; }  // serialized JobEvent
@@ -103,6 +110,7 @@ class SimFleet {
   int steps_ = 0;  // steady steps wanted; a host's step k ends at tensors * (k + 2) commits
   int job_size_ = 0;
   int layout_hosts_ = 0;
+  JobLayout layout_;
   uint64_t job_id_ = 0;
   uint64_t generation_ = 0;
   MessageCount messages_;
