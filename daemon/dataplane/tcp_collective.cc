@@ -1,5 +1,6 @@
 #include "daemon/dataplane/tcp_collective.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -9,6 +10,7 @@
 #include "daemon/collectives/reduce_kernels.h"
 #include "daemon/collectives/row_split.h"
 #include "daemon/common/logging.h"
+#include "daemon/common/status_macros.h"
 #include "daemon/dataplane/adasum_ranks.h"
 #include "daemon/dataplane/tcp/host_collectives.h"
 
@@ -34,32 +36,40 @@ uint64_t RowBytes(const wire::Submit& m) {
 }
 
 // This host's contribution: the reduction of its present ranks' inputs in rank order, each input
-// prescaled; the identity when none of them takes part (all joined).
+// prescaled; the identity when none of them takes part (all joined). Computed in passes that stay
+// in the L2 cache, every rank's input per pass, so that `dst` goes to memory once.
 void LocalPartial(const ReadyTensor& t, const HostLayout& job, uint8_t* dst) {
   const wire::Submit& m = t.first().meta;
   const auto dtype = static_cast<wire::DataType>(m.dtype);
   const auto op = static_cast<wire::ReduceOp>(m.reduce_op);
-  const uint64_t count = m.bytes / wire::DataTypeSize(m.dtype);
+  const size_t elem = wire::DataTypeSize(m.dtype);
+  const uint64_t count = m.bytes / elem;
+  constexpr uint64_t kPassBytes = 128 << 10;
+  const uint64_t pass = std::max<uint64_t>(1, kPassBytes / elem);
   thread_local std::vector<uint8_t> scratch;
-  bool have = false;
-  for (int r : job.ranks_of_host[job.cross_rank]) {
-    const auto& req = t.ranks[r];
-    if (!req || count == 0) continue;
-    const uint8_t* src = req->input.data;
-    if (!have) {
-      memcpy(dst, src, m.bytes);
-      collectives::Scale(dst, count, dtype, m.prescale);
-      have = true;
-      continue;
+  for (uint64_t begin = 0; begin < count; begin += pass) {
+    const uint64_t n = std::min(pass, count - begin);
+    uint8_t* out = dst + begin * elem;
+    bool have = false;
+    for (int r : job.ranks_of_host[job.cross_rank]) {
+      const auto& req = t.ranks[r];
+      if (!req) continue;
+      const uint8_t* src = req->input.data + begin * elem;
+      if (!have) {
+        memcpy(out, src, n * elem);
+        collectives::Scale(out, n, dtype, m.prescale);
+        have = true;
+        continue;
+      }
+      if (m.prescale != 1.0) {
+        scratch.assign(src, src + n * elem);
+        collectives::Scale(scratch.data(), n, dtype, m.prescale);
+        src = scratch.data();
+      }
+      collectives::ReduceInto(out, src, n, dtype, op);
     }
-    if (m.prescale != 1.0) {
-      scratch.assign(src, src + m.bytes);
-      collectives::Scale(scratch.data(), count, dtype, m.prescale);
-      src = scratch.data();
-    }
-    collectives::ReduceInto(dst, src, count, dtype, op);
+    if (!have) collectives::FillIdentity(out, n, dtype, op);
   }
-  if (!have) collectives::FillIdentity(dst, count, dtype, op);
 }
 
 void Finish(const wire::Submit& m, int size, uint8_t* buf) {
@@ -69,8 +79,76 @@ void Finish(const wire::Submit& m, int size, uint8_t* buf) {
                      static_cast<wire::DataType>(m.dtype), post);
 }
 
-// Allreduce of several tensors: those of one kind (dtype, op, scales) travel in one fusion
-// buffer through one cross-host collective.
+// Adasum of the kind's tensors (DESIGN.md "Adasum"): this host's tree over its ranks into a
+// fusion buffer, the tree over hosts, then each result copied into its slot.
+absl::Status AdasumKind(const Response& response, const std::vector<size_t>& members,
+                        const HostLayout& job, tcp::TcpMesh& mesh, TransferSpan* transfer,
+                        const SlotAllocator& allocate, std::vector<std::vector<RankResult>>* out) {
+  thread_local std::vector<uint8_t> fusion;
+  const wire::Submit& first = response.tensors[members[0]].first().meta;
+  const size_t elem = wire::DataTypeSize(first.dtype);
+  uint64_t total = 0;
+  for (size_t i : members) total += response.tensors[i].first().meta.bytes;
+  fusion.resize(total);
+  std::vector<size_t> counts;
+  uint64_t offset = 0;
+  for (size_t i : members) {
+    const ReadyTensor& t = response.tensors[i];
+    AdasumOfRanks(t, job.ranks_of_host[job.cross_rank], fusion.data() + offset);
+    counts.push_back(t.first().meta.bytes / elem);
+    offset += t.first().meta.bytes;
+  }
+  transfer->Begin();
+  absl::Status s =
+      tcp::AdasumInPlace(mesh, fusion.data(), counts, static_cast<wire::DataType>(first.dtype));
+  transfer->End();
+  ARD_RETURN_IF_ERROR(s);
+  offset = 0;
+  for (size_t i : members) {
+    const ReadyTensor& t = response.tensors[i];
+    const wire::Submit& m = t.first().meta;
+    Finish(m, job.size, fusion.data() + offset);
+    std::shared_ptr<shm::ResultSlot> slot;
+    if (m.bytes > 0) {
+      ARD_ASSIGN_OR_RETURN(slot, allocate(m.bytes));
+      memcpy(slot->data, fusion.data() + offset, m.bytes);
+    }
+    offset += m.bytes;
+    for (int r : job.ranks_of_host[job.cross_rank]) {
+      if (t.ranks[r]) (*out)[i][r] = RankResult{slot, ShapeOf(m), {}};
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The input of this host's only rank taking part in `t` when the cross-host allreduce can read it
+// as it is (no prescale), else null (LocalPartial computes the host's contribution).
+const uint8_t* SoleInput(const ReadyTensor& t, const HostLayout& job) {
+  const uint8_t* input = nullptr;
+  for (int r : job.ranks_of_host[job.cross_rank]) {
+    if (!t.ranks[r]) continue;
+    if (input != nullptr) return nullptr;
+    input = t.ranks[r]->input.data;
+  }
+  return t.first().meta.prescale == 1.0 ? input : nullptr;
+}
+
+// Tensor bytes [offset, offset + bytes) of a fused result slot, as a slot of its own that keeps
+// the fused one alive (it is freed once every tensor's result is released).
+std::shared_ptr<shm::ResultSlot> PartOf(const std::shared_ptr<shm::ResultSlot>& fused,
+                                        uint64_t offset, uint64_t bytes) {
+  if (bytes == 0) return nullptr;
+  if (offset == 0 && bytes == fused->bytes) return fused;
+  return std::shared_ptr<shm::ResultSlot>(
+      new shm::ResultSlot{fused->segment, fused->offset + offset, bytes, fused->data + offset},
+      [fused](shm::ResultSlot* part) { delete part; });
+}
+
+// Allreduce of several tensors: those of one kind (dtype, op, scales) travel through one
+// cross-host collective, reduced in place in one result slot that holds them all (each at a
+// kSlotAlignment offset; the few bytes between them are zeroed and reduced along, unused), so
+// no result is copied. A kind of one tensor on a host with one rank taking part reduces straight
+// from that rank's input: no copy at all.
 absl::Status Allreduce(const Response& response, const HostLayout& job, tcp::TcpMesh& mesh,
                        TransferSpan* transfer, const SlotAllocator& allocate,
                        std::vector<std::vector<RankResult>>* out) {
@@ -79,48 +157,48 @@ absl::Status Allreduce(const Response& response, const HostLayout& job, tcp::Tcp
     const wire::Submit& m = response.tensors[i].first().meta;
     kinds[{m.dtype, m.reduce_op, m.prescale, m.postscale}].push_back(i);
   }
-  thread_local std::vector<uint8_t> fusion;
   for (const auto& [kind, members] : kinds) {
-    uint64_t total = 0;
-    for (size_t i : members) total += response.tensors[i].first().meta.bytes;
-    fusion.resize(total);
     const auto dtype = static_cast<wire::DataType>(std::get<0>(kind));
     const auto op = static_cast<wire::ReduceOp>(std::get<1>(kind));
+    if (op == wire::ReduceOp::kAdasum) {
+      ARD_RETURN_IF_ERROR(AdasumKind(response, members, job, mesh, transfer, allocate, out));
+      continue;
+    }
     const size_t elem = wire::DataTypeSize(std::get<0>(kind));
-    // Adasum: this host's tree over its ranks, then the tree over hosts (DESIGN.md "Adasum").
-    const bool adasum = op == wire::ReduceOp::kAdasum;
-    std::vector<size_t> counts;
-    uint64_t offset = 0;
+    std::vector<uint64_t> offsets;
+    uint64_t total = 0;
     for (size_t i : members) {
-      const ReadyTensor& t = response.tensors[i];
-      if (adasum) {
-        AdasumOfRanks(t, job.ranks_of_host[job.cross_rank], fusion.data() + offset);
-      } else {
-        LocalPartial(t, job, fusion.data() + offset);
+      total = (total + wire::kSlotAlignment - 1) / wire::kSlotAlignment * wire::kSlotAlignment;
+      offsets.push_back(total);
+      total += response.tensors[i].first().meta.bytes;
+    }
+    std::shared_ptr<shm::ResultSlot> fused;
+    if (total > 0) {
+      ARD_ASSIGN_OR_RETURN(fused, allocate(total));
+    }
+    uint8_t* data = fused != nullptr ? fused->data : nullptr;
+    const uint8_t* input =
+        members.size() == 1 ? SoleInput(response.tensors[members[0]], job) : nullptr;
+    if (input == nullptr && data != nullptr) {
+      uint64_t end = 0;
+      for (size_t k = 0; k < members.size(); ++k) {
+        std::memset(data + end, 0, offsets[k] - end);
+        LocalPartial(response.tensors[members[k]], job, data + offsets[k]);
+        end = offsets[k] + response.tensors[members[k]].first().meta.bytes;
       }
-      counts.push_back(t.first().meta.bytes / elem);
-      offset += t.first().meta.bytes;
+      input = data;
     }
     transfer->Begin();
-    absl::Status s = adasum ? tcp::AdasumInPlace(mesh, fusion.data(), counts, dtype)
-                            : tcp::AllreduceInPlace(mesh, fusion.data(), total / elem, dtype, op);
+    absl::Status s = tcp::Allreduce(mesh, input, data, total / elem, dtype, op);
     transfer->End();
-    if (!s.ok()) return s;
-    offset = 0;
-    for (size_t i : members) {
-      const ReadyTensor& t = response.tensors[i];
+    ARD_RETURN_IF_ERROR(s);
+    for (size_t k = 0; k < members.size(); ++k) {
+      const ReadyTensor& t = response.tensors[members[k]];
       const wire::Submit& m = t.first().meta;
-      Finish(m, job.size, fusion.data() + offset);
-      std::shared_ptr<shm::ResultSlot> slot;
-      if (m.bytes > 0) {
-        auto allocated = allocate(m.bytes);
-        if (!allocated.ok()) return allocated.status();
-        slot = *allocated;
-        memcpy(slot->data, fusion.data() + offset, m.bytes);
-      }
-      offset += m.bytes;
+      if (m.bytes > 0) Finish(m, job.size, data + offsets[k]);
+      std::shared_ptr<shm::ResultSlot> slot = PartOf(fused, offsets[k], m.bytes);
       for (int r : job.ranks_of_host[job.cross_rank]) {
-        if (t.ranks[r]) (*out)[i][r] = RankResult{slot, ShapeOf(m), {}};
+        if (t.ranks[r]) (*out)[members[k]][r] = RankResult{slot, ShapeOf(m), {}};
       }
     }
   }
@@ -133,8 +211,8 @@ absl::StatusOr<std::shared_ptr<shm::ResultSlot>> Slot(const SlotAllocator& alloc
   return allocate(bytes);
 }
 
-absl::Status Allgather(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh& mesh, const SlotAllocator& allocate,
-                       std::vector<RankResult>* out) {
+absl::Status Allgather(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh& mesh,
+                       const SlotAllocator& allocate, std::vector<RankResult>* out) {
   const wire::Submit& m = t.first().meta;
   const uint64_t row = RowBytes(m);
   std::vector<int64_t> rows(job.size);
@@ -170,8 +248,8 @@ absl::Status Allgather(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh
   return absl::OkStatus();
 }
 
-absl::Status Broadcast(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh& mesh, const SlotAllocator& allocate,
-                       std::vector<RankResult>* out) {
+absl::Status Broadcast(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh& mesh,
+                       const SlotAllocator& allocate, std::vector<RankResult>* out) {
   const wire::Submit& m = t.first().meta;
   const int root = m.root_rank;
   auto slot = Slot(allocate, m.bytes);
@@ -180,8 +258,7 @@ absl::Status Broadcast(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh
     if (job.host_of_rank[root] == job.cross_rank) {
       Copy((*slot)->data, t.ranks[root]->input.data, m.bytes);
     }
-    if (auto s = tcp::Broadcast(mesh, (*slot)->data, m.bytes, job.host_of_rank[root]);
-        !s.ok()) {
+    if (auto s = tcp::Broadcast(mesh, (*slot)->data, m.bytes, job.host_of_rank[root]); !s.ok()) {
       return s;
     }
   }
@@ -193,8 +270,8 @@ int64_t SplitOf(const TensorRequest& s, int r, int size) {
   return s.splits.empty() ? s.meta.shape[0] / size : s.splits[r];
 }
 
-absl::Status Alltoall(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh& mesh, const SlotAllocator& allocate,
-                      std::vector<RankResult>* out) {
+absl::Status Alltoall(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh& mesh,
+                      const SlotAllocator& allocate, std::vector<RankResult>* out) {
   const int n = job.size;
   const uint64_t row = RowBytes(t.first().meta);
   const std::vector<int>& mine = job.ranks_of_host[job.cross_rank];
@@ -229,8 +306,7 @@ absl::Status Alltoall(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh&
       }
     }
   }
-  if (auto s = tcp::AlltoallV(mesh, send.data(), send_bytes, recv.data(), recv_bytes);
-      !s.ok()) {
+  if (auto s = tcp::AlltoallV(mesh, send.data(), send_bytes, recv.data(), recv_bytes); !s.ok()) {
     return s;
   }
   // Where chunk (s -> r) landed in `recv`.
@@ -268,8 +344,8 @@ absl::Status Alltoall(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh&
 // Reduces the whole tensor across hosts, then gives each local rank its rows (the first d0 % size
 // ranks get one row more, like Horovod). Moves the whole tensor rather than each host's rows:
 // simple, and correct for any placement of ranks on hosts.
-absl::Status Reducescatter(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh& mesh, const SlotAllocator& allocate,
-                           std::vector<RankResult>* out) {
+absl::Status Reducescatter(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh& mesh,
+                           const SlotAllocator& allocate, std::vector<RankResult>* out) {
   const wire::Submit& m = t.first().meta;
   thread_local std::vector<uint8_t> full;
   full.resize(m.bytes);
@@ -354,8 +430,9 @@ absl::Status TcpCollective::Prepare() {
   mesh_ = *std::move(mesh);
   if (!aborted_.ok()) mesh_->Abort(aborted_);  // the job failed while we connected
   mesh_for_ops_ = mesh_.get();
-  Logger("dataplane")->info("data plane connected job={} hosts={} cross_rank={}", layout_.job,
-                            layout_.cross_size, layout_.cross_rank);
+  Logger("dataplane")
+      ->info("data plane connected job={} hosts={} cross_rank={}", layout_.job, layout_.cross_size,
+             layout_.cross_rank);
   return absl::OkStatus();
 }
 
@@ -372,8 +449,8 @@ absl::Status TcpCollective::JobFailure(const absl::Status& error) const {
   for (size_t h = 0; h < layout_.host_names.size(); ++h) {
     hosts.push_back(absl::StrCat(h, "=", layout_.host_names[h]));
   }
-  return absl::UnavailableError(absl::StrCat("data plane of job ", layout_.job, " failed: ",
-                                             error.message(), " (hosts ",
+  return absl::UnavailableError(absl::StrCat("data plane of job ", layout_.job,
+                                             " failed: ", error.message(), " (hosts ",
                                              absl::StrJoin(hosts, ", "), ")"));
 }
 

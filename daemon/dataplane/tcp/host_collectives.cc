@@ -104,11 +104,28 @@ absl::Status RecursiveDoublingAllreduce(TcpMesh& mesh, uint8_t* buf, size_t coun
                            });
 }
 
+// out[i] = in[i] op partial[i] for i < count (in == out: in place), in passes that stay in the
+// L2 cache, so that copying the input costs no second trip to memory. Same bits as in place.
+void ReduceFrom(uint8_t* out, const uint8_t* in, const uint8_t* partial, size_t count,
+                DataType dtype, ReduceOp op) {
+  if (in == out) return collectives::ReduceInto(out, partial, count, dtype, op);
+  constexpr size_t kPassBytes = 128 << 10;
+  const size_t esize = SizeOf(dtype), pass = std::max<size_t>(1, kPassBytes / esize);
+  for (size_t i = 0; i < count; i += pass) {
+    const size_t n = std::min(pass, count - i);
+    std::memcpy(out + i * esize, in + i * esize, n * esize);
+    collectives::ReduceInto(out + i * esize, partial + i * esize, n, dtype, op);
+  }
+}
+
 // Ring reduce-scatter over element `blocks`: at step s = 0..n-2 host i sends its partial of block
-// (i - 1 - s) to the right and reduces block (i - 2 - s) from the left into its own (mine op
-// partial), in pieces of `chunk` elements; afterwards block i on host i is fully reduced.
-absl::Status RingReduceScatter(TcpMesh& mesh, uint8_t* buf, const Blocks& blocks, DataType dtype,
-                               ReduceOp op) {
+// (i - 1 - s) to the right and reduces block (i - 2 - s) from the left with its own input (mine
+// op partial) into `out`, in pieces of `chunk` elements; afterwards block i of `out` on host i is
+// fully reduced. `in` is read only: each block is reduced from it once (at s = 0 the block sent is
+// the input itself, later ones were reduced into `out` the step before), so in != out saves the
+// caller a copy. Blocks of `out` other than the reduced ones are left as they were.
+absl::Status RingReduceScatter(TcpMesh& mesh, const uint8_t* in, uint8_t* out, const Blocks& blocks,
+                               DataType dtype, ReduceOp op) {
   const int n = mesh.size(), self = mesh.self();
   if (n == 1) return absl::OkStatus();
   const size_t esize = SizeOf(dtype);
@@ -117,6 +134,7 @@ absl::Status RingReduceScatter(TcpMesh& mesh, uint8_t* buf, const Blocks& blocks
   uint8_t* staging = mesh.Scratch(std::min(chunk, largest) * esize);
   for (int s = 0; s + 1 < n; ++s) {
     const int send_b = (self - 1 - s + 2 * n) % n, recv_b = (self - 2 - s + 2 * n) % n;
+    const uint8_t* send_from = s == 0 ? in : out;
     const size_t pieces =
         (std::max(blocks.count[send_b], blocks.count[recv_b]) + chunk - 1) / chunk;
     for (size_t k = 0; k < pieces; ++k) {
@@ -125,10 +143,10 @@ absl::Status RingReduceScatter(TcpMesh& mesh, uint8_t* buf, const Blocks& blocks
       const size_t recv_begin = std::min(k * chunk, blocks.count[recv_b]);
       const size_t recv_count = std::min(chunk, blocks.count[recv_b] - recv_begin);
       ARD_RETURN_IF_ERROR(
-          mesh.Exchange(Right(mesh), buf + (blocks.offset[send_b] + send_begin) * esize,
+          mesh.Exchange(Right(mesh), send_from + (blocks.offset[send_b] + send_begin) * esize,
                         send_count * esize, Left(mesh), staging, recv_count * esize));
-      collectives::ReduceInto(buf + (blocks.offset[recv_b] + recv_begin) * esize, staging,
-                              recv_count, dtype, op);
+      const size_t at = (blocks.offset[recv_b] + recv_begin) * esize;
+      ReduceFrom(out + at, in + at, staging, recv_count, dtype, op);
     }
   }
   return absl::OkStatus();
@@ -147,32 +165,45 @@ absl::Status RingAllgather(TcpMesh& mesh, uint8_t* buf, const Blocks& blocks) {
   return absl::OkStatus();
 }
 
-absl::Status RingAllreduce(TcpMesh& mesh, uint8_t* buf, size_t count, DataType dtype, ReduceOp op) {
+absl::Status RingAllreduce(TcpMesh& mesh, const uint8_t* in, uint8_t* out, size_t count,
+                           DataType dtype, ReduceOp op) {
   const Blocks elements = EvenBlocks(count, mesh.size());
-  ARD_RETURN_IF_ERROR(RingReduceScatter(mesh, buf, elements, dtype, op));
+  ARD_RETURN_IF_ERROR(RingReduceScatter(mesh, in, out, elements, dtype, op));
   Blocks bytes = elements;
   for (size_t& v : bytes.offset) v *= SizeOf(dtype);
   for (size_t& v : bytes.count) v *= SizeOf(dtype);
-  return RingAllgather(mesh, buf, bytes);
+  return RingAllgather(mesh, out, bytes);
 }
 
 }  // namespace
 
 absl::Status AllreduceInPlace(TcpMesh& mesh, void* buf, size_t count, DataType dtype, ReduceOp op) {
-  return AllreduceInPlace(mesh, buf, count, dtype, op, AllreduceAlgorithm::kAuto);
+  return Allreduce(mesh, buf, buf, count, dtype, op, AllreduceAlgorithm::kAuto);
 }
 
 absl::Status AllreduceInPlace(TcpMesh& mesh, void* buf, size_t count, DataType dtype, ReduceOp op,
                               AllreduceAlgorithm algorithm) {
-  ARD_RETURN_IF_ERROR(CheckReduce(mesh, buf, count, dtype));
+  return Allreduce(mesh, buf, buf, count, dtype, op, algorithm);
+}
+
+absl::Status Allreduce(TcpMesh& mesh, const void* input, void* output, size_t count, DataType dtype,
+                       ReduceOp op, AllreduceAlgorithm algorithm) {
+  ARD_RETURN_IF_ERROR(CheckReduce(mesh, output, count, dtype));
+  if (input == nullptr && count > 0) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", mesh.job_id(), ": null input"));
+  }
   const int n = mesh.size();
-  if (n == 1 || count == 0) return absl::OkStatus();
-  if (algorithm == AllreduceAlgorithm::kAuto) {
+  const uint8_t* in = static_cast<const uint8_t*>(input);
+  uint8_t* out = static_cast<uint8_t*>(output);
+  if (algorithm == AllreduceAlgorithm::kAuto && n > 1 && count > 0) {
     algorithm = ChooseAllreduce(mesh.algorithms(), n, count, SizeOf(dtype));
   }
-  uint8_t* data = static_cast<uint8_t*>(buf);
-  if (algorithm == AllreduceAlgorithm::kRing) return RingAllreduce(mesh, data, count, dtype, op);
-  return RecursiveDoublingAllreduce(mesh, data, count, dtype, op);
+  if (n > 1 && count > 0 && algorithm == AllreduceAlgorithm::kRing) {
+    return RingAllreduce(mesh, in, out, count, dtype, op);
+  }
+  if (in != out && count > 0) std::memcpy(out, in, count * SizeOf(dtype));
+  if (n == 1 || count == 0) return absl::OkStatus();
+  return RecursiveDoublingAllreduce(mesh, out, count, dtype, op);
 }
 
 absl::Status ReduceScatterInPlace(TcpMesh& mesh, void* buf,
@@ -181,7 +212,8 @@ absl::Status ReduceScatterInPlace(TcpMesh& mesh, void* buf,
   ARD_RETURN_IF_ERROR(CheckPerHost(mesh, count_per_host.size(), "count_per_host"));
   const size_t total = std::accumulate(count_per_host.begin(), count_per_host.end(), size_t{0});
   ARD_RETURN_IF_ERROR(CheckReduce(mesh, buf, total, dtype));
-  return RingReduceScatter(mesh, static_cast<uint8_t*>(buf), BlocksOf(count_per_host), dtype, op);
+  uint8_t* data = static_cast<uint8_t*>(buf);
+  return RingReduceScatter(mesh, data, data, BlocksOf(count_per_host), dtype, op);
 }
 
 absl::Status AllgatherV(TcpMesh& mesh, void* buf, const std::vector<size_t>& bytes_per_host) {

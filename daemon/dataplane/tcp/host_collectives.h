@@ -49,6 +49,13 @@ absl::Status AllreduceInPlace(TcpMesh& mesh, void* buf, size_t count, wire::Data
 // The same with the algorithm given (kAuto chooses), for tests and benchmarks.
 absl::Status AllreduceInPlace(TcpMesh& mesh, void* buf, size_t count, wire::DataType dtype,
                               wire::ReduceOp op, AllreduceAlgorithm algorithm);
+// The same reading this host's input from `input` (count elements, unchanged) and leaving the
+// result in `output`: the ring reduces straight from the input (the caller saves copying it into
+// `output`; the result's bits are the same). input == output is the in-place form; otherwise the
+// two must not overlap.
+absl::Status Allreduce(TcpMesh& mesh, const void* input, void* output, size_t count,
+                       wire::DataType dtype, wire::ReduceOp op,
+                       AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto);
 
 // buf holds sum(count_per_host) elements of this host's input, in blocks (host order) of
 // count_per_host[h] elements (uneven or zero sizes allowed). Afterwards host `self`'s block, at
