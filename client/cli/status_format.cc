@@ -44,7 +44,32 @@ std::string GpuSummary(const Host& host) {
   return absl::StrCat(host.gpus_size(), "x ", host.gpus(0).model(), same ? "" : ", ...");
 }
 
-// The jobs table (placement, progress, stalls and GPU plans below it), or "  (none)".
+// One change of an elastic job, after its age and generation.
+std::string ElasticChangeText(const JobSummary::ElasticChange& c) {
+  if (c.change() == "hosts updated") {
+    return absl::StrCat("hosts updated: ", c.size(), " rank(s) of host ",
+                        absl::StrJoin(c.hosts(), ", "), " wait to join");
+  }
+  if (c.hosts().empty()) return absl::StrCat(c.change(), ": ", c.detail());  // lost, ended
+  return absl::StrCat(c.change(), ": ", c.size(), " ranks on ", absl::StrJoin(c.hosts(), ", "),
+                      c.detail().empty() ? "" : absl::StrCat(" (", c.detail(), ")"));
+}
+
+// An elastic job's generation, members and changes, under the jobs table.
+std::string ElasticDetails(const JobSummary& j, const std::vector<std::string>& placement) {
+  std::string out = absl::StrCat(
+      "  elastic: job ", j.name(), " generation ", j.generation(), " (min_np ", j.elastic_min_np(),
+      j.elastic_max_np() > 0 ? absl::StrCat(", max_np ", j.elastic_max_np()) : "", "): ", j.state(),
+      ", ", j.size(), " ranks ", absl::StrJoin(placement, " "), "\n");
+  for (const auto& c : j.elastic_changes()) {
+    absl::StrAppend(&out, "    ", FormatDuration(c.age_s()), " ago  generation ", c.generation(),
+                    " ", ElasticChangeText(c), "\n");
+  }
+  return out;
+}
+
+// The jobs table (placement, progress, stalls, GPU plans and elastic jobs' changes below it), or
+// "  (none)".
 std::string JobsTable(const google::protobuf::RepeatedPtrField<JobSummary>& jobs) {
   if (jobs.empty()) return "  (none)\n";
   std::vector<Row> rows = {{"JOB", "STATE", "RANKS", "RANKS PER HOST", "COLLECTIVES", "REDUCED",
@@ -71,6 +96,7 @@ std::string JobsTable(const google::protobuf::RepeatedPtrField<JobSummary>& jobs
                     absl::StrCat(j.pending_tensors()), FormatDuration(j.age_s()), note});
     if (!j.gpu_plan().empty())
       absl::StrAppend(&details, "  gpu: job ", j.name(), " ", j.gpu_plan(), "\n");
+    if (j.elastic_min_np() > 0) absl::StrAppend(&details, ElasticDetails(j, placement));
     for (const auto& t : j.stalled()) {
       std::vector<std::string> missing;
       for (int i = 0; i < t.missing_ranks_size(); ++i) {

@@ -86,6 +86,54 @@ TEST_CASE("jobs show placement, progress and stalls") {
                "1m04s ago)") != std::string::npos);
 }
 
+TEST_CASE("an elastic job: its generation, members and the history of its changes") {
+  GetClusterStatusResponse r = Sample();
+  JobSummary* j = r.mutable_view()->add_jobs();
+  j->set_name("train");
+  j->set_size(4);
+  j->set_state("running");
+  j->set_generation(3);
+  j->set_elastic_min_np(2);
+  j->set_elastic_max_np(8);
+  for (const char* host : {"a", "c"}) {
+    auto* hr = j->add_ranks();
+    hr->set_host(host);
+    hr->add_ranks(host[0] == 'a' ? 0 : 2);
+    hr->add_ranks(host[0] == 'a' ? 1 : 3);
+  }
+  auto change = [&](double age_s, uint64_t generation, const char* what, uint32_t size,
+                    std::vector<std::string> hosts, const char* detail) {
+    auto* c = j->add_elastic_changes();
+    c->set_age_s(age_s);
+    c->set_generation(generation);
+    c->set_change(what);
+    c->set_size(size);
+    for (const auto& h : hosts) c->add_hosts(h);
+    c->set_detail(detail);
+  };
+  change(70, 1, "formed", 4, {"a", "b"}, "");
+  change(40, 1, "lost", 0, {}, "host b is DOWN (missed heartbeats for 1003 ms)");
+  change(39, 2, "shrunk", 2, {"a"}, "-b");
+  change(20, 2, "hosts updated", 2, {"c"}, "");
+  change(19.5, 2, "ended", 0, {}, "every host left");
+  change(19, 3, "grown", 4, {"a", "c"}, "+c");
+  const std::string t = FormatStatusTable(r);
+  INFO(t);
+  CHECK(t.find("  elastic: job train generation 3 (min_np 2, max_np 8): running, 4 ranks "
+               "a:[0,1] c:[2,3]\n"
+               "    1m10s ago  generation 1 formed: 4 ranks on a, b\n"
+               "    40.0s ago  generation 1 lost: host b is DOWN (missed heartbeats for 1003 ms)\n"
+               "    39.0s ago  generation 2 shrunk: 2 ranks on a (-b)\n"
+               "    20.0s ago  generation 2 hosts updated: 2 rank(s) of host c wait to join\n"
+               "    19.5s ago  generation 2 ended: every host left\n"
+               "    19.0s ago  generation 3 grown: 4 ranks on a, c (+c)\n") != std::string::npos);
+  auto json = FormatStatusJson(r);
+  REQUIRE(json.ok());
+  CHECK(
+      json->find("\"elastic_changes\":[{\"age_s\":70,\"generation\":\"1\",\"change\":\"formed\"") !=
+      std::string::npos);
+}
+
 TEST_CASE("GPU path: each host's GPUs with memory and NCCL version, each job's devices") {
   GetClusterStatusResponse r = Sample();
   Host* b = r.mutable_view()->mutable_hosts(1);

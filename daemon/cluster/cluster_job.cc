@@ -255,6 +255,15 @@ void ClusterJob::Broadcast(JobEvent event) {
   }
 }
 
+bool ClusterJob::AnnounceHostsUpdated() {
+  if (hosts_updated_sent_) return false;
+  hosts_updated_sent_ = true;
+  JobEvent event;
+  event.set_hosts_updated(true);
+  Broadcast(std::move(event));
+  return true;
+}
+
 void ClusterJob::Abort(const absl::Status& status) {
   JobEvent event;
   event.set_abort_code(static_cast<int32_t>(status.code()));

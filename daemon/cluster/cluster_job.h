@@ -64,6 +64,9 @@ class ClusterJob {
   // its GPUs, and its host-ready tensors; broadcasts what became ready.
   Outcome Negotiate(const NegotiateRequest& request, absl::Time now);
 
+  // Elastic: ranks of a host outside this generation wait to join; every host hears it
+  // (JobEvent.hosts_updated) once. False if they were told already.
+  bool AnnounceHostsUpdated();
   // Sends the abort event to every host and ends their streams.
   void Abort(const absl::Status& status);
   // Ends the streams still open with `status` (the job ended, or the coordinator stops).
@@ -106,6 +109,7 @@ class ClusterJob {
   // GPU path: each host's GPUs (NegotiateRequest.gpu) until all sent; then the layout went out.
   std::map<std::string, GpuHost> gpu_hosts_;
   bool gpu_layout_sent_ = false;
+  bool hosts_updated_sent_ = false;  // elastic: AnnounceHostsUpdated broadcast it
   uint64_t committed_tensors_ = 0;  // tensors of committed, successful responses
   uint64_t committed_bytes_ = 0;    // their input bytes of one rank
 };

@@ -184,6 +184,7 @@ void JobChannel::OnEvent(const JobEvent& event) {
     return sink_->OnAborted(
         absl::Status(static_cast<absl::StatusCode>(event.abort_code()), event.abort()));
   }
+  if (event.hosts_updated()) sink_->OnHostsUpdated();
   for (uint32_t id : event.cache_evict()) cache_.Evict(id);
   for (const CacheEntry& put : event.cache_put()) {
     auto sig = forwarded_signature_.find(put.name());

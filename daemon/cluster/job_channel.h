@@ -71,6 +71,8 @@ class JobChannelSink {
   virtual void OnAborted(const absl::Status& status) = 0;
   // The channel itself broke (the coordinator unreachable, a refused message).
   virtual void OnLost(const absl::Status& status) = 0;
+  // Elastic: ranks of a host outside this generation wait to join (JobEvent.hosts_updated).
+  virtual void OnHostsUpdated() {}
 };
 
 class JobChannel {

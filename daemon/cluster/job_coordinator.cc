@@ -4,6 +4,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
@@ -13,7 +14,9 @@ namespace ard::cluster {
 JobCoordinator::JobCoordinator(EventLoop& loop, JobCoordinatorOptions options)
     : loop_(loop),
       options_(std::move(options)),
-      formation_(loop, options_.id_prefix, [this](const JobLayout& l) { OnFormed(l); }),
+      formation_(
+          loop, options_.id_prefix, [this](const JobLayout& l) { OnFormed(l); },
+          [this](const std::string& name) { return RunningHosts(name); }),
       history_(options_.ended_jobs_kept, options_.ended_jobs_max_age) {
   ScheduleStallInspection();
 }
@@ -42,12 +45,95 @@ absl::Status JobCoordinator::CheckMember(const std::string& host, const char* ca
 void JobCoordinator::HandleRegisterRanks(const RegisterRanksRequest& request,
                                          Done<RegisterRanksResponse> done) {
   if (absl::Status s = CheckMember(request.host(), "RegisterRanks"); !s.ok()) return done(s);
+  if (request.elastic_min_np() > 0) {
+    if (absl::Status s = AnnounceJoining(request); !s.ok()) return done(s);
+  }
   formation_.Register(request, std::move(done));
+}
+
+ClusterJob* JobCoordinator::RunningElastic(const std::string& name) {
+  if (formation_.elastic(name) == nullptr) return nullptr;
+  ClusterJob* newest = nullptr;
+  for (auto& [id, job] : jobs_) {
+    if (job->layout().job() == name &&
+        (newest == nullptr || job->generation() > newest->generation())) {
+      newest = job.get();
+    }
+  }
+  return newest;
+}
+
+std::set<std::string> JobCoordinator::RunningHosts(const std::string& name) const {
+  std::set<std::string> out;
+  for (const auto& [id, job] : jobs_) {
+    if (job->layout().job() != name) continue;
+    for (const auto& h : job->layout().hosts()) {
+      if (job->Active(h.name())) out.insert(h.name());
+    }
+  }
+  return out;
+}
+
+absl::Status JobCoordinator::AnnounceJoining(const RegisterRanksRequest& request) {
+  ClusterJob* running = RunningElastic(request.job());
+  if (running == nullptr || running->HasHost(request.host())) return absl::OkStatus();
+  if (request.size() > 0 && running->layout().size() >= request.size()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("elastic job ", request.job(), " runs ", running->layout().size(),
+                     " ranks, its max_np: the ", request.ranks_size(), " rank(s) of host ",
+                     request.host(), " cannot join it"));
+  }
+  if (running->AnnounceHostsUpdated()) {
+    Logger("negotiation")
+        ->info(
+            "elastic job has a new host waiting to join job={} id={} generation={} host={} "
+            "ranks={}",
+            request.job(), running->id(), running->generation(), request.host(),
+            request.ranks_size());
+  }
+  JobSummary::ElasticChange change;  // every joining host, even once the ranks were told
+  change.set_change("hosts updated");
+  change.set_generation(running->generation());
+  change.set_size(request.ranks_size());
+  change.add_hosts(request.host());
+  history_.AddChange(request.job(), std::move(change), absl::Now());
+  return absl::OkStatus();
 }
 
 void JobCoordinator::OnFormed(const JobLayout& layout) {
   jobs_[layout.job_id()] = std::make_unique<ClusterJob>(layout, options_.fusion_threshold_bytes,
                                                         options_.cache_capacity, absl::Now());
+  if (formation_.elastic(layout.job()) != nullptr) RecordFormation(layout);
+}
+
+void JobCoordinator::RecordFormation(const JobLayout& layout) {
+  JobSummary::ElasticChange change;
+  change.set_generation(layout.generation());
+  change.set_size(layout.size());
+  std::set<std::string> hosts;
+  for (const auto& h : layout.hosts()) {
+    change.add_hosts(h.name());
+    hosts.insert(h.name());
+  }
+  const JobSummary::ElasticChange* last = history_.LastFormation(layout.job());
+  if (last == nullptr) {
+    change.set_change("formed");
+  } else {
+    const int before_size = static_cast<int>(last->size());
+    change.set_change(layout.size() > before_size   ? "grown"
+                      : layout.size() < before_size ? "shrunk"
+                                                    : "re-formed");
+    const std::set<std::string> before(last->hosts().begin(), last->hosts().end());
+    std::vector<std::string> moved;
+    for (const std::string& h : hosts) {
+      if (before.count(h) == 0) moved.push_back("+" + h);
+    }
+    for (const std::string& h : before) {
+      if (hosts.count(h) == 0) moved.push_back("-" + h);
+    }
+    change.set_detail(absl::StrJoin(moved, " "));
+  }
+  history_.AddChange(layout.job(), std::move(change), absl::Now());
 }
 
 absl::StatusOr<ClusterJob*> JobCoordinator::Find(uint64_t id, uint64_t generation,
@@ -90,6 +176,8 @@ void JobCoordinator::HandleNegotiate(const NegotiateRequest& request,
     Abort(request.job_id(), outcome.abort);
   } else if ((*job)->ended()) {
     End(request.job_id());
+  } else if (request.left()) {
+    formation_.OnRunningChanged((*job)->layout().job());
   }
 }
 
@@ -169,7 +257,19 @@ void JobCoordinator::Abort(uint64_t id, const absl::Status& status) {
   summary.clear_stalled();
   job.Abort(status);
   history_.Add(std::move(summary), now);
+  const std::string name = job.layout().job();
+  if (formation_.elastic(name) != nullptr) {
+    // A host's report of its elastic generation says "elastic job J generation g re-forms: why".
+    const std::string why(status.message());
+    const size_t mark = why.find(" re-forms: ");
+    JobSummary::ElasticChange change;
+    change.set_change("lost");
+    change.set_generation(job.generation());
+    change.set_detail(mark == std::string::npos ? why : why.substr(mark + 11));
+    history_.AddChange(name, std::move(change), now);
+  }
   jobs_.erase(it);
+  formation_.OnRunningChanged(name);
 }
 
 void JobCoordinator::End(uint64_t id) {
@@ -183,7 +283,16 @@ void JobCoordinator::End(uint64_t id) {
   summary.clear_stalled();
   job.Finish(absl::OkStatus());
   history_.Add(std::move(summary), now);
+  const std::string name = job.layout().job();
+  if (formation_.elastic(name) != nullptr) {
+    JobSummary::ElasticChange change;
+    change.set_change("ended");
+    change.set_generation(job.generation());
+    change.set_detail("every host left");
+    history_.AddChange(name, std::move(change), now);
+  }
   jobs_.erase(it);
+  formation_.OnRunningChanged(name);
 }
 
 std::vector<JobSummary> JobCoordinator::Summaries() const {
@@ -191,6 +300,21 @@ std::vector<JobSummary> JobCoordinator::Summaries() const {
   std::vector<JobSummary> out;
   for (const auto& [id, job] : jobs_) out.push_back(job->Summary(now, options_.stall_warning));
   for (JobSummary& s : history_.Summaries(now)) out.push_back(std::move(s));
+  // Each elastic job's bounds and changes go on its newest entry (the highest generation).
+  std::map<std::string, size_t> newest;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (formation_.elastic(out[i].name()) == nullptr) continue;
+    auto [it, fresh] = newest.emplace(out[i].name(), i);
+    if (!fresh && out[i].generation() > out[it->second].generation()) it->second = i;
+  }
+  for (const auto& [name, i] : newest) {
+    const ElasticBounds* bounds = formation_.elastic(name);
+    out[i].set_elastic_min_np(bounds->min_np);
+    out[i].set_elastic_max_np(bounds->max_np);
+    for (JobSummary::ElasticChange& c : history_.Changes(name, now)) {
+      *out[i].add_elastic_changes() = std::move(c);
+    }
+  }
   return out;
 }
 

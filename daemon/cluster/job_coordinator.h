@@ -3,9 +3,13 @@
 // readiness table, validation, fusion, response cache, GPU layout, event streams), and aborts a
 // job when one of its hosts reports a failure, goes DOWN, stops watching it (its WatchJob stream
 // ends: its daemon exited), or a tensor stalls past stall_shutdown. Jobs that ended stay visible
-// in Summaries for a while (JobHistory).
+// in Summaries for a while (JobHistory), and so do each elastic job's changes (generations
+// formed, hosts waiting to join, generations lost or ended), shown on the job's newest entry.
 // Every call about a formed job names its id and generation: an unknown id is NOT_FOUND, a
 // generation other than the job's current one ABORTED ("stale generation").
+// Elastic jobs (DESIGN.md "Elastic training"): a host outside the running generation that
+// registers ranks for it is announced to the running hosts (JobEvent.hosts_updated) and its
+// registration is held until their ranks re-register; the next generation forms with all.
 //
 // Thread: the control loop only. Handlers are called there (the rpc layer posts); event sinks
 // are thread-safe (they write to gRPC streams).
@@ -19,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -86,6 +91,16 @@ class JobCoordinator {
 
  private:
   void OnFormed(const JobLayout& layout);
+  // Elastic: records generation `layout` in the history (formed, grown, shrunk or re-formed).
+  void RecordFormation(const JobLayout& layout);
+  // The newest running generation of elastic job `name`, or null.
+  ClusterJob* RunningElastic(const std::string& name);
+  // The hosts of job `name`'s running generations that have not left them (for formation).
+  std::set<std::string> RunningHosts(const std::string& name) const;
+  // Elastic: `request` comes from a host outside the job's running generation: the running
+  // hosts are told once (their ranks re-form at their next commit). A generation already at
+  // the max_np the request gives refuses it (ResourceExhausted).
+  absl::Status AnnounceJoining(const RegisterRanksRequest& request);
   void ScheduleStallInspection();
   // PermissionDenied unless `host` is an UP member of the cluster.
   absl::Status CheckMember(const std::string& host, const char* call) const;

@@ -21,7 +21,7 @@ constexpr size_t kMaxNameBytes = 256;
 struct JobFormation::Forming {
   int size = 0;            // elastic: max_np (0: none)
   int elastic_min_np = 0;  // 0: a fixed-size job
-  absl::Time last_registration;
+  absl::Time last_change;  // the last registration, or change of the running generation
   uint64_t token = 0;
   absl::Duration timeout;
   // By host name (sorted: host order defines cross ranks).
@@ -29,8 +29,12 @@ struct JobFormation::Forming {
 };
 
 JobFormation::JobFormation(EventLoop& loop, uint64_t id_prefix,
-                           std::function<void(const JobLayout&)> on_formed)
-    : loop_(loop), id_prefix_(id_prefix), on_formed_(std::move(on_formed)) {}
+                           std::function<void(const JobLayout&)> on_formed,
+                           RunningHosts running_hosts)
+    : loop_(loop),
+      id_prefix_(id_prefix),
+      on_formed_(std::move(on_formed)),
+      running_hosts_(std::move(running_hosts)) {}
 
 JobFormation::~JobFormation() = default;
 
@@ -70,16 +74,25 @@ void JobFormation::Register(const RegisterRanksRequest& request, Done<RegisterRa
     return;
   }
   forming->hosts[request.host()] = {request, std::move(done)};
-  forming->last_registration = absl::Now();
-  if (elastic) {
-    for (int quarter : {1, 4}) {
-      loop_.PostAfter(quarter * kElasticSettle + absl::Milliseconds(1),
-                      [this, name = request.job()] {
-                        if (forming_.count(name) != 0) TryForm(name);
-                      });
-    }
-  }
+  forming->last_change = absl::Now();
+  if (elastic) ScheduleSettled(request.job());
   TryForm(request.job());
+}
+
+void JobFormation::ScheduleSettled(const std::string& name) {
+  for (int quarter : {1, 4}) {
+    loop_.PostAfter(quarter * kElasticSettle + absl::Milliseconds(1), [this, name] {
+      if (forming_.count(name) != 0) TryForm(name);
+    });
+  }
+}
+
+void JobFormation::OnRunningChanged(const std::string& name) {
+  auto it = forming_.find(name);
+  if (it == forming_.end() || it->second->elastic_min_np == 0) return;
+  it->second->last_change = absl::Now();
+  ScheduleSettled(name);
+  TryForm(name);
 }
 
 absl::StatusOr<JobLayout> JobFormation::Layout(const std::string& name, const Forming& f) {
@@ -108,7 +121,7 @@ absl::StatusOr<JobLayout> JobFormation::Layout(const std::string& name, const Fo
   }
   JobLayout layout;
   layout.set_job_id((id_prefix_ << 24) | next_id_++);
-  layout.set_generation(elastic ? ++elastic_generation_[name] : 1);
+  layout.set_generation(elastic ? ++elastic_[name].generation : 1);
   layout.set_job(name);
   layout.set_size(size);
   size_t next = 0;
@@ -140,9 +153,12 @@ void JobFormation::TryForm(const std::string& name) {
   forming_.erase(it);
   if (layout.ok()) {
     if (done->elastic_min_np > 0) {
-      auto& hosts = elastic_hosts_[name];
-      hosts.clear();
-      for (const auto& [host, reg] : done->hosts) hosts.insert(host);
+      Elastic& e = elastic_[name];
+      e.hosts.clear();
+      for (const auto& [host, reg] : done->hosts) e.hosts.insert(host);
+      e.bounds = {done->elastic_min_np, done->size};
+    } else {
+      elastic_.erase(name);  // the name now runs a fixed-size job
     }
     on_formed_(*layout);
     Logger("negotiation")
@@ -185,22 +201,35 @@ void JobFormation::FormTimeout(const std::string& name, uint64_t token) {
 
 bool JobFormation::ElasticReady(const std::string& name, const Forming& f, int total) const {
   if (total < f.elastic_min_np) return false;  // the registration's timeout fails it
+  // A generation still runs: each of its hosts that has not left it will come (its ranks were
+  // told that hosts wait, or it fails the generation first). Forming without it would start a
+  // second job of the same name.
+  if (running_hosts_) {
+    for (const std::string& host : running_hosts_(name)) {
+      if (f.hosts.count(host) == 0) return false;
+    }
+  }
   if (f.size > 0 && total >= f.size) return true;
-  auto previous = elastic_hosts_.find(name);
-  if (previous != elastic_hosts_.end() && !previous->second.empty()) {
+  auto previous = elastic_.find(name);
+  bool any_back = false;
+  if (previous != elastic_.end() && !previous->second.hosts.empty()) {
     bool all = true;  // every surviving host of the last generation is back
-    for (const std::string& host : previous->second) all = all && f.hosts.count(host) != 0;
+    for (const std::string& host : previous->second.hosts) {
+      const bool back = f.hosts.count(host) != 0;
+      all = all && back;
+      any_back = any_back || back;
+    }
     if (all) return true;
   }
-  // A new job: its hosts start their ranks at different times.
-  const absl::Duration settle =
-      previous == elastic_hosts_.end() ? 4 * kElasticSettle : kElasticSettle;
-  return absl::Now() - f.last_registration >= settle;
+  // A new job (its hosts start their ranks at different times), or none of the last
+  // generation's hosts back yet (new hosts wait for them: they left it moments ago).
+  const absl::Duration settle = any_back ? kElasticSettle : 4 * kElasticSettle;
+  return absl::Now() - f.last_change >= settle;
 }
 
 void JobFormation::OnHostDown(const std::string& host) {
   for (auto& [name, f] : forming_) f->hosts.erase(host);
-  for (auto& [name, hosts] : elastic_hosts_) hosts.erase(host);
+  for (auto& [name, e] : elastic_) e.hosts.erase(host);
   std::vector<std::string> elastic;
   for (const auto& [name, f] : forming_) {
     if (f->elastic_min_np > 0) elastic.push_back(name);

@@ -4,9 +4,14 @@
 // and answers every host with the same JobLayout (generation 1). A job that does not complete
 // within the registration's timeout fails on every host that registered, naming who did.
 // An elastic job (elastic_min_np > 0) has no fixed size: it forms from the hosts that registered
-// once they hold min_np ranks and either max_np registered, every host of its previous generation
-// that is still up registered again, or kElasticSettle passed without another registration; its
-// ranks are numbered densely in the order the ranks gave, and each formation is a generation.
+// once they hold min_np ranks, every host of a generation still running (the coordinator's
+// `running_hosts`: those that have not left it) is among them, and either max_np registered,
+// every host of its previous generation that is still up registered again, or kElasticSettle
+// passed without another registration or change of the running generation (four times that for
+// a new job or while none of the previous hosts is back); its ranks are numbered densely in the
+// order the ranks gave, and each formation is a generation. Holding a new host's registration
+// while a generation runs is what lets the running ranks re-form with it rather than it forming
+// a second job of the same name.
 //
 // Thread: the control loop only.
 // Lifecycle: 1. constructed by the JobCoordinator; 2. Register holds each call until its job
@@ -30,17 +35,35 @@ namespace ard::cluster {
 // How long an elastic job's formation waits for more hosts after the last registration.
 inline constexpr absl::Duration kElasticSettle = absl::Milliseconds(500);
 
+// An elastic job's bounds, as the ranks of its latest generation gave them (max_np 0: none).
+struct ElasticBounds {
+  int min_np = 0;
+  int max_np = 0;
+};
+
+// The hosts of job `name`'s running generation that have not left it (empty: none runs).
+using RunningHosts = std::function<std::set<std::string>(const std::string& name)>;
+
 class JobFormation {
  public:
-  // `id_prefix` makes job ids unique across coordinator restarts.
-  JobFormation(EventLoop& loop, uint64_t id_prefix,
-               std::function<void(const JobLayout&)> on_formed);
+  // `id_prefix` makes job ids unique across coordinator restarts; `running_hosts` null: no
+  // generation is ever running (tests of formation alone).
+  JobFormation(EventLoop& loop, uint64_t id_prefix, std::function<void(const JobLayout&)> on_formed,
+               RunningHosts running_hosts = nullptr);
   ~JobFormation();
 
   // One host's registered local ranks of a job; `done` gets the layout once the job formed.
   void Register(const RegisterRanksRequest& request, Done<RegisterRanksResponse> done);
   // A host went DOWN or left: its registrations are dropped (their calls are not answered).
   void OnHostDown(const std::string& host);
+  // Elastic: job `name`'s running generation changed (a host left it, it ended or was aborted):
+  // its successor's formation is checked again, its settle time counted from now.
+  void OnRunningChanged(const std::string& name);
+  // The bounds of job `name` if its latest generation formed here was elastic, else null.
+  const ElasticBounds* elastic(const std::string& name) const {
+    auto it = elastic_.find(name);
+    return it == elastic_.end() ? nullptr : &it->second.bounds;
+  }
 
   int forming_count() const { return static_cast<int>(forming_.size()); }
 
@@ -48,6 +71,8 @@ class JobFormation {
   struct Forming;
 
   void TryForm(const std::string& name);
+  // Elastic: TryForm once kElasticSettle and four times that have passed.
+  void ScheduleSettled(const std::string& name);
   void FormTimeout(const std::string& name, uint64_t token);
   // Elastic: whether `f` forms now (else TryForm runs again after kElasticSettle).
   bool ElasticReady(const std::string& name, const Forming& f, int total) const;
@@ -57,13 +82,18 @@ class JobFormation {
   EventLoop& loop_;
   const uint64_t id_prefix_;
   const std::function<void(const JobLayout&)> on_formed_;
+  const RunningHosts running_hosts_;
   uint64_t next_id_ = 1;     // job ids (with id_prefix_)
   uint64_t next_token_ = 1;  // tells a formation's timeout from a later one of the same name
   std::map<std::string, std::unique_ptr<Forming>> forming_;  // by job name
-  // Elastic jobs by name: the hosts of the latest generation (minus those gone DOWN since) and
-  // the latest generation's number.
-  std::map<std::string, std::set<std::string>> elastic_hosts_;
-  std::map<std::string, uint64_t> elastic_generation_;
+  // Elastic jobs by name: the hosts of the latest generation (minus those gone DOWN since), the
+  // latest generation's number and bounds.
+  struct Elastic {
+    std::set<std::string> hosts;
+    uint64_t generation = 0;
+    ElasticBounds bounds;
+  };
+  std::map<std::string, Elastic> elastic_;
 };
 
 }  // namespace ard::cluster

@@ -1,12 +1,16 @@
 // The coordinator's memory of cross-host jobs that ended, so `allreducectl status` and `jobs` show
 // a job that failed (state "failed", with the reason) at once and for a while after, rather than
 // dropping it or showing the last "running" report of a host that died; with its duration
-// (duration_s). Bounded: the last `capacity` jobs, none older than `max_age`.
+// (duration_s). Bounded: the last `capacity` jobs, none older than `max_age`. Also each elastic
+// job's changes (generations formed, hosts waiting to join, generations lost or ended), by job
+// name: the last kChangesKept per job, a job forgotten `max_age` after its last change.
 // Thread: the control loop only (owned by the JobCoordinator).
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -26,6 +30,14 @@ class JobHistory {
   // Entries of jobs that ended less than max_age before `now`, oldest first; age_s keeps counting.
   std::vector<JobSummary> Summaries(absl::Time now) const;
 
+  static constexpr size_t kChangesKept = 64;
+  // Elastic: a change of job `job` that happened at `at` (its age_s is set when shown).
+  void AddChange(const std::string& job, JobSummary::ElasticChange change, absl::Time at);
+  // Job `job`'s changes kept, oldest first, with their age_s at `now`.
+  std::vector<JobSummary::ElasticChange> Changes(const std::string& job, absl::Time now) const;
+  // Job `job`'s latest formation ("formed", "grown", "shrunk", "re-formed"), or null.
+  const JobSummary::ElasticChange* LastFormation(const std::string& job) const;
+
  private:
   struct Ended {
     JobSummary summary;
@@ -34,6 +46,11 @@ class JobHistory {
   const size_t capacity_;
   const absl::Duration max_age_;
   std::deque<Ended> ended_;  // oldest first
+  struct Change {
+    JobSummary::ElasticChange change;
+    absl::Time at;
+  };
+  std::map<std::string, std::deque<Change>> changes_;  // by job name, oldest first
 };
 
 }  // namespace ard::cluster

@@ -1,4 +1,5 @@
-// The bounded history of ended jobs: count and age bounds, lookup by id, age that keeps counting.
+// The bounded history of ended jobs: count and age bounds, lookup by id, age that keeps counting;
+// elastic jobs' changes by name: bounded per job, forgotten after max_age, the latest formation.
 #include "daemon/cluster/job_history.h"
 
 #include "catch2/catch.hpp"
@@ -49,6 +50,38 @@ TEST_CASE("capacity zero keeps nothing") {
   history.Add(Ended(1, "failed"), kT0);
   CHECK(history.Summaries(kT0).empty());
   CHECK(history.Find(1) == nullptr);
+}
+
+JobSummary::ElasticChange Change(const std::string& what, uint64_t generation, uint32_t size) {
+  JobSummary::ElasticChange c;
+  c.set_change(what);
+  c.set_generation(generation);
+  c.set_size(size);
+  return c;
+}
+
+TEST_CASE("elastic changes by job: oldest first with their age, the latest formation, bounds") {
+  JobHistory history(8, absl::Minutes(1));
+  CHECK(history.LastFormation("train") == nullptr);
+  history.AddChange("train", Change("formed", 1, 4), kT0);
+  history.AddChange("train", Change("hosts updated", 1, 2), kT0 + absl::Seconds(1));
+  history.AddChange("other", Change("formed", 1, 2), kT0 + absl::Seconds(2));
+  const auto changes = history.Changes("train", kT0 + absl::Seconds(5));
+  REQUIRE(changes.size() == 2);
+  CHECK(changes[0].change() == "formed");
+  CHECK(changes[0].age_s() == 5);
+  CHECK(changes[1].age_s() == 4);
+  REQUIRE(history.LastFormation("train") != nullptr);
+  CHECK(history.LastFormation("train")->size() == 4);  // "hosts updated" is no formation
+  CHECK(history.Changes("train", kT0 + absl::Seconds(62)).empty());  // quiet for max_age
+  history.AddChange("other", Change("grown", 2, 6), kT0 + absl::Seconds(62));
+  CHECK(history.LastFormation("train") == nullptr);  // forgotten as others change
+  for (uint64_t g = 0; g < JobHistory::kChangesKept + 3; ++g) {
+    history.AddChange("other", Change("re-formed", g, 6), kT0 + absl::Seconds(63));
+  }
+  const auto kept = history.Changes("other", kT0 + absl::Seconds(63));
+  REQUIRE(kept.size() == JobHistory::kChangesKept);
+  CHECK(kept.back().generation() == JobHistory::kChangesKept + 2);
 }
 
 }  // namespace

@@ -38,6 +38,12 @@ void MergeJob(JobSummary* into, const JobSummary& from) {
   into->set_pending_tensors(std::max(into->pending_tensors(), from.pending_tensors()));
   into->set_age_s(std::max(into->age_s(), from.age_s()));
   if (into->gpu_plan().empty()) into->set_gpu_plan(from.gpu_plan());
+  if (into->elastic_changes().empty() && !from.elastic_changes().empty()) {
+    // Only the coordinator's report has an elastic job's bounds and changes.
+    into->set_elastic_min_np(from.elastic_min_np());
+    into->set_elastic_max_np(from.elastic_max_np());
+    *into->mutable_elastic_changes() = from.elastic_changes();
+  }
   if (from.state() == "failed" || into->state().empty()) {
     into->set_state(from.state());
     into->set_failure(from.failure());

@@ -69,6 +69,7 @@ void CoordinatedNegotiator::FormAsync(const std::vector<MemberInfo>& members,
     }
     Formation f;
     f.job_id = layout->job_id();
+    f.generation = layout->generation();
     f.local_ranks = local_ranks;
     f.local_size = local_size_;
     for (int l : local_ranks) f.ranks.push_back(layout->hosts(me).ranks(l));

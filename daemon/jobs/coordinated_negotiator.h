@@ -47,6 +47,7 @@ class CoordinatedNegotiator : public Negotiator, private cluster::JobChannelSink
   void OnGpuLayout(const JobLayout& layout, const GpuLayout& gpus) override;
   void OnAborted(const absl::Status& status) override;
   void OnLost(const absl::Status& status) override;
+  void OnHostsUpdated() override { sink_->OnHostsUpdated(); }
 
   const JobOptions& options_;
   const std::string job_;

@@ -180,6 +180,8 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
   if (elastic()) {  // this generation's size, as the negotiator numbered it
     size_ = formation->hosts.size;
     local_size_ = formation->local_size;
+    // The coordinator's generation: this host may not have run the earlier ones (a new host).
+    if (formation->generation > 0) lifecycle_ = JobLifecycle(formation->generation - 1);
   }
   std::vector<std::shared_ptr<Session>> by_rank(size_);
   local_order_.assign(local_size_, -1);

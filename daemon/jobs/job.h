@@ -120,6 +120,7 @@ class Job : private NegotiationSink {
   void OnCommitted(negotiation::Response response) override;
   void OnJoinDone(const absl::Status& status, int last_rank) override;
   void OnFailedElsewhere(const absl::Status& status) override { Fail(status, false); }
+  void OnHostsUpdated() override { HostsUpdated(); }
 
   void Form();
   void OnFormed(absl::StatusOr<Formation> formation);

@@ -1,7 +1,8 @@
 // A Job while it forms (job.h, job_state.h) without network: forming -> running, forming ->
 // failed (formation timeout, a failed formation, a member leaving while the formation is in
-// flight), members leaving while it forms, and who may join a forming job. Real Sessions over
-// socketpairs; a FakeNegotiator.
+// flight), members leaving while it forms, who may join a forming job, and an elastic job formed
+// by the coordinator (its generation, the joining-hosts notice). Real Sessions over socketpairs;
+// a FakeNegotiator.
 #include "daemon/jobs/job.h"
 
 #include "absl/strings/match.h"
@@ -220,6 +221,41 @@ TEST_CASE("CheckHello admits only matching processes to a forming job") {
   h.Add(1, 1);
   h.OnLoop([&] { h.negotiator().CompleteForm(0, OneHostFormation({0, 1}, "h-test")); });
   h.OnLoop([&] { CHECK(h.job().CheckHello(hello, 2).code() == Code::kAlreadyExists); });
+}
+
+TEST_CASE("An elastic job the coordinator formed runs its generation and hears of joining hosts") {
+  JobHarness h(2);
+  // A host new to the job: its first generation here is the coordinator's generation 4.
+  h.OnLoop([&] { h.job().MakeElastic({/*min_np=*/2, /*max_np=*/0, /*coordinated=*/true, 2}, 0); });
+  TestClient& a = h.Add(/*rank=*/2);
+  TestClient& b = h.Add(/*rank=*/3);
+  h.OnLoop([&] {
+    h.job().MaybeFormElastic(false, absl::InfinitePast(), {}, absl::Milliseconds(500));
+  });
+  FakeNegotiator& n = h.negotiator();
+  REQUIRE(n.forms.size() == 1);
+  Formation formed = OneHostFormation({0, 1}, "h-test");
+  formed.generation = 4;
+  h.OnLoop([&] { n.CompleteForm(0, formed); });
+  CHECK(h.state() == JobState::kRunning);
+  CHECK(h.Summary().generation() == 4);
+  for (TestClient* c : {&a, &b}) REQUIRE(c->Next().type == wire::MsgType::kWelcome);
+  // The coordinator says ranks of another host wait to join: every member is told, once.
+  h.OnLoop([&] {
+    n.sink->OnHostsUpdated();
+    n.sink->OnHostsUpdated();
+  });
+  for (TestClient* c : {&a, &b}) {
+    CHECK(Expect(*c, wire::MsgType::kNotify, Code::kOk) == wire::kHostsUpdated);
+    CHECK(c->Quiet());
+  }
+  // They leave to re-register: the registry expects them back in the next generation.
+  h.Close(a, /*graceful=*/true);
+  h.OnLoop([&] {
+    CHECK(h.job().reform_pending());
+    CHECK(h.job().ReturningPids() ==
+          std::set<uint32_t>{static_cast<uint32_t>(a.pid()), static_cast<uint32_t>(b.pid())});
+  });
 }
 
 }  // namespace

@@ -39,6 +39,7 @@ struct MemberInfo {
 // A formed job, as this host sees it.
 struct Formation {
   uint64_t job_id = 0;  // the cluster's id of a cross-host job; 0 on one host
+  uint64_t generation = 0;  // the coordinator's generation of the job (JobLayout); 0 on one host
   std::vector<int> ranks;        // per member, in the order given to FormAsync
   std::vector<int> local_ranks;  // per member
   int local_size = 0;
@@ -58,6 +59,8 @@ class NegotiationSink {
   // The job failed elsewhere, or the negotiation itself broke: fail the job here without
   // telling the others again.
   virtual void OnFailedElsewhere(const absl::Status& status) = 0;
+  // Elastic, several hosts: ranks of another host wait to join (the coordinator said so).
+  virtual void OnHostsUpdated() {}
 };
 
 class Negotiator {

@@ -1,8 +1,9 @@
 """Elastic training with real daemons and real TensorFlow processes (elastic_worker.py): a worker
 SIGKILLed (daemon alive) on 2 hosts x 2 ranks, a whole host (daemon and workers) SIGKILLed on 3 x 2,
-the Keras idiom through a shrink, a job that grows when a worker joins on a running host, fewer
-than min_np after the timeout, and the reset limit. Survivors roll back to their last commit,
-re-form with dense ranks, and end with the reference path's weights, all ranks identical."""
+the Keras idiom through a shrink, a job that grows when a worker joins on a running host, one that
+grows onto a host (a daemon) added mid-run, fewer than min_np after the timeout, and the reset
+limit. Survivors roll back to their last commit, re-form with dense ranks, and end with the
+reference path's weights, all ranks identical."""
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-from harness import Cluster  # noqa: E402
+from harness import Cluster, ctl, host_states, status_json, wait_until  # noqa: E402
 from allreduced.launch import RankGroup  # noqa: E402
 
 PACKAGE_DIR = os.path.join(HERE, "..", "..", "tfplugin", "python")
@@ -160,6 +161,70 @@ def test_a_joining_worker_grows_the_job_and_receives_the_state():
         joined = next(l for l in joiner.stdout.splitlines() if l.startswith("FINAL "))
         assert joined.startswith("FINAL 2 3 ") and "reference=True" in joined, joiner.stdout
         assert json.dumps(finals[0][2]) in joined, joiner.stdout
+    finally:
+        cluster.close()
+
+
+def start_joiners(socket, job, first_rank, count, extra_env):
+    """`count` workers of elastic job `job` on the daemon at `socket`, started by hand (a
+    launcher would), in rank order after `first_rank`; their output lines are text pipes."""
+    procs = []
+    for i in range(count):
+        env = dict(os.environ, **base_env(2, extra_env), ALLREDUCED_SOCKET=socket,
+                   ALLREDUCED_JOB=job, ALLREDUCED_RANK=str(first_rank + i),
+                   ALLREDUCED_SIZE=str(first_rank + count), ALLREDUCED_LOCAL_RANK=str(i),
+                   ALLREDUCED_LOCAL_SIZE=str(count))
+        procs.append(subprocess.Popen([sys.executable, WORKER], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    return procs
+
+
+def test_a_host_added_mid_run_grows_the_job_across_hosts():
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        flags = [f"--job_form_timeout_ms={FORM_TIMEOUT_MS}"]
+        first = cluster.add("el-a", extra_flags=flags)
+        steps = {"ELASTIC_STEPS": "30", "ELASTIC_SLEEP_S": "0.1"}
+        job = Job([first.socket], 2, 2, "elastic-host-added", dict(steps, ELASTIC_WAIT_AT="10:4"))
+        job.wait_line(0, "STEP 4 ")
+        # A daemon that was not in the cluster when the job formed joins it, and two workers
+        # start there: the running ranks hear of them at their next commit (through the
+        # coordinator), the job re-forms across both hosts, the new ranks get rank 0's state.
+        added = cluster.add("el-b", extra_flags=flags)
+        wait_until(lambda: (host_states(first.address) or {}).get("el-b", {}).get("state") == "UP",
+                   15, "el-b to join the cluster")
+        joiners = start_joiners(added.socket, "elastic-host-added", 2, 2, steps)
+        outputs = [p.communicate(timeout=180)[0] for p in joiners]
+        codes = job.wait()
+        everything = job.output() + "".join(outputs) + cluster.logs()
+        assert codes == [0, 0] and [p.returncode for p in joiners] == [0, 0], everything
+        finals = job.finals([0, 1])
+        assert [(f[0], f[1]) for f in finals.values()] == [(0, 4), (1, 4)], everything
+        assert all("reference=True" in f[3] and "resets=1" in f[3] for f in finals.values()), (
+            everything)  # one re-formation: HostsUpdatedInterrupt, not a lost rank
+        weights = json.dumps(finals[0][2])
+        assert json.dumps(finals[1][2]) == weights, everything
+        for rank, out in zip((2, 3), outputs):
+            final = next(l for l in out.splitlines() if l.startswith("FINAL "))
+            assert final.startswith(f"FINAL {rank} 4 ") and "reference=True" in final, everything
+            assert weights in final, everything
+        # `allreducectl status` keeps the job's history on its newest generation's entry (once
+        # both hosts reported that their ranks left, which follows the workers' exit).
+        def changes():
+            status = status_json(first.address) or {"jobs": []}
+            entries = [j for j in status["jobs"]
+                       if j["name"] == "elastic-host-added" and j["elastic_changes"]]
+            assert len(entries) <= 1, status
+            return [(c["generation"], c["change"], c["hosts"])
+                    for c in (entries[0]["elastic_changes"] if entries else [])]
+        wait_until(lambda: ("2", "ended", []) in changes(), 15, "generation 2 to end")
+        got = changes()
+        assert got[:2] == [("1", "formed", ["el-a"]), ("1", "hosts updated", ["el-b"])], got
+        # Generation 1's end and generation 2's formation may be recorded either way round.
+        assert sorted(got[2:]) == [("1", "ended", []), ("2", "ended", []),
+                                   ("2", "grown", ["el-a", "el-b"])], got
+        table = ctl("--daemon", first.address, "status").stdout
+        assert "generation 2 grown: 4 ranks on el-a, el-b (+el-b)" in table, table
     finally:
         cluster.close()
 
