@@ -4,15 +4,18 @@ x 2 slots with real TensorFlow workers (elastic_worker.py): a worker dies, the j
 the launcher starts a replacement in the freed slot, the job grows back to 4 and finishes."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-from harness import Cluster  # noqa: E402
+from harness import Cluster, status_json  # noqa: E402
 from allreduced.launch import elastic  # noqa: E402
 from allreduced.launch.hosts import Host, HostError  # noqa: E402
 
@@ -72,25 +75,82 @@ def test_a_host_failing_three_times_in_the_window_is_blacklisted_for_the_cool_do
     assert table.used == {"a": 0, "b": 0}
 
 
+def watched_launch(cluster, args, env, stall_s=90, limit_s=300):
+    """Runs `python -m allreduced.launch ARGS`; returns (exit code, stdout, stderr). If it prints
+    nothing for stall_s, or runs past limit_s, it is stopped (SIGTERM stops its workers) and the
+    test fails at once with its output (each line with the time it came), every daemon's job
+    status and the daemons' logs (also kept in the test's outputs)."""
+    p = subprocess.Popen([sys.executable, "-m", "allreduced.launch", *args], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = {"out": [], "err": []}
+    last = [time.monotonic()]
+
+    def pump(stream, into):
+        for line in stream:
+            into.append((time.time(), line))
+            last[0] = time.monotonic()
+
+    pumps = [threading.Thread(target=pump, args=(p.stdout, lines["out"])),
+             threading.Thread(target=pump, args=(p.stderr, lines["err"]))]
+    for t in pumps:
+        t.start()
+    started = time.monotonic()
+    why = None
+    while p.poll() is None and why is None:
+        time.sleep(0.2)
+        now = time.monotonic()
+        if now - last[0] > stall_s:
+            why = f"no output for {stall_s}s"
+        elif now - started > limit_s:
+            why = f"still running after {limit_s}s"
+    if why is not None:
+        jobs = {}
+        for n, d in cluster.daemons.items():
+            try:
+                jobs[n] = (status_json(d.address) or {}).get("jobs")
+            except subprocess.TimeoutExpired as e:
+                jobs[n] = str(e)
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    for t in pumps:
+        t.join()
+    if why is not None:
+        timed = sorted(lines["out"] + [(t, "launcher: " + l) for t, l in lines["err"]])
+        text = "".join(time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d} "
+                       + line for t, line in timed)
+        keep = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
+        for d in cluster.daemons.values():
+            if keep:
+                shutil.copy(d.log_path, keep)
+        pytest.fail(f"the launcher stalled ({why}); stopped it\n{text}\njobs: "
+                    f"{json.dumps(jobs, indent=1)}\n{cluster.logs()}", pytrace=False)
+    return (p.returncode, "".join(l for _, l in lines["out"]),
+            "".join(l for _, l in lines["err"]))
+
+
 def test_a_dead_worker_is_replaced_and_the_job_grows_back():
     cluster = Cluster(host_timeout_ms=10000)
     try:
-        daemons = [cluster.add(f"el-l{i}", extra_flags=["--job_form_timeout_ms=8000"])
-                   for i in range(2)]
+        # The default formation timeout (60 s): under load, TensorFlow workers started together
+        # reach their daemons tens of seconds apart.
+        daemons = [cluster.add(f"el-l{i}") for i in range(2)]
         env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, TF_CPP_MIN_LOG_LEVEL="3",
                    ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"], ELASTIC_DIE_AT="1:4",
                    ELASTIC_STEPS="30", ELASTIC_SLEEP_S="0.1", ELASTIC_WAIT_AT="14:4")
-        r = subprocess.run(
-            [sys.executable, "-m", "allreduced.launch", "--min-np", "2", "--max-np", "4", "-np",
-             "4", "--reset-limit", "5", "--sockets", ",".join(d.socket for d in daemons),
-             "--slots", "2", "--job", "elastic-launch", sys.executable, WORKER],
-            env=env, capture_output=True, text=True, timeout=240)
-        out = r.stdout + r.stderr
-        assert r.returncode == 0, out + cluster.logs()
-        assert "worker 1 on local0 exited with -9" in r.stderr, out
-        assert "started worker 4 on local0" in r.stderr, out
+        code, stdout, stderr = watched_launch(
+            cluster, ["--min-np", "2", "--max-np", "4", "-np", "4", "--reset-limit", "5",
+                      "--sockets", ",".join(d.socket for d in daemons), "--slots", "2", "--job",
+                      "elastic-launch", sys.executable, WORKER], env)
+        out = stdout + stderr
+        assert code == 0, out + cluster.logs()
+        assert "worker 1 on local0 exited with -9" in stderr, out
+        assert "started worker 4 on local0" in stderr, out
         finals = {}
-        for line in r.stdout.splitlines():
+        for line in stdout.splitlines():
             number, _, rest = line.partition("] ")
             if rest.startswith("FINAL "):
                 _, rank, size, tail = rest.split(" ", 3)
@@ -101,9 +161,9 @@ def test_a_dead_worker_is_replaced_and_the_job_grows_back():
         assert all(f[1] == 4 for f in finals.values()), out
         assert len({json.dumps(f[2]) for f in finals.values()}) == 1, out
         assert all("reference=True" in f[3] for f in finals.values()), out
-        lines = [l.partition("] ")[2] for l in r.stdout.splitlines() if l.startswith("[0] ")]
+        lines = [l.partition("] ")[2] for l in stdout.splitlines() if l.startswith("[0] ")]
         assert any(l.startswith("STEP ") and l.endswith(" 3") for l in lines), out  # shrank
-        died = float(next(l for l in r.stdout.splitlines() if l.startswith("[1] DIE ")).split()[2])
+        died = float(next(l for l in stdout.splitlines() if l.startswith("[1] DIE ")).split()[2])
         regrown = float(next(l for l in lines if l.startswith("RESUMED ") and l.endswith(" 4")
                              and float(l.split()[1]) > died).split()[1])
         print(f"BENCH worker death -> first collective at 4 ranks again: {regrown - died:.2f} s "

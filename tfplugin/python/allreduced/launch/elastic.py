@@ -146,8 +146,6 @@ def run(table, discover, command, np, max_np, elastic_env, start_options, log, w
         start(slot)
     code = 0
     asked_at = time.monotonic()
-    code = 0
-    asked_at = time.monotonic()
     while workers:
         time.sleep(_POLL_S)
         now = time.monotonic()
