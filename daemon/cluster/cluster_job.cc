@@ -7,6 +7,7 @@
 #include "daemon/common/logging.h"
 #include "daemon/negotiation/fusion_planner.h"
 #include "daemon/negotiation/meta_convert.h"
+#include "daemon/negotiation/response_codec.h"
 
 namespace ard::cluster {
 
@@ -98,12 +99,12 @@ namespace {
 
 constexpr size_t kMaxEventBytes = 1 << 20;
 
-// About the bytes `t` adds to a JobEvent: every rank's metadata, its name, and a cache put (the
-// name again) and evict.
+// About the bytes `t` adds to a JobEvent: its encoding, and a cache put (the name again) and
+// evict.
 size_t EventBytes(const ReadyTensor& t) {
-  size_t ranks = 0;
-  for (const auto& r : t.ranks) ranks += r ? 1 : 0;
-  return 2 * t.name.size() + 32 + ranks * (negotiation::ToMeta(t.first()).ByteSizeLong() + 4);
+  CollectiveResponse::Tensor encoded;
+  negotiation::EncodeTensor(t, &encoded);
+  return encoded.ByteSizeLong() + t.name.size() + 16;
 }
 
 // Splits a large fused response into runs of its tensors of about kMaxEventBytes each; errors,
@@ -174,11 +175,7 @@ void ClusterJob::AddResponse(const Response& r, JobEvent* event) {
       ++committed_tensors_;
       committed_bytes_ += t.first().meta.bytes;
     }
-    auto* tensor = out->add_tensors();
-    tensor->set_name(t.name);
-    for (const auto& rank : t.ranks) {
-      if (rank) *tensor->add_ranks() = negotiation::ToMeta(*rank);
-    }
+    negotiation::EncodeTensor(t, out->add_tensors());
   }
 }
 

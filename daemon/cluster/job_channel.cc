@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/negotiation/meta_convert.h"
+#include "daemon/negotiation/response_codec.h"
 
 namespace ard::cluster {
 
@@ -207,16 +208,12 @@ void JobChannel::OnEvent(const JobEvent& event) {
     response.error = error;
     response.join_last_rank = cr.join_last_rank();
     for (const auto& t : cr.tensors()) {
-      ReadyTensor tensor{t.name(), std::vector<std::optional<TensorRequest>>(size)};
-      for (const TensorMeta& meta : t.ranks()) {
-        auto request = negotiation::FromMeta(meta, t.name(), size);
-        if (!request.ok()) {
-          ReportFailure(request.status());
-          return sink_->OnLost(request.status());
-        }
-        tensor.ranks[meta.rank()] = *std::move(request);
+      auto tensor = negotiation::DecodeTensor(t, size);
+      if (!tensor.ok()) {
+        ReportFailure(tensor.status());
+        return sink_->OnLost(tensor.status());
       }
-      response.tensors.push_back(std::move(tensor));
+      response.tensors.push_back(*std::move(tensor));
     }
     list.responses.push_back(std::move(response));
   }

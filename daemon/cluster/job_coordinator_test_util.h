@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/cluster/cluster_job.h"
+#include "daemon/negotiation/response_codec.h"
 #include "proto/negotiation.pb.h"
 
 namespace ard::cluster::testing {
@@ -34,6 +35,16 @@ class FakeSink : public JobEventSink {
   std::vector<JobEvent> events_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+// How many ranks take part in committed tensor `t` of a job of `job_size` ranks (-1: it does
+// not decode).
+inline int TakingPart(const CollectiveResponse::Tensor& t, int job_size) {
+  auto tensor = negotiation::DecodeTensor(t, job_size);
+  if (!tensor.ok()) return -1;
+  int n = 0;
+  for (const auto& r : tensor->ranks) n += r ? 1 : 0;
+  return n;
+}
 
 // `local_ranks` ranks of job "train" on `host`, local ranks 0.., no launcher ranks.
 inline RegisterRanksRequest Registration(const std::string& host, int local_ranks, int size) {
