@@ -15,6 +15,7 @@
 #include "daemon/common/status_macros.h"
 #include "daemon/dataplane/tcp/host_collectives.h"
 #include "daemon/negotiation/meta_convert.h"
+#include "daemon/negotiation/response_codec.h"
 #include "daemon/negotiation/steady_rounds.h"
 
 namespace ard::bench {
@@ -133,23 +134,13 @@ void SimDataPlane::OnEvent(int index, const JobEvent& event) {
   for (uint32_t id : event.cache_evict()) list.cache_evict.push_back(id);
   for (const CacheEntry& put : event.cache_put()) list.cache_put.push_back({put.id(), put.name()});
   for (const CollectiveResponse& cr : event.responses()) {
-    Response response;
-    response.collective = static_cast<wire::Collective>(cr.collective());
-    response.error = absl::Status(static_cast<absl::StatusCode>(cr.error_code()), cr.error());
-    for (const auto& t : cr.tensors()) {
-      ReadyTensor tensor{t.name(), std::vector<std::optional<TensorRequest>>(job_size_)};
-      for (const TensorMeta& meta : t.ranks()) {
-        absl::StatusOr<TensorRequest> request = negotiation::FromMeta(meta, t.name(), job_size_);
-        if (!request.ok()) {
-          absl::MutexLock lock(&mu_);
-          event_error_.Update(request.status());
-          return;
-        }
-        tensor.ranks[meta.rank()] = *std::move(request);
-      }
-      response.tensors.push_back(std::move(tensor));
+    absl::StatusOr<Response> response = negotiation::DecodeResponse(cr, job_size_);
+    if (!response.ok()) {
+      absl::MutexLock lock(&mu_);
+      event_error_.Update(response.status());
+      return;
     }
-    list.responses.push_back(std::move(response));
+    list.responses.push_back(*std::move(response));
   }
   if (list.responses.empty() && list.cache_put.empty() && list.cache_evict.empty()) return;
   if (!hosts_[index]->steady->Received(list)) {

@@ -198,24 +198,16 @@ void JobChannel::OnEvent(const JobEvent& event) {
   for (const CacheEntry& put : event.cache_put()) list.cache_put.push_back({put.id(), put.name()});
   for (const CollectiveResponse& cr : event.responses()) {
     if (ended_) return;  // the sink failed the job meanwhile (a join's completion)
-    const absl::Status error(static_cast<absl::StatusCode>(cr.error_code()), cr.error());
-    if (static_cast<wire::Collective>(cr.collective()) == wire::Collective::kJoin) {
-      sink_->OnJoinDone(error, cr.join_last_rank());
+    absl::StatusOr<Response> response = negotiation::DecodeResponse(cr, size);
+    if (!response.ok()) {
+      ReportFailure(response.status());
+      return sink_->OnLost(response.status());
+    }
+    if (response->collective == wire::Collective::kJoin) {
+      sink_->OnJoinDone(response->error, response->join_last_rank);
       continue;
     }
-    Response response;
-    response.collective = static_cast<wire::Collective>(cr.collective());
-    response.error = error;
-    response.join_last_rank = cr.join_last_rank();
-    for (const auto& t : cr.tensors()) {
-      auto tensor = negotiation::DecodeTensor(t, size);
-      if (!tensor.ok()) {
-        ReportFailure(tensor.status());
-        return sink_->OnLost(tensor.status());
-      }
-      response.tensors.push_back(*std::move(tensor));
-    }
-    list.responses.push_back(std::move(response));
+    list.responses.push_back(*std::move(response));
   }
   if (ended_) return;  // the sink failed the job meanwhile
   if (event.responses_size() > 0 || event.cache_put_size() > 0 || event.cache_evict_size() > 0) {

@@ -154,4 +154,17 @@ absl::StatusOr<ReadyTensor> DecodeTensor(const CollectiveResponse::Tensor& t, in
   return tensor;
 }
 
+absl::StatusOr<Response> DecodeResponse(const CollectiveResponse& cr, int job_size) {
+  Response response;
+  response.collective = static_cast<wire::Collective>(cr.collective());
+  response.error = absl::Status(static_cast<absl::StatusCode>(cr.error_code()), cr.error());
+  response.join_last_rank = cr.join_last_rank();
+  for (const auto& t : cr.tensors()) {
+    absl::StatusOr<ReadyTensor> tensor = DecodeTensor(t, job_size);
+    if (!tensor.ok()) return tensor.status();
+    response.tensors.push_back(*std::move(tensor));
+  }
+  return response;
+}
+
 }  // namespace ard::negotiation

@@ -22,4 +22,8 @@ void EncodeTensor(const ReadyTensor& tensor, CollectiveResponse::Tensor* out);
 // `common`: a daemon of another version) is InvalidArgument.
 absl::StatusOr<ReadyTensor> DecodeTensor(const CollectiveResponse::Tensor& tensor, int job_size);
 
+// A whole committed response (collective, error, join's last rank, every tensor DecodeTensor'd),
+// as every host turns a coordinator JobEvent's response into the list it runs.
+absl::StatusOr<Response> DecodeResponse(const CollectiveResponse& response, int job_size);
+
 }  // namespace ard::negotiation
