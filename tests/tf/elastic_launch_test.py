@@ -1,7 +1,8 @@
 """The launcher's elastic mode: SlotTable's bookkeeping and blacklist, the discovery script's
 parsing (pure), and `python -m allreduced.launch --min-np 2 --max-np 4 -np 4` over 2 real daemons
 x 2 slots with real TensorFlow workers (elastic_worker.py): a worker dies, the job shrinks to 3,
-the launcher starts a replacement in the freed slot, the job grows back to 4 and finishes."""
+the launcher starts a replacement in the freed slot, the job grows back to 4 and finishes; and
+over the cluster view: a daemon joins mid-run, the launcher starts workers there, the job grows."""
 import json
 import os
 import shutil
@@ -15,7 +16,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-from harness import Cluster, status_json  # noqa: E402
+from harness import Cluster, binary, status_json  # noqa: E402
 from allreduced.launch import elastic  # noqa: E402
 from allreduced.launch.hosts import Host, HostError  # noqa: E402
 
@@ -75,8 +76,9 @@ def test_a_host_failing_three_times_in_the_window_is_blacklisted_for_the_cool_do
     assert table.used == {"a": 0, "b": 0}
 
 
-def watched_launch(cluster, args, env, stall_s=90, limit_s=300):
-    """Runs `python -m allreduced.launch ARGS`; returns (exit code, stdout, stderr). If it prints
+def watched_launch(cluster, args, env, stall_s=90, limit_s=300, on_line=None):
+    """Runs `python -m allreduced.launch ARGS`; returns (exit code, stdout, stderr); on_line(line)
+    sees each stdout line as it comes (from a reader thread). If it prints
     nothing for stall_s, or runs past limit_s, it is stopped (SIGTERM stops its workers) and the
     test fails at once with its output (each line with the time it came), every daemon's job
     status and the daemons' logs (also kept in the test's outputs)."""
@@ -89,6 +91,8 @@ def watched_launch(cluster, args, env, stall_s=90, limit_s=300):
         for line in stream:
             into.append((time.time(), line))
             last[0] = time.monotonic()
+            if on_line is not None and into is lines["out"]:
+                on_line(line)
 
     pumps = [threading.Thread(target=pump, args=(p.stdout, lines["out"])),
              threading.Thread(target=pump, args=(p.stderr, lines["err"]))]
@@ -105,7 +109,7 @@ def watched_launch(cluster, args, env, stall_s=90, limit_s=300):
             why = f"still running after {limit_s}s"
     if why is not None:
         jobs = {}
-        for n, d in cluster.daemons.items():
+        for n, d in list(cluster.daemons.items()):
             try:
                 jobs[n] = (status_json(d.address) or {}).get("jobs")
             except subprocess.TimeoutExpired as e:
@@ -123,7 +127,7 @@ def watched_launch(cluster, args, env, stall_s=90, limit_s=300):
         text = "".join(time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d} "
                        + line for t, line in timed)
         keep = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
-        for d in cluster.daemons.values():
+        for d in list(cluster.daemons.values()):
             if keep:
                 shutil.copy(d.log_path, keep)
         pytest.fail(f"the launcher stalled ({why}); stopped it\n{text}\njobs: "
@@ -149,13 +153,7 @@ def test_a_dead_worker_is_replaced_and_the_job_grows_back():
         assert code == 0, out + cluster.logs()
         assert "worker 1 on local0 exited with -9" in stderr, out
         assert "started worker 4 on local0" in stderr, out
-        finals = {}
-        for line in stdout.splitlines():
-            number, _, rest = line.partition("] ")
-            if rest.startswith("FINAL "):
-                _, rank, size, tail = rest.split(" ", 3)
-                weights, flags = tail.rsplit("] ", 1)
-                finals[int(number[1:])] = (int(rank), int(size), json.loads(weights + "]"), flags)
+        finals = finals_of(stdout)
         assert sorted(finals) == [0, 2, 3, 4], out
         assert sorted(f[0] for f in finals.values()) == [0, 1, 2, 3], out
         assert all(f[1] == 4 for f in finals.values()), out
@@ -168,6 +166,73 @@ def test_a_dead_worker_is_replaced_and_the_job_grows_back():
                              and float(l.split()[1]) > died).split()[1])
         print(f"BENCH worker death -> first collective at 4 ranks again: {regrown - died:.2f} s "
               "(replacement started by the launcher; includes its TensorFlow import)")
+    finally:
+        cluster.close()
+
+
+def finals_of(stdout):
+    """{launch number: (rank, size, weights, flags)} from the workers' FINAL lines."""
+    finals = {}
+    for line in stdout.splitlines():
+        number, _, rest = line.partition("] ")
+        if rest.startswith("FINAL "):
+            _, rank, size, tail = rest.split(" ", 3)
+            weights, flags = tail.rsplit("] ", 1)
+            finals[int(number[1:])] = (int(rank), int(size), json.loads(weights + "]"), flags)
+    return finals
+
+
+def test_a_host_added_mid_run_gets_workers_and_the_job_grows():
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        # Hosts from the cluster view: named as this machine, so that the launcher runs their
+        # workers directly (no ssh).
+        first = cluster.add("localhost")
+        env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, TF_CPP_MIN_LOG_LEVEL="3",
+                   ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"], ELASTIC_STEPS="30",
+                   ELASTIC_SLEEP_S="0.1", ELASTIC_WAIT_AT="14:4")
+        running = threading.Event()
+        added = []
+
+        def add_host():  # once the job runs on the first host
+            if running.wait(timeout=400):
+                added.append(time.time())
+                cluster.add("127.0.0.1")
+
+        adder = threading.Thread(target=add_host)
+        adder.start()
+        try:
+            code, stdout, stderr = watched_launch(
+                cluster, ["--min-np", "2", "--max-np", "4", "-np", "2", "--slots", "2",
+                          "--daemon", first.address, "--allreducectl", binary("allreducectl"),
+                          "--job", "elastic-grow", sys.executable, WORKER], env,
+                stall_s=150, limit_s=480,
+                on_line=lambda line: line.startswith("[0] STEP ") and running.set())
+        finally:
+            running.set()
+            adder.join()
+        out = stdout + stderr
+        assert code == 0, out + cluster.logs()
+        assert "exited with" not in stderr, out
+        assert "started worker 2 on 127.0.0.1" in stderr, out
+        assert "started worker 3 on 127.0.0.1" in stderr, out
+        finals = finals_of(stdout)
+        assert sorted(finals) == [0, 1, 2, 3], out
+        assert sorted(f[0] for f in finals.values()) == [0, 1, 2, 3], out
+        assert all(f[1] == 4 for f in finals.values()), out
+        assert len({json.dumps(f[2]) for f in finals.values()}) == 1, out
+        assert all("reference=True" in f[3] for f in finals.values()), out
+        steps = {n: [int(l.split()[2]) for l in stdout.splitlines()
+                     if l.startswith(f"[{n}] STEP ")] for n in range(4)}
+        # The first host's workers ran alone at size 2 first; the new ones began from the
+        # committed step (rank 0's state), not from step 0.
+        assert any(l.startswith("[0] STEP ") and l.endswith(" 2") for l in stdout.splitlines()), out
+        assert steps[2] and steps[3] and min(steps[2][0], steps[3][0]) > 1, out
+        lines = [l.partition("] ")[2] for l in stdout.splitlines() if l.startswith("[0] ")]
+        grown = float(next(l for l in lines if l.startswith("RESUMED ") and l.endswith(" 4"))
+                      .split()[1])
+        print(f"BENCH host joined -> first collective at 4 ranks: {grown - added[0]:.2f} s "
+              "(the launcher notices within 3 s; includes the new workers' TensorFlow import)")
     finally:
         cluster.close()
 
