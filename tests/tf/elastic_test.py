@@ -1,9 +1,9 @@
 """Elastic training with real daemons and real TensorFlow processes (elastic_worker.py): a worker
-SIGKILLed (daemon alive) on 2 hosts x 2 ranks, a whole host (daemon and workers) SIGKILLed on 3 x 2,
-the Keras idiom through a shrink, a job that grows when a worker joins on a running host, one that
-grows onto a host (a daemon) added mid-run, fewer than min_np after the timeout, and the reset
-limit. Survivors roll back to their last commit, re-form with dense ranks, and end with the
-reference path's weights, all ranks identical."""
+SIGKILLed (daemon alive) on 2 hosts x 2 ranks, a whole host (daemon and workers) SIGKILLed on 3
+x 2, the Keras idiom through a shrink and a grow, a job that grows when a worker joins on a
+running host, one that grows onto a host (a daemon) added mid-run, fewer than min_np after the
+timeout, and the reset limit. Survivors roll back to their last commit, re-form with dense
+ranks, and end with the reference path's weights, all ranks identical."""
 import json
 import os
 import signal
@@ -225,6 +225,33 @@ def test_a_host_added_mid_run_grows_the_job_across_hosts():
                                    ("2", "grown", ["el-a", "el-b"])], got
         table = ctl("--daemon", first.address, "status").stdout
         assert "generation 2 grown: 4 ranks on el-a, el-b (+el-b)" in table, table
+    finally:
+        cluster.close()
+
+
+def test_the_keras_idiom_grows_when_a_worker_joins():
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        daemon = cluster.add("el-kg", extra_flags=[f"--job_form_timeout_ms={FORM_TIMEOUT_MS}"])
+        keras_env = {"ELASTIC_MODE": "keras", "ELASTIC_STEPS": "16", "ELASTIC_COMMIT": "4",
+                     "ELASTIC_SLEEP_S": "0.1"}
+        job = Job([daemon.socket], 2, 2, "elastic-keras-grow",
+                  dict(keras_env, ELASTIC_WAIT_AT="8:3"))
+        job.wait_line(0, "STEP 2 ")
+        env = dict(os.environ, **base_env(2, keras_env), ALLREDUCED_SOCKET=daemon.socket,
+                   ALLREDUCED_JOB="elastic-keras-grow", ALLREDUCED_RANK="2",
+                   ALLREDUCED_SIZE="3", ALLREDUCED_LOCAL_RANK="2", ALLREDUCED_LOCAL_SIZE="3")
+        joiner = subprocess.run([sys.executable, WORKER], env=env, capture_output=True, text=True,
+                                timeout=180)
+        codes = job.wait()
+        assert codes == [0, 0] and joiner.returncode == 0, (
+            job.output() + joiner.stdout + joiner.stderr + cluster.logs())
+        finals = job.finals([0, 1])
+        assert [(f[0], f[1]) for f in finals.values()] == [(0, 3), (1, 3)], job.output()
+        assert finals[0][2] == finals[1][2] and "reference=True" in finals[0][3], job.output()
+        joined = next(l for l in joiner.stdout.splitlines() if l.startswith("FINAL "))
+        assert joined.startswith("FINAL 2 3 ") and "reference=True" in joined, joiner.stdout
+        assert json.dumps(finals[0][2]) in joined, joiner.stdout
     finally:
         cluster.close()
 

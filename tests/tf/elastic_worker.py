@@ -104,6 +104,9 @@ def keras_idiom():
     class Step(keras.callbacks.Callback):  # the gradient step, through hvd collectives
         def on_train_batch_begin(self, batch, logs=None):
             step = state.epoch * 4 + batch
+            while step == WAIT_AT[0] and hvd.size() < WAIT_AT[1]:
+                state.check_host_updates()  # raises HostsUpdatedInterrupt once ranks wait to join
+                time.sleep(SLEEP_S)
             maybe_die(step)
             g = averaged(step)
             kernel = model.layers[0].kernel
