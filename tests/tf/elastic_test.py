@@ -44,7 +44,7 @@ class Job:
             self.lines[rank].append(line.rstrip("\n"))
             self.seen.notify_all()
 
-    def wait_line(self, rank, prefix, timeout_s=120):
+    def wait_line(self, rank, prefix, timeout_s=300):
         deadline = time.monotonic() + timeout_s
         with self.seen:
             while not any(l.startswith(prefix) for l in self.lines[rank]):
@@ -52,7 +52,7 @@ class Job:
                 assert left > 0, f"no '{prefix}' from rank {rank}:\n" + self.output()
                 self.seen.wait(left)
 
-    def wait(self, timeout_s=180):
+    def wait(self, timeout_s=400):
         self.group.wait(timeout_s=timeout_s)
         return [p.returncode for p in self.group.procs]
 
@@ -150,7 +150,7 @@ def test_a_joining_worker_grows_the_job_and_receives_the_state():
                    ALLREDUCED_RANK="2", ALLREDUCED_SIZE="3", ALLREDUCED_LOCAL_RANK="2",
                    ALLREDUCED_LOCAL_SIZE="3")
         joiner = subprocess.run([sys.executable, WORKER], env=env, capture_output=True, text=True,
-                                timeout=180)
+                                timeout=400)
         codes = job.wait()
         assert codes == [0, 0] and joiner.returncode == 0, (
             job.output() + joiner.stdout + joiner.stderr + cluster.logs())
@@ -194,7 +194,7 @@ def test_a_host_added_mid_run_grows_the_job_across_hosts():
         wait_until(lambda: (host_states(first.address) or {}).get("el-b", {}).get("state") == "UP",
                    15, "el-b to join the cluster")
         joiners = start_joiners(added.socket, "elastic-host-added", 2, 2, steps)
-        outputs = [p.communicate(timeout=180)[0] for p in joiners]
+        outputs = [p.communicate(timeout=400)[0] for p in joiners]
         codes = job.wait()
         everything = job.output() + "".join(outputs) + cluster.logs()
         assert codes == [0, 0] and [p.returncode for p in joiners] == [0, 0], everything
@@ -242,7 +242,7 @@ def test_the_keras_idiom_grows_when_a_worker_joins():
                    ALLREDUCED_JOB="elastic-keras-grow", ALLREDUCED_RANK="2",
                    ALLREDUCED_SIZE="3", ALLREDUCED_LOCAL_RANK="2", ALLREDUCED_LOCAL_SIZE="3")
         joiner = subprocess.run([sys.executable, WORKER], env=env, capture_output=True, text=True,
-                                timeout=180)
+                                timeout=400)
         codes = job.wait()
         assert codes == [0, 0] and joiner.returncode == 0, (
             job.output() + joiner.stdout + joiner.stderr + cluster.logs())
