@@ -99,6 +99,39 @@ def cell(cases, name, size, column):
     return f"{row[column]:.2f}" if column == 1 else f"{row[column]:.1f}"
 
 
+# The targets bench/RESULTS.md is judged by: busbw of each cross-host case at least the best TCP
+# peer's at its process count, a floor on 2-host busbw at 64 MiB, and a ceiling on 4-byte time.
+BUSBW_VS_PEER = (("daemon_2x1", "daemon_2x2", "daemon_4x1"), (1 << 20, 16 << 20, 64 << 20))
+BUSBW_FLOOR = (("daemon_2x1", "daemon_2x2"), 64 << 20, 1.3)
+LATENCY_CEILING_US = (("daemon_2x1", 250.0), ("daemon_2x2", 250.0), ("daemon_4x1", 400.0))
+
+
+def target_rows(cases, info, compared):
+    """(target, measured, verdict) for every target whose case ran."""
+    rows = []
+    names, sizes = BUSBW_VS_PEER
+    for d in (n for n in names if n in cases):
+        for s in sizes:
+            got = ratio(cases, d, compared(d), s)
+            if got == "-":
+                continue
+            verdict = "met" if float(got) >= 1.0 else f"missed by {(1 - float(got)) * 100:.0f}%"
+            rows.append((f"{info[d][0]} busbw at {human(s)} >= best TCP peer", f"{got}x", verdict))
+    names, size, floor = BUSBW_FLOOR
+    for d in (n for n in names if n in cases and size in cases[n]["rows"]):
+        got = cases[d]["rows"][size][1]
+        verdict = "met" if got >= floor else f"missed by {(1 - got / floor) * 100:.0f}%"
+        rows.append((f"{info[d][0]} busbw at {human(size)} >= {floor} GB/s", f"{got:.2f} GB/s",
+                     verdict))
+    for d, ceiling in ((n, c) for n, c in LATENCY_CEILING_US if n in cases):
+        if 4 not in cases[d]["rows"]:
+            continue
+        got = cases[d]["rows"][4][0]
+        verdict = "met" if got <= ceiling else f"missed by {(got / ceiling - 1) * 100:.0f}%"
+        rows.append((f"{info[d][0]} 4 B time <= {ceiling:.0f} us", f"{got:.1f} us", verdict))
+    return rows
+
+
 def machine_line():
     cpu = next((l.split(":", 1)[1].strip() for l in read("/proc/cpuinfo").splitlines()
                 if l.startswith("model name")), "?")
@@ -197,6 +230,17 @@ def main():
     for n in names:
         md.append(f"| {info[n][0]} | " + " | ".join(cell(cases, n, s, 0) for s in latency_sizes)
                   + " |")
+
+    targets = target_rows(cases, info, compared)
+    if targets:
+        md += ["", "## Targets", "",
+               "Measured in this run; bench/RESULTS_WHY.md (below) says why each missed one is "
+               "missed, with the profile.", "", "| target | measured | verdict |", "|---|---|---|"]
+        md += [f"| {t} | {m} | {v} |" for t, m, v in targets]
+    why = read(os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS_WHY.md"))
+    if why:
+        md += ["", "<!-- from bench/RESULTS_WHY.md (hand-written; not generated) -->", "",
+               ("#" + why.strip()) if why.startswith("# ") else why.strip()]
 
     md += ["", "## Raw tables (the first failing repeat, else the last)", ""]
     for n in names:

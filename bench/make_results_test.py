@@ -1,0 +1,48 @@
+"""bench/make_results.py: the Targets section judges each target from the run's medians (met,
+or missed by how much), and a case that did not run yields no verdict."""
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_results  # noqa: E402
+
+MIB = 1 << 20
+
+
+def write_case(tmp_path, name, times_us, busbw=None):
+    """One repeat of a case: {size: time_us}; busbw defaults to algbw * 2(n-1)/n with n = 2."""
+    rows = []
+    for size, t in sorted(times_us.items()):
+        bw = busbw.get(size, 0.0) if busbw else size / t / 1e3
+        rows.append(f"{size:12d} {size // 4:12d}  float32    sum {t:10.1f}   0.00 {bw:6.2f}      0")
+    (tmp_path / f"{name}.r1.out").write_text("# synthetic\n" + "\n".join(rows) + "\n")
+    (tmp_path / f"{name}.r1.rc").write_text("0\n")
+    (tmp_path / f"{name}.r1.err").write_text("")
+
+
+def run(tmp_path, cases):
+    out = tmp_path / "RESULTS.md"
+    subprocess.run([sys.executable, make_results.__file__, "--logs", str(tmp_path), "--out",
+                    str(out), "--sizes", "4:64M", "--cases", ",".join(cases), "--warmup", "1",
+                    "--iters", "1", "--repeat", "1", "--elapsed_s", "1", "--source", "test"],
+                   check=True)
+    return out.read_text()
+
+
+def test_targets_met_and_missed(tmp_path):
+    # 2x1 is twice as fast as Gloo np2 at 1 MiB, 20% slower at 16 MiB; 4 B 200 us (met) at 2x1.
+    write_case(tmp_path, "daemon_2x1", {4: 200.0, MIB: 500.0, 16 * MIB: 12000.0, 64 * MIB: 40000.0},
+               busbw={64 * MIB: 1.68})
+    write_case(tmp_path, "gloo_2", {4: 80.0, MIB: 1000.0, 16 * MIB: 10000.0, 64 * MIB: 40000.0})
+    write_case(tmp_path, "daemon_4x1", {4: 500.0})
+    write_case(tmp_path, "gloo_4", {4: 100.0})
+    text = run(tmp_path, ["daemon_2x1", "daemon_4x1", "gloo_2", "gloo_4"])
+    section = text.split("## Targets", 1)[1].split("\n## ", 1)[0]
+    assert "| daemon 2x1 busbw at 1 MiB >= best TCP peer | 2.00x | met |" in section
+    assert "| daemon 2x1 busbw at 16 MiB >= best TCP peer | 0.83x | missed by 17% |" in section
+    assert "| daemon 2x1 busbw at 64 MiB >= 1.3 GB/s | 1.68 GB/s | met |" in section
+    assert "| daemon 2x1 4 B time <= 250 us | 200.0 us | met |" in section
+    assert "| daemon 4x1 4 B time <= 400 us | 500.0 us | missed by 25% |" in section
+    # daemon_2x2 did not run: no verdict about it.
+    assert "2x2" not in section
