@@ -19,8 +19,9 @@ bool Bit(const std::vector<uint64_t>& bits, size_t i) {
 
 void SetBit(std::vector<uint64_t>& bits, size_t i) { bits[i / 64] |= uint64_t{1} << (i % 64); }
 
-// Bitwise, so that a scale of -0.0 does not pass for 0.0: the executor scales with the offered
-// value, which must be the committed one bit for bit (every host's results are identical).
+// Bitwise, so that a scale of -0.0 does not pass for 0.0 (validation compares with ==): where the
+// executor scales with an offered value (this host runs the first rank), it is the committed one
+// bit for bit, as on every other host.
 bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(a)) == 0; }
 
 // The metadata that decides a response (not where this call's input lies).
@@ -48,20 +49,6 @@ bool ReadsEveryRank(wire::Collective collective) {
   return collective != wire::Collective::kAllreduce &&
          collective != wire::Collective::kReducescatter &&
          collective != wire::Collective::kBroadcast && collective != wire::Collective::kBarrier;
-}
-
-// Whether every rank's scales equal the first's bit for bit. Validation compares them with ==, so
-// ranks may differ in the sign of a zero; then hosts must keep using the first rank's (as the
-// committed response has it), not each its own.
-bool UniformScales(const ReadyTensor& t) {
-  const wire::Submit& first = t.first().meta;
-  for (const auto& q : t.ranks) {
-    if (q && (!SameBits(q->meta.prescale, first.prescale) ||
-              !SameBits(q->meta.postscale, first.postscale))) {
-      return false;
-    }
-  }
-  return true;
 }
 
 std::vector<int> RanksOf(const std::vector<bool>& here) {
@@ -214,6 +201,7 @@ std::optional<RoundOutcome> SteadyRounds::TakeOutcome() {
     r.collective = t.collective;
     if (t.every_rank == nullptr) {
       r.tensors.push_back(std::move(held->second));  // this host's ranks, with their inputs
+      if (t.first) r.tensors[0].ranks[0] = *t.first;
     } else {
       r.tensors.push_back(*t.every_rank);  // every rank's metadata ...
       for (int rank : local_ranks_) {
@@ -248,7 +236,8 @@ size_t SteadyRounds::template_rank_entries() const {
   size_t entries = 0;
   for (const auto& t : slots_) {
     if (!t) continue;
-    entries += t->local.size() + (t->every_rank != nullptr ? t->every_rank->ranks.size() : 0);
+    entries += t->local.size() + (t->first ? 1 : 0) +
+               (t->every_rank != nullptr ? t->every_rank->ranks.size() : 0);
   }
   return entries;
 }
@@ -303,10 +292,12 @@ void SteadyRounds::Release(const CommittedList& list, RoundOutcome* out) {
         std::all_of(found->ranks.begin(), found->ranks.end(),
                     [](const auto& q) { return q && !q->gpu && q->meta.group_id < 0; });
     if (!every_rank || found->ranks.size() != here_.size()) continue;
-    Template t{id, name, collective, {}, nullptr};
+    Template t{id, name, collective, {}, std::nullopt, nullptr};
     for (int rank : local_ranks_) t.local.push_back(*found->ranks[rank]);
-    if (ReadsEveryRank(collective) || !UniformScales(*found)) {
+    if (ReadsEveryRank(collective)) {
       t.every_rank = std::make_shared<const ReadyTensor>(*found);
+    } else if (!here_[0]) {
+      t.first = *found->ranks[0];
     }
     size_t s = 0;
     while (s < slots_.size() && slots_[s]) ++s;

@@ -19,11 +19,11 @@
 // and the bit vectors mean the same tensors.
 // Cost per tensor independent of the job's size: a template keeps this host's ranks' metadata
 // (what Offer compares) and, only for the collectives whose execution reads every rank's entry
-// (allgather's rows, alltoall's splits) or whose ranks' scales differ in a zero's sign (then
-// every host scales with the first rank's), one shared immutable copy of the committed tensor.
-// An agreed allreduce, broadcast, reducescatter or barrier runs as the held tensor itself: this
-// host's ranks' entries (with their inputs), the other ranks' absent (as offered), which is all
-// the data planes read of them (each host reduces or copies only its own ranks' inputs).
+// (allgather's rows, alltoall's splits), one shared immutable copy of the committed tensor. An
+// agreed allreduce, broadcast, reducescatter or barrier runs as the held tensor itself: this
+// host's ranks' entries (with their inputs) and rank 0's committed metadata (ReadyTensor::first,
+// which the executor reads as the tensor's, as with every rank's entries), the others absent:
+// the data planes read nothing else of them (each host reduces or copies its own ranks' inputs).
 //
 // Pure logic over value types; not thread-safe (the job's control loop).
 // Lifecycle: 1. Received() for each coordinator list, Offer() for each host-ready tensor,
@@ -119,7 +119,7 @@ class SteadyRounds {
 
   // Per-rank metadata entries the slot templates hold (memory accounting: each is one
   // TensorRequest or std::optional<TensorRequest>, about 500 bytes): this host's ranks per slot,
-  // plus every rank where the template keeps the committed tensor (see Slots above).
+  // rank 0's, and every rank where the template keeps the committed tensor (see Slots above).
   size_t template_rank_entries() const;
 
  private:
@@ -127,7 +127,8 @@ class SteadyRounds {
     uint32_t id = 0;
     std::string name;
     wire::Collective collective = wire::Collective::kAllreduce;
-    std::vector<TensorRequest> local;  // committed metadata of local_ranks_, in that order
+    std::vector<TensorRequest> local;    // committed metadata of local_ranks_, in that order
+    std::optional<TensorRequest> first;  // rank 0's, when not here and every_rank is null
     // Every rank's committed metadata, for a collective that reads it (null otherwise).
     std::shared_ptr<const ReadyTensor> every_rank;
   };

@@ -150,10 +150,10 @@ TEST_CASE("cached tensors every host offered run fused in slot order, whatever t
     CHECK(Names(out->run) == "a,b,c");
     CHECK(out->agreed_tensors == 3);
     CHECK(out->to_coordinator.empty());
-    // An allreduce: this host's rank's entry (its own request, with its inputs) and no other.
+    // An allreduce: this host's rank's entry (its own request, with its inputs) and rank 0's.
     REQUIRE(out->run[0].tensors[0].ranks[h]);
     CHECK(out->run[0].tensors[0].ranks[h]->request_id == 1000u + h);
-    CHECK_FALSE(out->run[0].tensors[0].ranks[1 - h]);
+    CHECK(out->run[0].tensors[0].ranks[0]);
   }
 }
 
@@ -174,10 +174,10 @@ TEST_CASE("a host's templates and agreed allreduces hold only its own ranks' ent
     }
     job.Round();
     for (auto& h : job.host) REQUIRE(Names(h.TakeOutcome()->run) == "a|g");
-    // The allreduce's template: the local ranks' metadata alone, whatever the job's size; the
-    // allgather's: those and a copy of every rank's (its execution reads them all).
+    // The allreduce's template: the local ranks' metadata and rank 0's, whatever the job's
+    // size; the allgather's: the local ranks' and a copy of every rank's (it reads them all).
     CHECK(job.host[0].template_rank_entries() == 2 + 2 + size);
-    CHECK(job.host[1].template_rank_entries() == (size - 2) + (size - 2) + size);
+    CHECK(job.host[1].template_rank_entries() == (size - 1) + (size - 2) + size);
     for (int h = 0; h < 2; ++h) {
       ReadyTensor a = job.Local(h, "a");
       ReadyTensor g = job.Local(h, "g", 1, wire::Collective::kAllgather);
@@ -197,7 +197,8 @@ TEST_CASE("a host's templates and agreed allreduces hold only its own ranks' ent
       REQUIRE(g.ranks.size() == static_cast<size_t>(size));
       for (int r = 0; r < size; ++r) {
         const bool mine = job.host_of_rank[r] == h;
-        CHECK(a.ranks[r].has_value() == mine);
+        CHECK(a.ranks[r].has_value() == (mine || r == 0));
+        if (r == 0) CHECK(a.ranks[r]->rank == 0);
         REQUIRE(g.ranks[r]);  // every rank's rows
         CHECK(g.ranks[r]->rank == r);
         if (mine) {
@@ -240,7 +241,7 @@ TEST_CASE("ranks whose scales differ in a zero's sign run with the first rank's,
   }
   job.Round();
   for (auto& h : job.host) REQUIRE(h.TakeOutcome());
-  CHECK(job.host[1].template_rank_entries() == 1 + 2);
+  CHECK(job.host[1].template_rank_entries() == 1 + 1);
   for (int h = 0; h < 2; ++h) {
     ReadyTensor t = job.Local(h, "a");
     t.ranks[h]->meta.prescale = h == 0 ? 0.0 : -0.0;
