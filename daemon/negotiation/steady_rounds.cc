@@ -291,7 +291,7 @@ void SteadyRounds::Release(const CommittedList& list, RoundOutcome* out) {
     const bool every_rank =
         std::all_of(found->ranks.begin(), found->ranks.end(),
                     [](const auto& q) { return q && !q->gpu && q->meta.group_id < 0; });
-    if (!every_rank || found->ranks.size() != here_.size()) continue;
+    if (!every_rank || found->ranks.empty() || found->ranks.size() != here_.size()) continue;
     Template t{id, name, collective, {}, std::nullopt, nullptr};
     for (int rank : local_ranks_) t.local.push_back(*found->ranks[rank]);
     if (ReadsEveryRank(collective)) {
