@@ -176,8 +176,9 @@ TEST_CASE("a host's templates and agreed allreduces hold only its own ranks' ent
     for (auto& h : job.host) REQUIRE(Names(h.TakeOutcome()->run) == "a|g");
     // The allreduce's template: the local ranks' metadata and rank 0's, whatever the job's
     // size; the allgather's: the local ranks' and a copy of every rank's (it reads them all).
-    CHECK(job.host[0].template_rank_entries() == 2 + 2 + size);
-    CHECK(job.host[1].template_rank_entries() == (size - 1) + (size - 2) + size);
+    CHECK(job.host[0].template_rank_entries() == static_cast<size_t>(2 + 2 + size));
+    CHECK(job.host[1].template_rank_entries() ==
+          static_cast<size_t>((size - 1) + (size - 2) + size));
     for (int h = 0; h < 2; ++h) {
       ReadyTensor a = job.Local(h, "a");
       ReadyTensor g = job.Local(h, "g", 1, wire::Collective::kAllgather);
