@@ -37,6 +37,7 @@
 #include "bench/sim_data_plane.h"
 #include "bench/sim_fleet.h"
 #include "daemon/common/logging.h"
+#include "daemon/negotiation/tensor_request.h"
 
 extern char** environ;
 
@@ -223,6 +224,10 @@ void ReportRounds(Report& report, const ard::bench::DataPlaneCounts& c,
   report.Add("host_offer_cpu_us_per_step", 1e6 * c.offer_cpu_s / host_steps);
   report.Add("host_round_cpu_us_per_step", 1e6 * c.round_cpu_s / host_steps);
   report.Add("host_allreduce_cpu_us_per_step", 1e6 * c.allreduce_cpu_s / host_steps);
+  // Slot templates' per-rank metadata per host (each entry one TensorRequest, ~500 bytes).
+  report.Add("host_template_entries", double(c.template_entries) / hosts);
+  report.Add("host_template_mb",
+             double(c.template_entries) * sizeof(ard::negotiation::TensorRequest) / hosts / 1e6);
 }
 
 // Raises the soft limit on open files to at least `wanted` (up to the hard limit).

@@ -193,6 +193,7 @@ absl::StatusOr<DataPlaneCounts> SimDataPlane::OnEveryHost(
     total.offer_cpu_s += c.offer_cpu_s;
     total.round_cpu_s += c.round_cpu_s;
     total.allreduce_cpu_s += c.allreduce_cpu_s;
+    total.template_entries += c.template_entries;
     total.max_messages_sent =
         std::max(total.max_messages_sent, c.round_messages_sent + c.allreduce_messages_sent);
     total.to_coordinator += hosts_[i]->to_coordinator.exchange(0);
@@ -303,6 +304,7 @@ absl::StatusOr<DataPlaneCounts> SimDataPlane::Steady(int steps) {
             std::chrono::duration<double>(std::chrono::steady_clock::now() - phase_start_).count();
       }
     }
+    counts.template_entries = static_cast<long>(host.steady->template_rank_entries());
     return absl::OkStatus();
   });
 }

@@ -64,6 +64,9 @@ struct DataPlaneCounts {
   double offer_cpu_s = 0;
   double round_cpu_s = 0;
   double allreduce_cpu_s = 0;
+  // Per-rank metadata entries the hosts' slot templates hold at the end of the phase
+  // (SteadyRounds::template_rank_entries).
+  long template_entries = 0;
 };
 
 class SimDataPlane {

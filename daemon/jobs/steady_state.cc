@@ -156,4 +156,9 @@ uint64_t SteadyState::agreed_tensors() const {
   return agreed_;
 }
 
+size_t SteadyState::template_rank_entries() const {
+  absl::MutexLock lock(&mu_);
+  return rounds_.template_rank_entries();
+}
+
 }  // namespace ard::jobs

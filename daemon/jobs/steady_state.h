@@ -49,6 +49,8 @@ class SteadyState : public dataplane::IdleRounds {
   // Rounds run and tensors they agreed (for metrics and tests).
   uint64_t rounds() const;
   uint64_t agreed_tensors() const;
+  // negotiation::SteadyRounds::template_rank_entries (memory accounting).
+  size_t template_rank_entries() const;
 
  private:
   void WakeIfChanged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -19,20 +19,44 @@ bool Bit(const std::vector<uint64_t>& bits, size_t i) {
 
 void SetBit(std::vector<uint64_t>& bits, size_t i) { bits[i / 64] |= uint64_t{1} << (i % 64); }
 
+// Bitwise, so that a scale of -0.0 does not pass for 0.0 (validation compares with ==): where the
+// executor scales with an offered value (this host runs the first rank), it is the committed one
+// bit for bit, as on every other host.
+bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(a)) == 0; }
+
 // The metadata that decides a response (not where this call's input lies).
 bool SameMeta(const TensorRequest& a, const TensorRequest& b) {
   const wire::Submit &x = a.meta, &y = b.meta;
   if (x.collective != y.collective || x.dtype != y.dtype || x.reduce_op != y.reduce_op ||
-      x.root_rank != y.root_rank || x.prescale != y.prescale || x.postscale != y.postscale ||
-      x.ndims != y.ndims || x.bytes != y.bytes || x.group_id != y.group_id ||
-      x.group_size != y.group_size || x.num_splits != y.num_splits || a.splits != b.splits ||
-      a.gpu.has_value() || b.gpu.has_value() || a.name() != b.name()) {
+      x.root_rank != y.root_rank || !SameBits(x.prescale, y.prescale) ||
+      !SameBits(x.postscale, y.postscale) || x.ndims != y.ndims || x.bytes != y.bytes ||
+      x.group_id != y.group_id || x.group_size != y.group_size || x.num_splits != y.num_splits ||
+      a.splits != b.splits || a.gpu.has_value() || b.gpu.has_value() || a.name() != b.name()) {
     return false;
   }
   for (uint32_t d = 0; d < x.ndims && d < wire::kMaxDims; ++d) {
     if (x.shape[d] != y.shape[d]) return false;
   }
   return true;
+}
+
+// Whether running `collective` reads the entries of ranks on other hosts (tcp_collective.cc):
+// allgather (every rank's rows) and alltoall (every rank's splits). An allreduce (Adasum
+// included) and a reducescatter reduce this host's ranks' inputs, a broadcast copies the root's
+// input on the root's host, a barrier reads nothing; they need only the metadata every rank
+// shares, which this host's ranks' entries carry.
+bool ReadsEveryRank(wire::Collective collective) {
+  return collective != wire::Collective::kAllreduce &&
+         collective != wire::Collective::kReducescatter &&
+         collective != wire::Collective::kBroadcast && collective != wire::Collective::kBarrier;
+}
+
+std::vector<int> RanksOf(const std::vector<bool>& here) {
+  std::vector<int> ranks;
+  for (size_t r = 0; r < here.size(); ++r) {
+    if (here[r]) ranks.push_back(static_cast<int>(r));
+  }
+  return ranks;
 }
 
 }  // namespace
@@ -84,7 +108,8 @@ RoundVote DecodeVote(const uint8_t* in, uint64_t slots) {
   return vote;
 }
 
-SteadyRounds::SteadyRounds(std::vector<bool> here) : here_(std::move(here)) {}
+SteadyRounds::SteadyRounds(std::vector<bool> here)
+    : here_(std::move(here)), local_ranks_(RanksOf(here_)) {}
 
 void SteadyRounds::Received(CommittedList list) {
   pending_lists_[++received_] = std::move(list);
@@ -109,12 +134,10 @@ void SteadyRounds::SetJoinPending(bool pending) {
 }
 
 bool SteadyRounds::Matches(const Template& t, const ReadyTensor& tensor) const {
-  if (tensor.ranks.size() != here_.size() || t.tensor.ranks.size() != here_.size()) return false;
-  for (size_t r = 0; r < here_.size(); ++r) {
-    if (!here_[r]) continue;
-    if (!tensor.ranks[r] || !t.tensor.ranks[r] || !SameMeta(*t.tensor.ranks[r], *tensor.ranks[r])) {
-      return false;
-    }
+  if (tensor.ranks.size() != here_.size()) return false;
+  for (size_t k = 0; k < local_ranks_.size(); ++k) {
+    const auto& offered = tensor.ranks[local_ranks_[k]];
+    if (!offered || !SameMeta(t.local[k], *offered)) return false;
   }
   return true;
 }
@@ -130,7 +153,7 @@ RoundVote SteadyRounds::Vote(uint64_t fusion_threshold_bytes) {
   v.to_coordinator.assign(Words(v.slots), 0);
   for (size_t s = 0; s < slots_.size(); ++s) {
     if (!slots_[s]) continue;
-    if (join_pending_ || coordinator_bound_.count(slots_[s]->tensor.name)) {
+    if (join_pending_ || coordinator_bound_.count(slots_[s]->name)) {
       SetBit(v.to_coordinator, s);
     } else if (held_.count(s)) {
       SetBit(v.ready, s);
@@ -170,15 +193,21 @@ std::optional<RoundOutcome> SteadyRounds::TakeOutcome() {
   std::set<std::string> asked;
   for (size_t s = 0; s < slots_.size(); ++s) {
     if (!slots_[s]) continue;
-    if (Bit(result.to_coordinator, s)) asked.insert(slots_[s]->tensor.name);
+    const Template& t = *slots_[s];
+    if (Bit(result.to_coordinator, s)) asked.insert(t.name);
     if (!Bit(result.ready, s)) continue;
     auto held = held_.find(s);  // voted ready: held here since the vote
     Response r;
-    r.collective = slots_[s]->collective;
-    r.tensors.push_back(slots_[s]->tensor);  // every rank's metadata ...
-    for (size_t rank = 0; rank < here_.size(); ++rank) {
-      if (here_[rank]) r.tensors[0].ranks[rank] = std::move(held->second.ranks[rank]);
-    }  // ... with this host's inputs
+    r.collective = t.collective;
+    if (t.every_rank == nullptr) {
+      r.tensors.push_back(std::move(held->second));  // this host's ranks, with their inputs
+      if (t.first) r.tensors[0].ranks[0] = *t.first;
+    } else {
+      r.tensors.push_back(*t.every_rank);  // every rank's metadata ...
+      for (int rank : local_ranks_) {
+        r.tensors[0].ranks[rank] = std::move(held->second.ranks[rank]);
+      }  // ... with this host's inputs
+    }
     held_.erase(held);
     agreed.push_back(std::move(r));
   }
@@ -203,6 +232,16 @@ std::optional<RoundOutcome> SteadyRounds::TakeOutcome() {
   return out;
 }
 
+size_t SteadyRounds::template_rank_entries() const {
+  size_t entries = 0;
+  for (const auto& t : slots_) {
+    if (!t) continue;
+    entries += t->local.size() + (t->first ? 1 : 0) +
+               (t->every_rank != nullptr ? t->every_rank->ranks.size() : 0);
+  }
+  return entries;
+}
+
 std::vector<ReadyTensor> SteadyRounds::TakeHeld() {
   std::vector<ReadyTensor> out;
   for (auto& [slot, tensor] : held_) out.push_back(std::move(tensor));
@@ -225,7 +264,7 @@ void SteadyRounds::Release(const CommittedList& list, RoundOutcome* out) {
     for (size_t s = 0; s < slots_.size(); ++s) {
       if (!slots_[s] || slots_[s]->id != id) continue;
       Flush(s, out);  // held for a template that is gone: negotiate it centrally
-      slot_of_.erase(slots_[s]->tensor.name);
+      slot_of_.erase(slots_[s]->name);
       slots_[s].reset();
     }
   }
@@ -252,11 +291,18 @@ void SteadyRounds::Release(const CommittedList& list, RoundOutcome* out) {
     const bool every_rank =
         std::all_of(found->ranks.begin(), found->ranks.end(),
                     [](const auto& q) { return q && !q->gpu && q->meta.group_id < 0; });
-    if (!every_rank || found->ranks.size() != here_.size()) continue;
+    if (!every_rank || found->ranks.empty() || found->ranks.size() != here_.size()) continue;
+    Template t{id, name, collective, {}, std::nullopt, nullptr};
+    for (int rank : local_ranks_) t.local.push_back(*found->ranks[rank]);
+    if (ReadsEveryRank(collective)) {
+      t.every_rank = std::make_shared<const ReadyTensor>(*found);
+    } else if (!here_[0]) {
+      t.first = *found->ranks[0];
+    }
     size_t s = 0;
     while (s < slots_.size() && slots_[s]) ++s;
     if (s == slots_.size()) slots_.emplace_back();
-    slots_[s] = Template{id, *found, collective};
+    slots_[s] = std::move(t);
     slot_of_[name] = s;
   }
 }

@@ -14,9 +14,16 @@
 // argument is in DESIGN.md).
 // Slots: each cached tensor (a put of the coordinator's response cache whose committed response
 // has every rank of the job, host memory, no group) gets the lowest free slot when its list is
-// released, with every rank's committed metadata as its template; slots are freed
-// by evictions. Releases happen at the same places on every host, so at every vote all hosts
-// hold the same slot table and the bit vectors mean the same tensors.
+// released, with its committed metadata as its template; slots are freed by evictions. Releases
+// happen at the same places on every host, so at every vote all hosts hold the same slot table
+// and the bit vectors mean the same tensors.
+// Cost per tensor independent of the job's size: a template keeps this host's ranks' metadata
+// (what Offer compares) and, only for the collectives whose execution reads every rank's entry
+// (allgather's rows, alltoall's splits), one shared immutable copy of the committed tensor. An
+// agreed allreduce, broadcast, reducescatter or barrier runs as the held tensor itself: this
+// host's ranks' entries (with their inputs) and rank 0's committed metadata (ReadyTensor::first,
+// which the executor reads as the tensor's, as with every rank's entries), the others absent:
+// the data planes read nothing else of them (each host reduces or copies its own ranks' inputs).
 //
 // Pure logic over value types; not thread-safe (the job's control loop).
 // Lifecycle: 1. Received() for each coordinator list, Offer() for each host-ready tensor,
@@ -27,6 +34,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -109,11 +117,20 @@ class SteadyRounds {
   std::vector<ReadyTensor> TakeHeld();
   std::vector<Response> TakePending();
 
+  // Per-rank metadata entries the slot templates hold (memory accounting: each is one
+  // TensorRequest or std::optional<TensorRequest>, about 500 bytes): this host's ranks per slot,
+  // rank 0's, and every rank where the template keeps the committed tensor (see Slots above).
+  size_t template_rank_entries() const;
+
  private:
   struct Template {
     uint32_t id = 0;
-    ReadyTensor tensor;  // every taking-part rank's committed metadata
+    std::string name;
     wire::Collective collective = wire::Collective::kAllreduce;
+    std::vector<TensorRequest> local;    // committed metadata of local_ranks_, in that order
+    std::optional<TensorRequest> first;  // rank 0's, when not here and every_rank is null
+    // Every rank's committed metadata, for a collective that reads it (null otherwise).
+    std::shared_ptr<const ReadyTensor> every_rank;
   };
   // Applies a released list's cache decisions to the slot table.
   void Release(const CommittedList& list, RoundOutcome* out);
@@ -121,6 +138,7 @@ class SteadyRounds {
   void Flush(size_t slot, RoundOutcome* out);
 
   const std::vector<bool> here_;
+  const std::vector<int> local_ranks_;  // the ranks here_ marks, ascending
   uint64_t round_ = 0;
   bool changed_ = false;
   bool join_pending_ = false;

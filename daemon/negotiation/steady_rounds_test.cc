@@ -1,6 +1,7 @@
 #include "daemon/negotiation/steady_rounds.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -29,32 +30,50 @@ TensorRequest Request(int rank, const std::string& name, int64_t elements = 1) {
   return r;
 }
 
-// A job of `hosts` hosts with one rank each (rank h on host h).
+std::vector<int> OneRankPerHost(int hosts) {
+  std::vector<int> host_of_rank(hosts);
+  for (int h = 0; h < hosts; ++h) host_of_rank[h] = h;
+  return host_of_rank;
+}
+
+// A job whose rank r runs on host host_of_rank[r] (hosts numbered from 0).
 struct Job {
-  explicit Job(int hosts) {
+  explicit Job(int hosts) : Job(OneRankPerHost(hosts)) {}
+  explicit Job(std::vector<int> ranks_on) : host_of_rank(std::move(ranks_on)) {
+    const int hosts = *std::max_element(host_of_rank.begin(), host_of_rank.end()) + 1;
     for (int h = 0; h < hosts; ++h) {
-      std::vector<bool> here(hosts, false);
-      here[h] = true;
+      std::vector<bool> here(size());
+      for (int r = 0; r < size(); ++r) here[r] = host_of_rank[r] == h;
       host.emplace_back(here);
     }
   }
-  int size() const { return static_cast<int>(host.size()); }
+  int size() const { return static_cast<int>(host_of_rank.size()); }
   // Host h's ranks submitted `name` (with `elements` elements).
-  ReadyTensor Local(int h, const std::string& name, int64_t elements = 1) const {
+  ReadyTensor Local(int h, const std::string& name, int64_t elements = 1,
+                    wire::Collective collective = wire::Collective::kAllreduce) const {
     ReadyTensor t{name, std::vector<std::optional<TensorRequest>>(size())};
-    t.ranks[h] = Request(h, name, elements);
-    t.ranks[h]->request_id = 1000 + h;  // marks this host's own entry
+    for (int r = 0; r < size(); ++r) {
+      if (host_of_rank[r] != h) continue;
+      t.ranks[r] = Request(r, name, elements);
+      t.ranks[r]->meta.collective = static_cast<uint32_t>(collective);
+      t.ranks[r]->request_id = 1000 + r;  // marks this host's own entry
+    }
     return t;
   }
   // A coordinator list committing `names` (every rank), caching those given ids.
   CommittedList List(const std::vector<std::string>& names,
                      std::vector<std::pair<uint32_t, std::string>> put = {},
-                     std::vector<uint32_t> evict = {}, int64_t elements = 1) const {
+                     std::vector<uint32_t> evict = {}, int64_t elements = 1,
+                     wire::Collective collective = wire::Collective::kAllreduce) const {
     CommittedList list;
     for (const std::string& name : names) {
       Response r;
+      r.collective = collective;
       ReadyTensor t{name, std::vector<std::optional<TensorRequest>>(size())};
-      for (int rank = 0; rank < size(); ++rank) t.ranks[rank] = Request(rank, name, elements);
+      for (int rank = 0; rank < size(); ++rank) {
+        t.ranks[rank] = Request(rank, name, elements);
+        t.ranks[rank]->meta.collective = static_cast<uint32_t>(collective);
+      }
       r.tensors.push_back(std::move(t));
       list.responses.push_back(std::move(r));
     }
@@ -71,6 +90,7 @@ struct Job {
     for (auto& h : host) REQUIRE(h.Agreed(result).ok());
     return result;
   }
+  std::vector<int> host_of_rank;
   std::vector<SteadyRounds> host;
 };
 
@@ -130,10 +150,113 @@ TEST_CASE("cached tensors every host offered run fused in slot order, whatever t
     CHECK(Names(out->run) == "a,b,c");
     CHECK(out->agreed_tensors == 3);
     CHECK(out->to_coordinator.empty());
-    // Every rank's entry; this host's carries its own request (its inputs).
+    // An allreduce: this host's rank's entry (its own request, with its inputs) and rank 0's.
     REQUIRE(out->run[0].tensors[0].ranks[h]);
     CHECK(out->run[0].tensors[0].ranks[h]->request_id == 1000u + h);
-    CHECK(out->run[0].tensors[0].ranks[1 - h]);
+    CHECK(out->run[0].tensors[0].ranks[0]);
+  }
+}
+
+// Host 0 runs ranks 0 and 1 of a job of `size` ranks, host 1 the others. "a" is an allreduce,
+// "g" an allgather, both cached and offered by both hosts; one round agrees both.
+TEST_CASE("a host's templates and agreed allreduces hold only its own ranks' entries") {
+  for (int size : {4, 64, 1000}) {
+    INFO("ranks " << size);
+    std::vector<int> host_of_rank(size, 1);
+    host_of_rank[0] = host_of_rank[1] = 0;
+    Job job(host_of_rank);
+    for (auto& h : job.host) {
+      CommittedList list = job.List({"a"}, {{1, "a"}});
+      CommittedList gather = job.List({"g"}, {{2, "g"}}, {}, 1, wire::Collective::kAllgather);
+      list.responses.push_back(std::move(gather.responses[0]));
+      list.cache_put.push_back(gather.cache_put[0]);
+      h.Received(std::move(list));
+    }
+    job.Round();
+    for (auto& h : job.host) REQUIRE(Names(h.TakeOutcome()->run) == "a|g");
+    // The allreduce's template: the local ranks' metadata and rank 0's, whatever the job's
+    // size; the allgather's: the local ranks' and a copy of every rank's (it reads them all).
+    CHECK(job.host[0].template_rank_entries() == static_cast<size_t>(2 + 2 + size));
+    CHECK(job.host[1].template_rank_entries() ==
+          static_cast<size_t>((size - 1) + (size - 2) + size));
+    for (int h = 0; h < 2; ++h) {
+      ReadyTensor a = job.Local(h, "a");
+      ReadyTensor g = job.Local(h, "g", 1, wire::Collective::kAllgather);
+      REQUIRE(job.host[h].Offer(a));
+      REQUIRE(job.host[h].Offer(g));
+    }
+    job.Round();
+    for (int h = 0; h < 2; ++h) {
+      auto out = job.host[h].TakeOutcome();
+      REQUIRE(out);
+      REQUIRE(Names(out->run) == "a|g");
+      const ReadyTensor& a = out->run[0].tensors[0];
+      const ReadyTensor& g = out->run[1].tensors[0];
+      CHECK(out->run[0].collective == wire::Collective::kAllreduce);
+      CHECK(out->run[1].collective == wire::Collective::kAllgather);
+      REQUIRE(a.ranks.size() == static_cast<size_t>(size));
+      REQUIRE(g.ranks.size() == static_cast<size_t>(size));
+      for (int r = 0; r < size; ++r) {
+        const bool mine = job.host_of_rank[r] == h;
+        CHECK(a.ranks[r].has_value() == (mine || r == 0));
+        if (r == 0) CHECK(a.ranks[r]->rank == 0);
+        REQUIRE(g.ranks[r]);  // every rank's rows
+        CHECK(g.ranks[r]->rank == r);
+        if (mine) {
+          CHECK(a.ranks[r]->request_id == 1000u + r);
+          CHECK(g.ranks[r]->request_id == 1000u + r);
+        } else {
+          CHECK(g.ranks[r]->request_id == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a scale that differs from the committed one in a zero's sign is negotiated centrally") {
+  Job job(2);
+  for (auto& h : job.host) {
+    CommittedList list = job.List({"a"}, {{1, "a"}});
+    for (auto& q : list.responses[0].tensors[0].ranks) q->meta.postscale = 0.0;
+    h.Received(std::move(list));
+  }
+  job.Round();
+  for (auto& h : job.host) REQUIRE(h.TakeOutcome());
+  ReadyTensor a = job.Local(0, "a");
+  a.ranks[0]->meta.postscale = -0.0;  // == 0.0, but the result's zeros would differ in sign
+  CHECK_FALSE(job.host[0].Offer(a));
+  ReadyTensor b = job.Local(1, "a");
+  b.ranks[1]->meta.postscale = 0.0;
+  CHECK(job.host[1].Offer(b));
+}
+
+// Validation accepts ranks whose scales are equal but for a zero's sign; every host must then
+// scale as the committed response's first rank does, not each with its own ranks' value.
+TEST_CASE("ranks whose scales differ in a zero's sign run with the first rank's, on every host") {
+  Job job(2);
+  for (auto& h : job.host) {
+    CommittedList list = job.List({"a"}, {{1, "a"}});
+    list.responses[0].tensors[0].ranks[0]->meta.prescale = 0.0;
+    list.responses[0].tensors[0].ranks[1]->meta.prescale = -0.0;
+    h.Received(std::move(list));
+  }
+  job.Round();
+  for (auto& h : job.host) REQUIRE(h.TakeOutcome());
+  CHECK(job.host[1].template_rank_entries() == 1 + 1);
+  for (int h = 0; h < 2; ++h) {
+    ReadyTensor t = job.Local(h, "a");
+    t.ranks[h]->meta.prescale = h == 0 ? 0.0 : -0.0;
+    REQUIRE(job.host[h].Offer(t));
+  }
+  job.Round();
+  for (int h = 0; h < 2; ++h) {
+    auto out = job.host[h].TakeOutcome();
+    REQUIRE(out);
+    REQUIRE(Names(out->run) == "a");
+    const ReadyTensor& a = out->run[0].tensors[0];
+    CHECK_FALSE(std::signbit(a.first().meta.prescale));  // rank 0's, on both hosts
+    REQUIRE(a.ranks[h]);
+    CHECK(a.ranks[h]->request_id == 1000u + h);
   }
 }
 
