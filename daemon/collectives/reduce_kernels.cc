@@ -97,6 +97,12 @@ ARD_INLINE void ReduceLoop(T* __restrict dst, const T* __restrict src, size_t n)
   for (size_t i = 0; i < n; ++i) dst[i] = Op::Apply(dst[i], src[i]);
 }
 
+template <typename T, typename Op>
+ARD_INLINE void ReduceOutLoop(T* __restrict dst, const T* __restrict a, const T* __restrict b,
+                              size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = Op::Apply(a[i], b[i]);
+}
+
 template <typename T>
 ARD_INLINE void ScaleFloatLoop(T* __restrict buf, size_t n, T factor) {
   for (size_t i = 0; i < n; ++i) buf[i] = CanonicalizeNaN(buf[i] * factor);
@@ -152,6 +158,25 @@ ARD_INLINE void Reduce16Loop(uint16_t* __restrict dst, const uint16_t* __restric
   if (i < n) Reduce16Block<Cvt, Op>(dst + i, src + i, n - i);
 }
 
+template <typename Cvt, typename Op>
+ARD_INLINE void ReduceOut16Block(uint16_t* __restrict dst, const uint16_t* __restrict a,
+                                 const uint16_t* __restrict b, size_t m) {
+  alignas(64) float fa[kBlock];
+  alignas(64) float fb[kBlock];
+  Cvt::ToFloat(a, fa, m);
+  Cvt::ToFloat(b, fb, m);
+  ReduceLoop<float, Op>(fa, fb, m);
+  Cvt::FromFloat(fa, dst, m);
+}
+
+template <typename Cvt, typename Op>
+ARD_INLINE void ReduceOut16Loop(uint16_t* __restrict dst, const uint16_t* __restrict a,
+                                const uint16_t* __restrict b, size_t n) {
+  size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) ReduceOut16Block<Cvt, Op>(dst + i, a + i, b + i, kBlock);
+  if (i < n) ReduceOut16Block<Cvt, Op>(dst + i, a + i, b + i, n - i);
+}
+
 template <typename Cvt>
 ARD_INLINE void Scale16Block(uint16_t* __restrict buf, size_t m, float factor) {
   alignas(64) float a[kBlock];
@@ -177,6 +202,18 @@ ARD_INLINE void ReduceBody(void* dst, const void* src, size_t n) {
   }
 }
 
+template <typename T, typename Op, KernelIsa kIsa>
+ARD_INLINE void ReduceOutBody(void* dst, const void* a, const void* b, size_t n) {
+  if constexpr (kIs16BitFloat<T>) {
+    ReduceOut16Loop<typename BlockConverter<T, kIsa>::Type, Op>(static_cast<uint16_t*>(dst),
+                                                                static_cast<const uint16_t*>(a),
+                                                                static_cast<const uint16_t*>(b), n);
+  } else {
+    ReduceOutLoop<T, Op>(static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b),
+                         n);
+  }
+}
+
 template <typename T, KernelIsa kIsa>
 ARD_INLINE void ScaleBody(void* buf, size_t n, double factor) {
   if constexpr (kIs16BitFloat<T>) {
@@ -191,11 +228,17 @@ ARD_INLINE void ScaleBody(void* buf, size_t n, double factor) {
 
 // The out-of-line kernels, one per (type, op) and instruction set.
 using ReduceFn = void (*)(void*, const void*, size_t);
+using ReduceOutFn = void (*)(void*, const void*, const void*, size_t);
 using ScaleFn = void (*)(void*, size_t, double);
 
 template <typename T, typename Op>
 void ReducePortable(void* dst, const void* src, size_t n) {
   ReduceBody<T, Op, KernelIsa::kPortable>(dst, src, n);
+}
+
+template <typename T, typename Op>
+void ReduceOutPortable(void* dst, const void* a, const void* b, size_t n) {
+  ReduceOutBody<T, Op, KernelIsa::kPortable>(dst, a, b, n);
 }
 
 template <typename T>
@@ -207,6 +250,11 @@ void ScalePortable(void* buf, size_t n, double factor) {
 template <typename T, typename Op>
 ARD_TARGET_AVX2 void ReduceAvx2(void* dst, const void* src, size_t n) {
   ReduceBody<T, Op, KernelIsa::kAvx2>(dst, src, n);
+}
+
+template <typename T, typename Op>
+ARD_TARGET_AVX2 void ReduceOutAvx2(void* dst, const void* a, const void* b, size_t n) {
+  ReduceOutBody<T, Op, KernelIsa::kAvx2>(dst, a, b, n);
 }
 
 template <typename T>
@@ -240,34 +288,40 @@ bool VisitType(DataType dtype, F&& f) {
   }
 }
 
+// The in-place and out-of-place kernels of one (dtype, op, isa); null if unsupported.
+struct ReduceFns {
+  ReduceFn in_place = nullptr;
+  ReduceOutFn out_of_place = nullptr;
+};
+
 template <typename Op>
-ReduceFn ReduceFnFor(DataType dtype, KernelIsa isa) {
-  ReduceFn fn = nullptr;
+ReduceFns ReduceFnsFor(DataType dtype, KernelIsa isa) {
+  ReduceFns fns;
   VisitType(dtype, [&](auto tag) {
     using T = decltype(tag);
-    fn = &ReducePortable<T, Op>;
+    fns = {&ReducePortable<T, Op>, &ReduceOutPortable<T, Op>};
 #if ARD_KERNELS_X86
-    if (isa == KernelIsa::kAvx2) fn = &ReduceAvx2<T, Op>;
+    if (isa == KernelIsa::kAvx2) fns = {&ReduceAvx2<T, Op>, &ReduceOutAvx2<T, Op>};
 #endif
   });
-  return fn;
+  return fns;
 }
 
-ReduceFn ReduceFnFor(DataType dtype, ReduceOp op, KernelIsa isa) {
+ReduceFns ReduceFnsFor(DataType dtype, ReduceOp op, KernelIsa isa) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
-      return ReduceFnFor<SumOp>(dtype, isa);
+      return ReduceFnsFor<SumOp>(dtype, isa);
     case ReduceOp::kMin:
-      return ReduceFnFor<MinOp>(dtype, isa);
+      return ReduceFnsFor<MinOp>(dtype, isa);
     case ReduceOp::kMax:
-      return ReduceFnFor<MaxOp>(dtype, isa);
+      return ReduceFnsFor<MaxOp>(dtype, isa);
     case ReduceOp::kProduct:
-      return ReduceFnFor<ProductOp>(dtype, isa);
+      return ReduceFnsFor<ProductOp>(dtype, isa);
     case ReduceOp::kAdasum:
-      return nullptr;  // not element-wise: adasum.h
+      break;  // not element-wise: adasum.h
   }
-  return nullptr;
+  return {};
 }
 
 ScaleFn ScaleFnFor(DataType dtype, KernelIsa isa) {
@@ -344,9 +398,23 @@ void ReduceInto(void* dst, const void* src, size_t count, wire::DataType dtype, 
 void ReduceInto(void* dst, const void* src, size_t count, wire::DataType dtype, wire::ReduceOp op,
                 KernelIsa isa) {
   ARD_CHECK(KernelIsaSupported(isa));
-  const ReduceFn fn = ReduceFnFor(dtype, op, isa);
+  const ReduceFn fn = ReduceFnsFor(dtype, op, isa).in_place;
   ARD_CHECK(fn != nullptr && "unsupported dtype or op for ReduceInto");
   fn(dst, src, count);
+}
+
+void ReduceOutOfPlace(void* dst, const void* a, const void* b, size_t count, wire::DataType dtype,
+                      wire::ReduceOp op) {
+  ReduceOutOfPlace(dst, a, b, count, dtype, op, BestKernelIsa());
+}
+
+void ReduceOutOfPlace(void* dst, const void* a, const void* b, size_t count, wire::DataType dtype,
+                      wire::ReduceOp op, KernelIsa isa) {
+  if (dst == a) return ReduceInto(dst, b, count, dtype, op, isa);
+  ARD_CHECK(KernelIsaSupported(isa));
+  const ReduceOutFn fn = ReduceFnsFor(dtype, op, isa).out_of_place;
+  ARD_CHECK(fn != nullptr && "unsupported dtype or op for ReduceOutOfPlace");
+  fn(dst, a, b, count);
 }
 
 void Scale(void* buf, size_t count, wire::DataType dtype, double factor) {

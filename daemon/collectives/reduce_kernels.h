@@ -1,6 +1,7 @@
 // Element-wise reduction kernels: the CPU arithmetic of allreduce/reducescatter. The data planes
 // reduce the training processes' tensors (in shared memory) into a result buffer with
-// FillIdentity / ReduceInto, then Scale for Average. Pure functions over caller-owned memory:
+// FillIdentity / ReduceInto (or ReduceOutOfPlace, which writes a op b to a third buffer), then
+// Scale for Average. Pure functions over caller-owned memory:
 // safe from any thread, no state beyond a CPU-feature check done once.
 //
 // Determinism: the same inputs in the same order give bit-identical outputs on every machine and
@@ -53,6 +54,14 @@ KernelIsa BestKernelIsa();
 void ReduceInto(void* dst, const void* src, size_t count, wire::DataType dtype, wire::ReduceOp op);
 void ReduceInto(void* dst, const void* src, size_t count, wire::DataType dtype, wire::ReduceOp op,
                 KernelIsa isa);
+
+// dst[i] = op(a[i], b[i]) for i < count: the bits ReduceInto gives with dst holding a and src b,
+// in one pass (no copy of a into dst first). dst may be a (then it is ReduceInto(a, b)); otherwise
+// dst overlaps neither a nor b.
+void ReduceOutOfPlace(void* dst, const void* a, const void* b, size_t count, wire::DataType dtype,
+                      wire::ReduceOp op);
+void ReduceOutOfPlace(void* dst, const void* a, const void* b, size_t count, wire::DataType dtype,
+                      wire::ReduceOp op, KernelIsa isa);
 
 // buf[i] *= factor. A factor of exactly 1.0 returns at once (buf untouched, NaNs not
 // canonicalized).

@@ -37,7 +37,8 @@ uint64_t RowBytes(const wire::Submit& m) {
 
 // This host's contribution: the reduction of its present ranks' inputs in rank order, each input
 // prescaled; the identity when none of them takes part (all joined). Computed in passes that stay
-// in the L2 cache, every rank's input per pass, so that `dst` goes to memory once.
+// in the L2 cache, every rank's input per pass, so that `dst` goes to memory once; without
+// prescale the first two inputs are reduced straight into `dst` (no copy of the first).
 void LocalPartial(const ReadyTensor& t, const HostLayout& job, uint8_t* dst) {
   const wire::Submit& m = t.first().meta;
   const auto dtype = static_cast<wire::DataType>(m.dtype);
@@ -47,28 +48,37 @@ void LocalPartial(const ReadyTensor& t, const HostLayout& job, uint8_t* dst) {
   constexpr uint64_t kPassBytes = 128 << 10;
   const uint64_t pass = std::max<uint64_t>(1, kPassBytes / elem);
   thread_local std::vector<uint8_t> scratch;
+  thread_local std::vector<const uint8_t*> inputs;
+  inputs.clear();
+  for (int r : job.ranks_of_host[job.cross_rank]) {
+    if (t.ranks[r]) inputs.push_back(t.ranks[r]->input.data);
+  }
+  const bool scaled = m.prescale != 1.0;
   for (uint64_t begin = 0; begin < count; begin += pass) {
     const uint64_t n = std::min(pass, count - begin);
-    uint8_t* out = dst + begin * elem;
-    bool have = false;
-    for (int r : job.ranks_of_host[job.cross_rank]) {
-      const auto& req = t.ranks[r];
-      if (!req) continue;
-      const uint8_t* src = req->input.data + begin * elem;
-      if (!have) {
-        memcpy(out, src, n * elem);
-        collectives::Scale(out, n, dtype, m.prescale);
-        have = true;
-        continue;
-      }
-      if (m.prescale != 1.0) {
+    const uint64_t at = begin * elem;
+    uint8_t* out = dst + at;
+    if (inputs.empty()) {
+      collectives::FillIdentity(out, n, dtype, op);
+      continue;
+    }
+    size_t next = 1;
+    if (!scaled && inputs.size() >= 2) {
+      collectives::ReduceOutOfPlace(out, inputs[0] + at, inputs[1] + at, n, dtype, op);
+      next = 2;
+    } else {
+      memcpy(out, inputs[0] + at, n * elem);
+      collectives::Scale(out, n, dtype, m.prescale);
+    }
+    for (; next < inputs.size(); ++next) {
+      const uint8_t* src = inputs[next] + at;
+      if (scaled) {
         scratch.assign(src, src + n * elem);
         collectives::Scale(scratch.data(), n, dtype, m.prescale);
         src = scratch.data();
       }
       collectives::ReduceInto(out, src, n, dtype, op);
     }
-    if (!have) collectives::FillIdentity(out, n, dtype, op);
   }
 }
 

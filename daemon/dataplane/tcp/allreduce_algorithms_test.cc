@@ -126,22 +126,26 @@ TEST_CASE("Allreduce from a separate input gives the in-place bits and leaves th
     uint64_t salt = 0;
     for (size_t count : {size_t{0}, size_t{1}, size_t(n + 1), size_t{1001}, size_t{30011}}) {
       for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64}) {
-        const std::vector<Bytes> inputs = Inputs(n, dtype, count, 1000 + ++salt);
-        for (AllreduceAlgorithm algorithm : kAlgorithms) {
-          INFO("n=" << n << " count=" << count << " dtype=" << static_cast<int>(dtype)
-                    << " algorithm=" << AllreduceAlgorithmName(algorithm));
-          const std::vector<Bytes> in_place =
-              RunAllreduce(meshes, inputs, count, dtype, ReduceOp::kSum, algorithm);
-          const std::vector<Bytes> kept = inputs;
-          // Outputs start as garbage: no block of the result may come from the old contents.
-          std::vector<Bytes> outputs(n, Bytes(count * SizeOf(dtype), 0xA5));
-          REQUIRE(AllOk(RunOnHosts(n, [&](int h) {
-            return Allreduce(*meshes[h], kept[h].data(), outputs[h].data(), count, dtype,
-                             ReduceOp::kSum, algorithm);
-          })));
-          for (int h = 0; h < n; ++h) {
-            REQUIRE(outputs[h] == in_place[h]);
-            REQUIRE(kept[h] == inputs[h]);
+        // Max: the ring's out-of-place kernel keeps the operand order (mine op partial).
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+          const std::vector<Bytes> inputs = Inputs(n, dtype, count, 1000 + ++salt);
+          for (AllreduceAlgorithm algorithm : kAlgorithms) {
+            INFO("n=" << n << " count=" << count << " dtype=" << static_cast<int>(dtype)
+                      << " op=" << static_cast<int>(op)
+                      << " algorithm=" << AllreduceAlgorithmName(algorithm));
+            const std::vector<Bytes> in_place =
+                RunAllreduce(meshes, inputs, count, dtype, op, algorithm);
+            const std::vector<Bytes> kept = inputs;
+            // Outputs start as garbage: no block of the result may come from the old contents.
+            std::vector<Bytes> outputs(n, Bytes(count * SizeOf(dtype), 0xA5));
+            REQUIRE(AllOk(RunOnHosts(n, [&](int h) {
+              return Allreduce(*meshes[h], kept[h].data(), outputs[h].data(), count, dtype, op,
+                               algorithm);
+            })));
+            for (int h = 0; h < n; ++h) {
+              REQUIRE(outputs[h] == in_place[h]);
+              REQUIRE(kept[h] == inputs[h]);
+            }
           }
         }
       }

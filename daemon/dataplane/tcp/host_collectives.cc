@@ -104,20 +104,6 @@ absl::Status RecursiveDoublingAllreduce(TcpMesh& mesh, uint8_t* buf, size_t coun
                            });
 }
 
-// out[i] = in[i] op partial[i] for i < count (in == out: in place), in passes that stay in the
-// L2 cache, so that copying the input costs no second trip to memory. Same bits as in place.
-void ReduceFrom(uint8_t* out, const uint8_t* in, const uint8_t* partial, size_t count,
-                DataType dtype, ReduceOp op) {
-  if (in == out) return collectives::ReduceInto(out, partial, count, dtype, op);
-  constexpr size_t kPassBytes = 128 << 10;
-  const size_t esize = SizeOf(dtype), pass = std::max<size_t>(1, kPassBytes / esize);
-  for (size_t i = 0; i < count; i += pass) {
-    const size_t n = std::min(pass, count - i);
-    std::memcpy(out + i * esize, in + i * esize, n * esize);
-    collectives::ReduceInto(out + i * esize, partial + i * esize, n, dtype, op);
-  }
-}
-
 // Ring reduce-scatter over element `blocks`: at step s = 0..n-2 host i sends its partial of block
 // (i - 1 - s) to the right and reduces block (i - 2 - s) from the left with its own input (mine
 // op partial) into `out`, in pieces of `chunk` elements; afterwards block i of `out` on host i is
@@ -146,7 +132,7 @@ absl::Status RingReduceScatter(TcpMesh& mesh, const uint8_t* in, uint8_t* out, c
           mesh.Exchange(Right(mesh), send_from + (blocks.offset[send_b] + send_begin) * esize,
                         send_count * esize, Left(mesh), staging, recv_count * esize));
       const size_t at = (blocks.offset[recv_b] + recv_begin) * esize;
-      ReduceFrom(out + at, in + at, staging, recv_count, dtype, op);
+      collectives::ReduceOutOfPlace(out + at, in + at, staging, recv_count, dtype, op);
     }
   }
   return absl::OkStatus();
