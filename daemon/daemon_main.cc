@@ -1,5 +1,6 @@
 #include "daemon/daemon_main.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -39,6 +40,20 @@ void RaiseFileLimit(uint32_t max_clients) {
         "and, briefly, its arena memfds); raise LimitNOFILE / ulimit -n",
         lim.rlim_cur, max_clients, want);
   }
+}
+
+// A step of a large job allocates and frees many blocks of a few hundred KiB (a host-ready
+// tensor holds one ~500-byte entry per rank of the job): with glibc's default, adaptive
+// thresholds, each step's freed heap is handed back to the kernel and faulted in again by the
+// next (bench/steady_host_bench at 1,000 ranks x 200 tensors: offers 56 ms of CPU per step
+// against 2.4 ms with these settings). The daemon keeps up to kKeepFreedHeap of freed heap and
+// serves blocks below kHeapBlockMax from it; larger buffers still come from mmap.
+constexpr int kKeepFreedHeap = 256 << 20;
+constexpr int kHeapBlockMax = 32 << 20;
+
+void KeepFreedHeap() {
+  mallopt(M_MMAP_THRESHOLD, kHeapBlockMax);
+  mallopt(M_TRIM_THRESHOLD, kKeepFreedHeap);
 }
 
 // SIGHUP: re-reads the config (file, then the same flags) and applies what can be applied live. A
@@ -83,6 +98,7 @@ int DaemonMain(int argc, char** argv) {
   ParseLogLevel(config->log_level(), &level).IgnoreError();  // validated by LoadConfig
   SetLogLevel(level);
   RaiseFileLimit(config->max_clients());
+  KeepFreedHeap();
 
   // Block the shutdown and reload signals in every thread (threads inherit the mask); main waits
   // for them.
