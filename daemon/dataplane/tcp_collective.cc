@@ -35,10 +35,11 @@ uint64_t RowBytes(const wire::Submit& m) {
   return n;
 }
 
-// This host's contribution: the reduction of its present ranks' inputs in rank order, each input
-// prescaled; the identity when none of them takes part (all joined). Computed in passes that stay
-// in the L2 cache, every rank's input per pass, so that `dst` goes to memory once.
-void LocalPartial(const ReadyTensor& t, const HostLayout& job, uint8_t* dst) {
+}  // namespace
+
+// Computed in passes that stay in the L2 cache, every rank's input per pass, so that `dst` goes to
+// memory once.
+void HostPartial(const ReadyTensor& t, const std::vector<int>& local_ranks, uint8_t* dst) {
   const wire::Submit& m = t.first().meta;
   const auto dtype = static_cast<wire::DataType>(m.dtype);
   const auto op = static_cast<wire::ReduceOp>(m.reduce_op);
@@ -51,7 +52,7 @@ void LocalPartial(const ReadyTensor& t, const HostLayout& job, uint8_t* dst) {
     const uint64_t n = std::min(pass, count - begin);
     uint8_t* out = dst + begin * elem;
     bool have = false;
-    for (int r : job.ranks_of_host[job.cross_rank]) {
+    for (int r : local_ranks) {
       const auto& req = t.ranks[r];
       if (!req) continue;
       const uint8_t* src = req->input.data + begin * elem;
@@ -71,6 +72,8 @@ void LocalPartial(const ReadyTensor& t, const HostLayout& job, uint8_t* dst) {
     if (!have) collectives::FillIdentity(out, n, dtype, op);
   }
 }
+
+namespace {
 
 void Finish(const wire::Submit& m, int size, uint8_t* buf) {
   double post = m.postscale;
@@ -122,7 +125,7 @@ absl::Status AdasumKind(const Response& response, const std::vector<size_t>& mem
 }
 
 // The input of this host's only rank taking part in `t` when the cross-host allreduce can read it
-// as it is (no prescale), else null (LocalPartial computes the host's contribution).
+// as it is (no prescale), else null (HostPartial computes the host's contribution).
 const uint8_t* SoleInput(const ReadyTensor& t, const HostLayout& job) {
   const uint8_t* input = nullptr;
   for (int r : job.ranks_of_host[job.cross_rank]) {
@@ -142,6 +145,47 @@ std::shared_ptr<shm::ResultSlot> PartOf(const std::shared_ptr<shm::ResultSlot>& 
   return std::shared_ptr<shm::ResultSlot>(
       new shm::ResultSlot{fused->segment, fused->offset + offset, bytes, fused->data + offset},
       [fused](shm::ResultSlot* part) { delete part; });
+}
+
+uint64_t SlotAligned(uint64_t offset) {
+  return (offset + wire::kSlotAlignment - 1) / wire::kSlotAlignment * wire::kSlotAlignment;
+}
+
+// Allreduces a readiness round carried (Response::reduced holds their reduction over every
+// host): each result finished (postscale, Average's division) in one result slot laid out as
+// Allreduce lays out a kind. Nothing crosses hosts.
+absl::Status WriteCarried(const Response& response, const HostLayout& job,
+                          const SlotAllocator& allocate,
+                          std::vector<std::vector<RankResult>>* out) {
+  std::vector<uint64_t> offsets;
+  uint64_t total = 0;
+  for (size_t i = 0; i < response.tensors.size(); ++i) {
+    const uint64_t bytes = response.tensors[i].first().meta.bytes;
+    if (i >= response.reduced.size() || response.reduced[i].size() != bytes) {
+      return absl::InternalError(absl::StrCat("tensor ", response.tensors[i].name,
+                                              ": the round carried no result of its size"));
+    }
+    total = SlotAligned(total);
+    offsets.push_back(total);
+    total += bytes;
+  }
+  std::shared_ptr<shm::ResultSlot> fused;
+  if (total > 0) {
+    ARD_ASSIGN_OR_RETURN(fused, allocate(total));
+  }
+  for (size_t i = 0; i < response.tensors.size(); ++i) {
+    const ReadyTensor& t = response.tensors[i];
+    const wire::Submit& m = t.first().meta;
+    if (m.bytes > 0) {
+      std::memcpy(fused->data + offsets[i], response.reduced[i].data(), m.bytes);
+      Finish(m, job.size, fused->data + offsets[i]);
+    }
+    std::shared_ptr<shm::ResultSlot> slot = PartOf(fused, offsets[i], m.bytes);
+    for (int r : job.ranks_of_host[job.cross_rank]) {
+      if (t.ranks[r]) (*out)[i][r] = RankResult{slot, ShapeOf(m), {}};
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Allreduce of several tensors: those of one kind (dtype, op, scales) travel through one
@@ -168,7 +212,7 @@ absl::Status Allreduce(const Response& response, const HostLayout& job, tcp::Tcp
     std::vector<uint64_t> offsets;
     uint64_t total = 0;
     for (size_t i : members) {
-      total = (total + wire::kSlotAlignment - 1) / wire::kSlotAlignment * wire::kSlotAlignment;
+      total = SlotAligned(total);
       offsets.push_back(total);
       total += response.tensors[i].first().meta.bytes;
     }
@@ -183,7 +227,8 @@ absl::Status Allreduce(const Response& response, const HostLayout& job, tcp::Tcp
       uint64_t end = 0;
       for (size_t k = 0; k < members.size(); ++k) {
         std::memset(data + end, 0, offsets[k] - end);
-        LocalPartial(response.tensors[members[k]], job, data + offsets[k]);
+        HostPartial(response.tensors[members[k]], job.ranks_of_host[job.cross_rank],
+                    data + offsets[k]);
         end = offsets[k] + response.tensors[members[k]].first().meta.bytes;
       }
       input = data;
@@ -349,7 +394,7 @@ absl::Status Reducescatter(const ReadyTensor& t, const HostLayout& job, tcp::Tcp
   const wire::Submit& m = t.first().meta;
   thread_local std::vector<uint8_t> full;
   full.resize(m.bytes);
-  LocalPartial(t, job, full.data());
+  HostPartial(t, job.ranks_of_host[job.cross_rank], full.data());
   if (auto s = tcp::AllreduceInPlace(mesh, full.data(), m.bytes / wire::DataTypeSize(m.dtype),
                                      static_cast<wire::DataType>(m.dtype),
                                      static_cast<wire::ReduceOp>(m.reduce_op));
@@ -380,6 +425,7 @@ absl::Status RunResponse(const Response& response, const HostLayout& job, tcp::T
                          std::vector<std::vector<RankResult>>* out, uint64_t* bytes_reduced) {
   out->assign(response.tensors.size(), std::vector<RankResult>(job.size));
   for (const auto& t : response.tensors) *bytes_reduced += t.first().meta.bytes;
+  if (!response.reduced.empty()) return WriteCarried(response, job, allocate, out);
   if (response.collective == wire::Collective::kAllreduce) {
     return Allreduce(response, job, mesh, transfer, allocate, out);
   }
