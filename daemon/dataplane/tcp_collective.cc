@@ -151,7 +151,7 @@ uint64_t SlotAligned(uint64_t offset) {
   return (offset + wire::kSlotAlignment - 1) / wire::kSlotAlignment * wire::kSlotAlignment;
 }
 
-// Allreduces a readiness round carried (Response::reduced holds their reduction over every
+// Allreduces whose data a readiness round carried (Response::reduced: their reduction over every
 // host): each result finished (postscale, Average's division) in one result slot laid out as
 // Allreduce lays out a kind. Nothing crosses hosts.
 absl::Status WriteCarried(const Response& response, const HostLayout& job,

@@ -2,11 +2,11 @@
 // plane"): each host first reduces (or gathers) its own ranks' inputs from shared memory, then
 // only hosts exchange data over the job's TCP mesh (daemon/dataplane/tcp), and each host writes
 // its ranks' results into the job's result arena. Allreduces of one kind in a response travel in
-// one fusion buffer; allreduces a steady-state round carried (Response::reduced) only get their
-// results written. Reductions are deterministic: ranks in rank order within a host, then the
-// hosts' partial results in the fixed order of the cross-host algorithm (host_collectives.h), so
-// every rank reads bit-identical results (Adasum: a tree over the host's ranks, then a tree over
-// the hosts' results, DESIGN.md "Adasum").
+// one fusion buffer; allreduces whose data a steady-state round carried (Response::reduced) only
+// get their results written. Reductions are deterministic: ranks in rank order within a host,
+// then the hosts' partial results in the fixed order of the cross-host algorithm
+// (host_collectives.h), so every rank reads bit-identical results (Adasum: a tree over the host's
+// ranks, then a tree over the hosts' results, DESIGN.md "Adasum").
 //
 // Any error leaves the mesh unusable: the job fails on every host (JobFailure). Prepare connects
 // the mesh (waiting for every host of the job); Abort shuts its sockets. Thread: see collective.h.
