@@ -27,6 +27,7 @@ TensorRequest Request(int rank, const std::string& name) {
   r.rank = rank;
   r.meta.collective = static_cast<uint32_t>(wire::Collective::kAllreduce);
   r.meta.dtype = static_cast<uint32_t>(wire::DataType::kFloat32);
+  r.meta.reduce_op = static_cast<uint32_t>(wire::ReduceOp::kSum);
   r.meta.prescale = r.meta.postscale = 1.0;
   r.meta.ndims = 1;
   r.meta.shape[0] = 1;
