@@ -135,6 +135,7 @@ absl::Status Daemon::Start() {
                                metrics_.get(),
                                config_.steady_state(),
                                config_.fusion_threshold_bytes(),
+                               config_.steady_round_data_max_bytes(),
                                timeline_.get()});
   const cluster::LocalJobsSource local_jobs = [this] { return jobs_->Summaries(); };
 
@@ -261,6 +262,8 @@ absl::Status Daemon::StartDataPlane() {
   options.algorithms.ring_threshold_bytes = config_.cross_host_ring_threshold_bytes();
   options.algorithms.chunk_bytes = config_.cross_host_chunk_bytes();
   options.algorithms.steady_state = config_.steady_state();
+  options.algorithms.steady_round_data_max_bytes =
+      config_.steady_state() ? config_.steady_round_data_max_bytes() : 0;
   data_listener_ = std::make_unique<dataplane::tcp::DataListener>(options);
   if (auto s = data_listener_->Start(); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("data plane: cannot listen on ", options.address,

@@ -35,6 +35,7 @@ TEST_CASE("defaults are valid and fill the host name") {
   CHECK(c->cross_host_ring_threshold_bytes() == 64 << 10);
   CHECK(c->cross_host_chunk_bytes() == 4 << 20);
   CHECK(c->steady_state());
+  CHECK(c->steady_round_data_max_bytes() == 1024);
 }
 
 TEST_CASE("the steady state is on by default; a file or a flag turns it off") {
@@ -44,6 +45,9 @@ TEST_CASE("the steady state is on by default; a file or a flag turns it off") {
   auto from_flag = Load({"--steady_state=false"});
   REQUIRE(from_flag.ok());
   CHECK_FALSE(from_flag->steady_state());
+  auto no_data = Load({"--steady_round_data_max_bytes=0"});
+  REQUIRE(no_data.ok());
+  CHECK(no_data->steady_round_data_max_bytes() == 0);
 }
 
 TEST_CASE("cross-host algorithm flags set the data plane's selection") {

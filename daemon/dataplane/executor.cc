@@ -296,6 +296,9 @@ void Executor::Execute(const Response& response, uint64_t group) {
     job_->metrics->OnCollective(job_->name, negotiation::CollectiveName(response.collective),
                                 response.tensors.size(), bytes, absl::Now() - start,
                                 job_->results->used_bytes());
+    if (!response.reduced.empty()) {
+      job_->metrics->OnRoundCarried(job_->name, response.tensors.size());
+    }
   }
   SPDLOG_LOGGER_TRACE(Logger("dataplane"), "executed job={} tensors={} bytes={}", job_->name,
                       response.tensors.size(), bytes);

@@ -35,11 +35,12 @@ uint64_t RowBytes(const wire::Submit& m) {
   return n;
 }
 
-// This host's contribution: the reduction of its present ranks' inputs in rank order, each input
-// prescaled; the identity when none of them takes part (all joined). Computed in passes that stay
-// in the L2 cache, every rank's input per pass, so that `dst` goes to memory once; without
-// prescale the first two inputs are reduced straight into `dst` (no copy of the first).
-void LocalPartial(const ReadyTensor& t, const HostLayout& job, uint8_t* dst) {
+}  // namespace
+
+// Computed in passes that stay in the L2 cache, every rank's input per pass, so that `dst` goes to
+// memory once; without prescale the first two inputs are reduced straight into `dst` (no copy of
+// the first).
+void HostPartial(const ReadyTensor& t, const std::vector<int>& local_ranks, uint8_t* dst) {
   const wire::Submit& m = t.first().meta;
   const auto dtype = static_cast<wire::DataType>(m.dtype);
   const auto op = static_cast<wire::ReduceOp>(m.reduce_op);
@@ -50,7 +51,7 @@ void LocalPartial(const ReadyTensor& t, const HostLayout& job, uint8_t* dst) {
   thread_local std::vector<uint8_t> scratch;
   thread_local std::vector<const uint8_t*> inputs;
   inputs.clear();
-  for (int r : job.ranks_of_host[job.cross_rank]) {
+  for (int r : local_ranks) {
     if (t.ranks[r]) inputs.push_back(t.ranks[r]->input.data);
   }
   const bool scaled = m.prescale != 1.0;
@@ -81,6 +82,8 @@ void LocalPartial(const ReadyTensor& t, const HostLayout& job, uint8_t* dst) {
     }
   }
 }
+
+namespace {
 
 void Finish(const wire::Submit& m, int size, uint8_t* buf) {
   double post = m.postscale;
@@ -132,7 +135,7 @@ absl::Status AdasumKind(const Response& response, const std::vector<size_t>& mem
 }
 
 // The input of this host's only rank taking part in `t` when the cross-host allreduce can read it
-// as it is (no prescale), else null (LocalPartial computes the host's contribution).
+// as it is (no prescale), else null (HostPartial computes the host's contribution).
 const uint8_t* SoleInput(const ReadyTensor& t, const HostLayout& job) {
   const uint8_t* input = nullptr;
   for (int r : job.ranks_of_host[job.cross_rank]) {
@@ -152,6 +155,47 @@ std::shared_ptr<shm::ResultSlot> PartOf(const std::shared_ptr<shm::ResultSlot>& 
   return std::shared_ptr<shm::ResultSlot>(
       new shm::ResultSlot{fused->segment, fused->offset + offset, bytes, fused->data + offset},
       [fused](shm::ResultSlot* part) { delete part; });
+}
+
+uint64_t SlotAligned(uint64_t offset) {
+  return (offset + wire::kSlotAlignment - 1) / wire::kSlotAlignment * wire::kSlotAlignment;
+}
+
+// Allreduces whose data a readiness round carried (Response::reduced: their reduction over every
+// host): each result finished (postscale, Average's division) in one result slot laid out as
+// Allreduce lays out a kind. Nothing crosses hosts.
+absl::Status WriteCarried(const Response& response, const HostLayout& job,
+                          const SlotAllocator& allocate,
+                          std::vector<std::vector<RankResult>>* out) {
+  std::vector<uint64_t> offsets;
+  uint64_t total = 0;
+  for (size_t i = 0; i < response.tensors.size(); ++i) {
+    const uint64_t bytes = response.tensors[i].first().meta.bytes;
+    if (i >= response.reduced.size() || response.reduced[i].size() != bytes) {
+      return absl::InternalError(absl::StrCat("tensor ", response.tensors[i].name,
+                                              ": the round carried no result of its size"));
+    }
+    total = SlotAligned(total);
+    offsets.push_back(total);
+    total += bytes;
+  }
+  std::shared_ptr<shm::ResultSlot> fused;
+  if (total > 0) {
+    ARD_ASSIGN_OR_RETURN(fused, allocate(total));
+  }
+  for (size_t i = 0; i < response.tensors.size(); ++i) {
+    const ReadyTensor& t = response.tensors[i];
+    const wire::Submit& m = t.first().meta;
+    if (m.bytes > 0) {
+      std::memcpy(fused->data + offsets[i], response.reduced[i].data(), m.bytes);
+      Finish(m, job.size, fused->data + offsets[i]);
+    }
+    std::shared_ptr<shm::ResultSlot> slot = PartOf(fused, offsets[i], m.bytes);
+    for (int r : job.ranks_of_host[job.cross_rank]) {
+      if (t.ranks[r]) (*out)[i][r] = RankResult{slot, ShapeOf(m), {}};
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Allreduce of several tensors: those of one kind (dtype, op, scales) travel through one
@@ -178,7 +222,7 @@ absl::Status Allreduce(const Response& response, const HostLayout& job, tcp::Tcp
     std::vector<uint64_t> offsets;
     uint64_t total = 0;
     for (size_t i : members) {
-      total = (total + wire::kSlotAlignment - 1) / wire::kSlotAlignment * wire::kSlotAlignment;
+      total = SlotAligned(total);
       offsets.push_back(total);
       total += response.tensors[i].first().meta.bytes;
     }
@@ -193,7 +237,8 @@ absl::Status Allreduce(const Response& response, const HostLayout& job, tcp::Tcp
       uint64_t end = 0;
       for (size_t k = 0; k < members.size(); ++k) {
         std::memset(data + end, 0, offsets[k] - end);
-        LocalPartial(response.tensors[members[k]], job, data + offsets[k]);
+        HostPartial(response.tensors[members[k]], job.ranks_of_host[job.cross_rank],
+                    data + offsets[k]);
         end = offsets[k] + response.tensors[members[k]].first().meta.bytes;
       }
       input = data;
@@ -359,7 +404,7 @@ absl::Status Reducescatter(const ReadyTensor& t, const HostLayout& job, tcp::Tcp
   const wire::Submit& m = t.first().meta;
   thread_local std::vector<uint8_t> full;
   full.resize(m.bytes);
-  LocalPartial(t, job, full.data());
+  HostPartial(t, job.ranks_of_host[job.cross_rank], full.data());
   if (auto s = tcp::AllreduceInPlace(mesh, full.data(), m.bytes / wire::DataTypeSize(m.dtype),
                                      static_cast<wire::DataType>(m.dtype),
                                      static_cast<wire::ReduceOp>(m.reduce_op));
@@ -390,6 +435,7 @@ absl::Status RunResponse(const Response& response, const HostLayout& job, tcp::T
                          std::vector<std::vector<RankResult>>* out, uint64_t* bytes_reduced) {
   out->assign(response.tensors.size(), std::vector<RankResult>(job.size));
   for (const auto& t : response.tensors) *bytes_reduced += t.first().meta.bytes;
+  if (!response.reduced.empty()) return WriteCarried(response, job, allocate, out);
   if (response.collective == wire::Collective::kAllreduce) {
     return Allreduce(response, job, mesh, transfer, allocate, out);
   }

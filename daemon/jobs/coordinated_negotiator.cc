@@ -133,7 +133,8 @@ dataplane::IdleRounds* CoordinatedNegotiator::StartRounds(dataplane::TcpCollecti
         loop_.Post([this, alive, shared] {
           if (!alive.expired()) SendReady(std::move(*shared));
         });
-      });
+      },
+      options_.steady_round_data_max_bytes);
   return steady_.get();
 }
 

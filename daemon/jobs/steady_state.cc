@@ -6,6 +6,7 @@
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/dataplane/tcp/host_collectives.h"
+#include "daemon/dataplane/tcp_collective.h"
 
 namespace ard::jobs {
 
@@ -13,14 +14,30 @@ using negotiation::ReadyTensor;
 using negotiation::Response;
 using negotiation::RoundVote;
 
+namespace {
+
+// Carried tensors' partials: the data plane's own local reduction over this host's ranks.
+negotiation::RoundData CarriedData(const std::vector<bool>& here, uint64_t max_bytes) {
+  std::vector<int> local;
+  for (size_t r = 0; r < here.size(); ++r) {
+    if (here[r]) local.push_back(static_cast<int>(r));
+  }
+  return {max_bytes, [local](const ReadyTensor& tensor, uint8_t* out) {
+            dataplane::HostPartial(tensor, local, out);
+          }};
+}
+
+}  // namespace
+
 SteadyState::SteadyState(std::vector<bool> here, uint64_t fusion_threshold_bytes,
                          std::function<dataplane::tcp::TcpMesh*()> mesh,
-                         std::function<void(std::vector<ReadyTensor>)> to_coordinator)
+                         std::function<void(std::vector<ReadyTensor>)> to_coordinator,
+                         uint64_t round_data_max_bytes)
     : fusion_threshold_bytes_(fusion_threshold_bytes),
       mesh_(std::move(mesh)),
       to_coordinator_(std::move(to_coordinator)),
       changed_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
-      rounds_(std::move(here)) {}
+      rounds_(here, CarriedData(here, round_data_max_bytes)) {}
 
 SteadyState::~SteadyState() {
   if (changed_fd_ >= 0) ::close(changed_fd_);
@@ -105,17 +122,22 @@ absl::StatusOr<std::vector<Response>> SteadyState::RunRound() {
   dataplane::tcp::TcpMesh* mesh = mesh_();
   if (mesh == nullptr) return absl::FailedPreconditionError("data plane not connected");
   RoundVote vote;
+  std::vector<negotiation::CarriedSlot> carried;
   {
     absl::MutexLock lock(&mu_);
-    vote = rounds_.Vote(fusion_threshold_bytes_);
+    vote = rounds_.Vote(fusion_threshold_bytes_);  // held carried tensors' partials computed here
+    carried = rounds_.carried();
   }
   const uint64_t slots = vote.slots;
-  std::vector<uint8_t> bytes(negotiation::VoteBytes(slots));
+  const size_t data_bytes = vote.data.size();
+  std::vector<uint8_t> bytes(negotiation::VoteBytes(slots, data_bytes));
   negotiation::EncodeVote(vote, bytes.data());
   const absl::Status exchanged = dataplane::tcp::CombineInPlace(
-      *mesh, bytes.data(), bytes.size(), [slots](uint8_t* mine, const uint8_t* theirs) {
-        RoundVote combined = negotiation::DecodeVote(mine, slots);
-        negotiation::CombineVotes(combined, negotiation::DecodeVote(theirs, slots));
+      *mesh, bytes.data(), bytes.size(),
+      [&](uint8_t* mine, const uint8_t* theirs, bool mine_is_lower) {
+        RoundVote combined = negotiation::DecodeVote(mine, slots, data_bytes);
+        negotiation::CombineVotes(combined, negotiation::DecodeVote(theirs, slots, data_bytes),
+                                  carried, mine_is_lower);
         negotiation::EncodeVote(combined, mine);
       });
   // A peer that closed its connection ended the job there, normally or not: the coordinator
@@ -125,7 +147,7 @@ absl::StatusOr<std::vector<Response>> SteadyState::RunRound() {
   std::optional<negotiation::RoundOutcome> outcome;
   {
     absl::MutexLock lock(&mu_);
-    ARD_RETURN_IF_ERROR(rounds_.Agreed(negotiation::DecodeVote(bytes.data(), slots)));
+    ARD_RETURN_IF_ERROR(rounds_.Agreed(negotiation::DecodeVote(bytes.data(), slots, data_bytes)));
     // The lists this round releases may still be on their way from the coordinator.
     mu_.Await(absl::Condition(
         +[](SteadyState* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
@@ -136,6 +158,7 @@ absl::StatusOr<std::vector<Response>> SteadyState::RunRound() {
     outcome = rounds_.TakeOutcome();
     ++rounds_run_;
     agreed_ += outcome->agreed_tensors;
+    carried_ += outcome->carried_tensors;
   }
   if (!outcome->to_coordinator.empty()) to_coordinator_(std::move(outcome->to_coordinator));
   return std::move(outcome->run);
@@ -159,6 +182,11 @@ uint64_t SteadyState::agreed_tensors() const {
 size_t SteadyState::template_rank_entries() const {
   absl::MutexLock lock(&mu_);
   return rounds_.template_rank_entries();
+}
+
+uint64_t SteadyState::carried_tensors() const {
+  absl::MutexLock lock(&mu_);
+  return carried_;
 }
 
 }  // namespace ard::jobs

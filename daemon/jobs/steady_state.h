@@ -25,9 +25,11 @@ class SteadyState : public dataplane::IdleRounds {
   // `mesh`: the job's connected mesh (executor thread; null before it connected).
   // `to_coordinator`: called on the executor thread with held tensors a round sends to the
   // coordinator (the caller posts them to the loop).
+  // `round_data_max_bytes`: DaemonConfig.steady_round_data_max_bytes (0: no data in rounds).
   SteadyState(std::vector<bool> here, uint64_t fusion_threshold_bytes,
               std::function<dataplane::tcp::TcpMesh*()> mesh,
-              std::function<void(std::vector<negotiation::ReadyTensor>)> to_coordinator);
+              std::function<void(std::vector<negotiation::ReadyTensor>)> to_coordinator,
+              uint64_t round_data_max_bytes = 0);
   ~SteadyState() override;
   SteadyState(const SteadyState&) = delete;
   SteadyState& operator=(const SteadyState&) = delete;
@@ -46,11 +48,13 @@ class SteadyState : public dataplane::IdleRounds {
   void Abort(const absl::Status& why) override;
   bool active() const override;
 
-  // Rounds run and tensors they agreed (for metrics and tests).
+  // Rounds run, tensors they agreed, and of those the ones whose data they carried (for metrics
+  // and tests).
   uint64_t rounds() const;
   uint64_t agreed_tensors() const;
   // negotiation::SteadyRounds::template_rank_entries (memory accounting).
   size_t template_rank_entries() const;
+  uint64_t carried_tensors() const;
 
  private:
   void WakeIfChanged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -68,6 +72,7 @@ class SteadyState : public dataplane::IdleRounds {
   bool active_ ABSL_GUARDED_BY(mu_) = true;
   uint64_t rounds_run_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t agreed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t carried_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ard::jobs

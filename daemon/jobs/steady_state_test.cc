@@ -3,6 +3,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <future>
 #include <thread>
@@ -26,6 +27,7 @@ TensorRequest Request(int rank, const std::string& name) {
   r.rank = rank;
   r.meta.collective = static_cast<uint32_t>(wire::Collective::kAllreduce);
   r.meta.dtype = static_cast<uint32_t>(wire::DataType::kFloat32);
+  r.meta.reduce_op = static_cast<uint32_t>(wire::ReduceOp::kSum);
   r.meta.prescale = r.meta.postscale = 1.0;
   r.meta.ndims = 1;
   r.meta.shape[0] = 1;
@@ -35,61 +37,78 @@ TensorRequest Request(int rank, const std::string& name) {
   return r;
 }
 
-// Two hosts (rank h on host h), each with its SteadyState over a real loopback mesh.
+// `n` hosts (rank h on host h), each with its SteadyState over a real loopback mesh; the rounds
+// carry allreduces of up to `carry` bytes.
 struct Pair {
-  Pair() : hosts(2), meshes(dataplane::tcp::testing::ConnectOrDie(hosts, 77)) {
-    for (int h = 0; h < 2; ++h) {
-      std::vector<bool> here(2, false);
+  explicit Pair(int n = 2, uint64_t carry = 0)
+      : n(n),
+        hosts(n),
+        meshes(dataplane::tcp::testing::ConnectOrDie(hosts, 77 + n)),
+        wakeup(n),
+        central(n),
+        run(n) {
+    for (int h = 0; h < n; ++h) {
+      std::vector<bool> here(n, false);
       here[h] = true;
       steady.push_back(std::make_unique<SteadyState>(
           here, 1 << 20, [this, h] { return meshes[h].get(); },
           [this, h](std::vector<ReadyTensor> tensors) {
             absl::MutexLock lock(&mu);
             for (auto& t : tensors) central[h].push_back(t.name);
-          }));
+          },
+          carry));
       wakeup[h] = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     }
   }
   ~Pair() {
     for (int fd : wakeup) ::close(fd);
   }
-  CommittedList List(const std::string& name, uint32_t id) {
+  CommittedList List(const std::string& name, uint32_t id) { return List(Request(0, name), id); }
+  CommittedList List(const TensorRequest& request, uint32_t id) {
     CommittedList list;
     Response r;
-    r.tensors.push_back(ReadyTensor{name, {Request(0, name), Request(1, name)}});
+    ReadyTensor t{request.name(), std::vector<std::optional<TensorRequest>>(n)};
+    for (int rank = 0; rank < n; ++rank) {
+      t.ranks[rank] = request;
+      t.ranks[rank]->rank = rank;
+    }
+    r.tensors.push_back(std::move(t));
     list.responses.push_back(std::move(r));
-    list.cache_put.push_back({id, name});
+    list.cache_put.push_back({id, request.name()});
     return list;
   }
   ReadyTensor Local(int h, const std::string& name) {
-    ReadyTensor t{name, std::vector<std::optional<TensorRequest>>(2)};
+    ReadyTensor t{name, std::vector<std::optional<TensorRequest>>(n)};
     t.ranks[h] = Request(h, name);
     return t;
   }
-  // Both hosts wait for a round (host 0 changed something; host 1 is woken by its message) and
-  // run it; returns each host's released tensor names.
+  // Every host waits for a round (some host changed something; the others are woken by its
+  // messages) and runs it; returns each host's released tensor names (`run` keeps the responses).
   std::vector<std::string> Round() {
-    std::vector<std::string> names(2);
-    REQUIRE(dataplane::tcp::AllOk(RunOnHosts(2, [&](int h) -> absl::Status {
+    std::vector<std::string> names(n);
+    REQUIRE(dataplane::tcp::AllOk(RunOnHosts(n, [&](int h) -> absl::Status {
       auto due = steady[h]->AwaitRound(wakeup[h], absl::Seconds(10));
       if (!due.ok()) return due.status();
       if (!*due) return absl::DeadlineExceededError("no round came");
-      auto run = steady[h]->RunRound();
-      if (!run.ok()) return run.status();
-      for (const Response& r : *run) {
+      auto released = steady[h]->RunRound();
+      if (!released.ok()) return released.status();
+      for (const Response& r : *released) {
         for (const ReadyTensor& t : r.tensors) names[h] += t.name + ";";
       }
+      run[h] = *std::move(released);
       return absl::OkStatus();
     })));
     return names;
   }
 
+  const int n;
   LocalHosts hosts;
   dataplane::tcp::testing::Meshes meshes;
   std::vector<std::unique_ptr<SteadyState>> steady;
-  int wakeup[2];
+  std::vector<int> wakeup;
   absl::Mutex mu;
-  std::vector<std::string> central[2];
+  std::vector<std::vector<std::string>> central;
+  std::vector<std::vector<Response>> run;
 };
 
 TEST_CASE("a change on one host starts a round that wakes the idle other; cached tensors agree") {
@@ -108,6 +127,57 @@ TEST_CASE("a change on one host starts a round that wakes the idle other; cached
   CHECK(p.Round() == std::vector<std::string>{"a;", "a;"});
   CHECK(p.steady[0]->agreed_tensors() == 1);
   CHECK(p.steady[1]->rounds() == 2);
+}
+
+TEST_CASE(
+    "small cached allreduces travel in the round: every host gets the same bits, no allreduce") {
+  for (int n : {3, 5}) {
+    INFO(n << " hosts");
+    Pair p(n, /*carry=*/1024);
+    TensorRequest small = Request(0, "small");  // 3 floats, prescaled: carried
+    small.meta.shape[0] = 3;
+    small.meta.bytes = 12;
+    small.meta.prescale = 0.5;
+    TensorRequest big = Request(0, "big");  // 257 floats: over the limit
+    big.meta.shape[0] = 257;
+    big.meta.bytes = 257 * 4;
+    for (int h = 0; h < n; ++h) {
+      CommittedList first = p.List(small, 1), second = p.List(big, 2);
+      REQUIRE(p.steady[h]->Received(first));
+      REQUIRE(p.steady[h]->Received(second));
+    }
+    p.Round();
+    std::vector<std::vector<float>> input(n);
+    for (int h = 0; h < n; ++h) {
+      // Sums that rounding would change with the order: 1e8 + 1 + ... (prescale 0.5 first).
+      input[h] = std::vector<float>(257, 1.0f + h);
+      input[h][0] = h == 0 ? 2e8f : 2.0f;
+      for (const TensorRequest* request : {&small, &big}) {
+        ReadyTensor t{request->name(), std::vector<std::optional<TensorRequest>>(n)};
+        t.ranks[h] = *request;
+        t.ranks[h]->rank = h;
+        t.ranks[h]->input.data = reinterpret_cast<const uint8_t*>(input[h].data());
+        t.ranks[h]->input.bytes = request->meta.bytes;
+        REQUIRE(p.steady[h]->Offer(t));
+      }
+    }
+    CHECK(p.Round() == std::vector<std::string>(n, "small;big;"));
+    for (int h = 0; h < n; ++h) {
+      REQUIRE(p.run[h].size() == 2);
+      REQUIRE(p.run[h][0].reduced.size() == 1);
+      CHECK(p.run[h][0].reduced[0] == p.run[0][0].reduced[0]);  // bit-identical
+      CHECK(p.run[h][1].reduced.empty());                       // big runs an allreduce of its own
+      CHECK(p.steady[h]->carried_tensors() == 1);
+      CHECK(p.steady[h]->agreed_tensors() == 2);
+    }
+    std::vector<float> sum(3);
+    std::memcpy(sum.data(), p.run[0][0].reduced[0].data(), 12);
+    float ones = 0;  // host h's elements 1, 2: (1 + h) / 2
+    for (int h = 0; h < n; ++h) ones += 0.5f * (1.0f + h);
+    CHECK(sum[1] == ones);
+    CHECK(sum[2] == ones);
+    CHECK(std::abs(sum[0] - 1e8f) < 64);
+  }
 }
 
 TEST_CASE("a peer that closes during a round ends the rounds there; held tensors go central") {

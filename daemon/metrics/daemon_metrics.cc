@@ -66,6 +66,11 @@ DaemonMetrics::DaemonMetrics(std::string host, absl::Duration job_retention, Reg
       cache_ratio_(registry_.AddGauge("allreduced_job_response_cache_hit_ratio",
                                       "hits / (hits + misses) of a job's response cache.",
                                       {"job", "host"})),
+      round_carried_(registry_.AddCounter(
+          "allreduced_job_round_carried_tensors_total",
+          "Cached allreduces whose data travelled in a steady-state readiness round (no "
+          "allreduce of their own).",
+          {"job", "host"})),
       latency_(registry_.AddHistogram(
           "allreduced_collective_latency_seconds",
           "Time to execute one committed response (a fused group counts once), by collective "
@@ -105,6 +110,10 @@ void DaemonMetrics::OnNegotiationCycle(const std::string& job, int cached, int f
   const double hits = cache_hits_.Get({job, host_});
   const double total = hits + cache_misses_.Get({job, host_});
   if (total > 0) cache_ratio_.Set({job, host_}, hits / total);
+}
+
+void DaemonMetrics::OnRoundCarried(const std::string& job, size_t tensors) {
+  round_carried_.Add({job, host_}, static_cast<double>(tensors));
 }
 
 void DaemonMetrics::OnError(const char* kind) { errors_.Add({kind}, 1); }

@@ -35,6 +35,9 @@ class DaemonMetrics {
   // One negotiation cycle (a host-ready message to the coordinator): `cached` tensors travelled
   // as response-cache ids (hits), `full` with their metadata (misses).
   void OnNegotiationCycle(const std::string& job, int cached, int full);
+  // The executor wrote the results of `tensors` cached allreduces whose data a steady-state
+  // readiness round carried (they ran no allreduce of their own).
+  void OnRoundCarried(const std::string& job, size_t tensors);
   // Something failed; `kind` is one of a small fixed set (README): "collective" (one response's
   // tensors failed, the job goes on), "data_plane" (the job's data plane broke), "job" (a job
   // failed, whatever the cause).
@@ -69,6 +72,7 @@ class DaemonMetrics {
   Family& cache_hits_;
   Family& cache_misses_;
   Family& cache_ratio_;
+  Family& round_carried_;
   Family& latency_;
   Family& arena_bytes_;
   Family& sent_bytes_;

@@ -37,6 +37,14 @@ TEST_CASE("negotiation cycles and the response cache's hit ratio") {
   CHECK(Has(text, "allreduced_job_response_cache_hit_ratio{job=\"j\",host=\"h-b\"} 0.375"));
 }
 
+TEST_CASE("tensors carried by steady-state rounds") {
+  DaemonMetrics m("h-b", absl::Hours(1));
+  m.OnRoundCarried("j", 3);
+  m.OnRoundCarried("j", 1);
+  CHECK(Has(m.registry().Render(),
+            "allreduced_job_round_carried_tensors_total{job=\"j\",host=\"h-b\"} 4"));
+}
+
 TEST_CASE("cluster and local job state; an ended job keeps its counters, loses its gauges") {
   absl::Time now = absl::FromUnixSeconds(5000);
   DaemonMetrics m("h-a", absl::Minutes(5), [&now] { return now; });

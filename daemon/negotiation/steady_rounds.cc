@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/collectives/reduce_kernels.h"
 #include "daemon/negotiation/fusion_planner.h"
 
 namespace ard::negotiation {
@@ -12,6 +13,8 @@ namespace {
 constexpr size_t kHeaderWords = 6;  // round, round_min, slots, slots_min, lists, fusion
 
 size_t Words(uint64_t slots) { return (slots + 63) / 64; }
+
+size_t Align8(size_t n) { return (n + 7) / 8 * 8; }
 
 bool Bit(const std::vector<uint64_t>& bits, size_t i) {
   return i / 64 < bits.size() && ((bits[i / 64] >> (i % 64)) & 1) != 0;
@@ -61,7 +64,25 @@ std::vector<int> RanksOf(const std::vector<bool>& here) {
 
 }  // namespace
 
-void CombineVotes(RoundVote& mine, const RoundVote& theirs) {
+void CombineVotes(RoundVote& mine, const RoundVote& theirs, const std::vector<CarriedSlot>& carried,
+                  bool mine_is_lower) {
+  // The data first: it needs each side's own ready bits.
+  for (const CarriedSlot& c : carried) {
+    uint8_t* data = mine.data.data() + c.offset;
+    if (!Bit(mine.ready, c.slot) || !Bit(theirs.ready, c.slot)) {
+      std::memset(data, 0, c.bytes);
+      continue;
+    }
+    const size_t count = c.bytes / wire::DataTypeSize(static_cast<uint32_t>(c.dtype));
+    if (mine_is_lower) {
+      collectives::ReduceInto(data, theirs.data.data() + c.offset, count, c.dtype, c.op);
+    } else {  // theirs op mine
+      std::vector<uint8_t> lower(theirs.data.begin() + c.offset,
+                                 theirs.data.begin() + c.offset + c.bytes);
+      collectives::ReduceInto(lower.data(), data, count, c.dtype, c.op);
+      std::memcpy(data, lower.data(), c.bytes);
+    }
+  }
   mine.round = std::max(mine.round, theirs.round);
   mine.round_min = std::min(mine.round_min, theirs.round_min);
   mine.slots = std::max(mine.slots, theirs.slots);
@@ -78,7 +99,9 @@ void CombineVotes(RoundVote& mine, const RoundVote& theirs) {
   }
 }
 
-size_t VoteBytes(uint64_t slots) { return (kHeaderWords + 2 * Words(slots)) * sizeof(uint64_t); }
+size_t VoteBytes(uint64_t slots, size_t data_bytes) {
+  return (kHeaderWords + 2 * Words(slots)) * sizeof(uint64_t) + data_bytes;
+}
 
 void EncodeVote(const RoundVote& vote, uint8_t* out) {
   const size_t words = Words(vote.slots);
@@ -90,9 +113,12 @@ void EncodeVote(const RoundVote& vote, uint8_t* out) {
     w[kHeaderWords + words + i] = vote.to_coordinator[i];
   }
   std::memcpy(out, w.data(), w.size() * sizeof(uint64_t));
+  if (!vote.data.empty()) {
+    std::memcpy(out + w.size() * sizeof(uint64_t), vote.data.data(), vote.data.size());
+  }
 }
 
-RoundVote DecodeVote(const uint8_t* in, uint64_t slots) {
+RoundVote DecodeVote(const uint8_t* in, uint64_t slots, size_t data_bytes) {
   const size_t words = Words(slots);
   std::vector<uint64_t> w(kHeaderWords + 2 * words);
   std::memcpy(w.data(), in, w.size() * sizeof(uint64_t));
@@ -105,11 +131,13 @@ RoundVote DecodeVote(const uint8_t* in, uint64_t slots) {
   vote.fusion_threshold_bytes = w[5];
   vote.ready.assign(w.begin() + kHeaderWords, w.begin() + kHeaderWords + words);
   vote.to_coordinator.assign(w.begin() + kHeaderWords + words, w.end());
+  const uint8_t* data = in + w.size() * sizeof(uint64_t);
+  vote.data.assign(data, data + data_bytes);
   return vote;
 }
 
-SteadyRounds::SteadyRounds(std::vector<bool> here)
-    : here_(std::move(here)), local_ranks_(RanksOf(here_)) {}
+SteadyRounds::SteadyRounds(std::vector<bool> here, RoundData data)
+    : here_(std::move(here)), local_ranks_(RanksOf(here_)), data_(std::move(data)) {}
 
 void SteadyRounds::Received(CommittedList list) {
   pending_lists_[++received_] = std::move(list);
@@ -159,7 +187,41 @@ RoundVote SteadyRounds::Vote(uint64_t fusion_threshold_bytes) {
       SetBit(v.ready, s);
     }
   }
+  carried_ = CarriedLayout();
+  v.data.assign(carried_.empty() ? 0 : Align8(carried_.back().offset + carried_.back().bytes), 0);
+  for (const CarriedSlot& c : carried_) {
+    if (Bit(v.ready, c.slot)) data_.partial(held_.at(c.slot), v.data.data() + c.offset);
+  }
   return v;
+}
+
+std::vector<CarriedSlot> SteadyRounds::CarriedLayout() const {
+  std::vector<CarriedSlot> out;
+  if (data_.max_bytes == 0 || !data_.partial) return out;
+  size_t end = 0;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (!slots_[s] || slots_[s]->collective != wire::Collective::kAllreduce) continue;
+    const wire::Submit& m = slots_[s]->tensor.first().meta;
+    const auto dtype = static_cast<wire::DataType>(m.dtype);
+    const auto op = static_cast<wire::ReduceOp>(m.reduce_op);
+    const size_t offset = Align8(end);
+    if (op == wire::ReduceOp::kAdasum || !collectives::ReductionSupported(dtype) ||
+        m.bytes > data_.max_bytes || offset + m.bytes > kMaxRoundDataBytes) {
+      continue;
+    }
+    out.push_back(CarriedSlot{s, offset, m.bytes, dtype, op});
+    end = offset + m.bytes;
+  }
+  return out;
+}
+
+bool SteadyRounds::Carry(size_t slot, const RoundVote& result, Response& carried) const {
+  auto c = std::lower_bound(carried_.begin(), carried_.end(), slot,
+                            [](const CarriedSlot& c, size_t s) { return c.slot < s; });
+  if (c == carried_.end() || c->slot != slot) return false;
+  const auto data = result.data.begin() + c->offset;
+  carried.reduced.emplace_back(data, data + c->bytes);
+  return true;
 }
 
 absl::Status SteadyRounds::Agreed(RoundVote result) {
@@ -190,6 +252,7 @@ std::optional<RoundOutcome> SteadyRounds::TakeOutcome() {
   RoundOutcome out;
   // The agreed tensors, from the table every host voted on (the lists below may change it).
   std::vector<Response> agreed;
+  Response carried;  // the carried ones: one response, their results computed
   std::set<std::string> asked;
   for (size_t s = 0; s < slots_.size(); ++s) {
     if (!slots_[s]) continue;
@@ -209,7 +272,11 @@ std::optional<RoundOutcome> SteadyRounds::TakeOutcome() {
       }  // ... with this host's inputs
     }
     held_.erase(held);
-    agreed.push_back(std::move(r));
+    if (Carry(s, result, carried)) {
+      carried.tensors.push_back(std::move(r.tensors[0]));
+    } else {
+      agreed.push_back(std::move(r));
+    }
   }
   for (uint64_t n = released_ + 1; n <= result.lists; ++n) {
     CommittedList list = std::move(pending_lists_.at(n));
@@ -221,7 +288,9 @@ std::optional<RoundOutcome> SteadyRounds::TakeOutcome() {
     }
   }
   released_ = std::max(released_, result.lists);
-  out.agreed_tensors = agreed.size();
+  out.agreed_tensors = agreed.size() + carried.tensors.size();
+  out.carried_tensors = carried.tensors.size();
+  if (!carried.tensors.empty()) out.run.push_back(std::move(carried));
   for (Response& r : PlanFusion(std::move(agreed), result.fusion_threshold_bytes)) {
     out.run.push_back(std::move(r));
   }

@@ -8,8 +8,9 @@
 // holds them until a round releases them. A round r is one commutative combine over every host's
 // RoundVote (CombineVotes: AND of ready bits, OR of to-coordinator bits, MAX of lists received):
 // afterwards each host runs, in this order, (1) the lists up to the round's `lists` (waiting for
-// the ones still in flight to it), then (2) the tensors every host was ready for, in slot order,
-// fused, then (3) sends the held tensors some host asked to negotiate to the coordinator. Every
+// the ones still in flight to it), then (2) the tensors every host was ready for, in slot order:
+// the carried ones (below) in one response with their results, the others fused, then (3) sends
+// the held tensors some host asked to negotiate to the coordinator. Every
 // list and every agreed tensor thus runs at the same place of one sequence on every host (the
 // argument is in DESIGN.md).
 // Slots: each cached tensor (a put of the coordinator's response cache whose committed response
@@ -24,6 +25,9 @@
 // host's ranks' entries (with their inputs) and rank 0's committed metadata (ReadyTensor::first,
 // which the executor reads as the tensor's, as with every rank's entries), the others absent:
 // the data planes read nothing else of them (each host reduces or copies its own ranks' inputs).
+// Carried slots: small allreduces (CarriedSlot) whose data travels in the vote: each host writes
+// its ranks' reduction of each held one, the combine reduces a slot's data where both sides are
+// ready, and an agreed one needs no allreduce of its own.
 //
 // Pure logic over value types; not thread-safe (the job's control loop).
 // Lifecycle: 1. Received() for each coordinator list, Offer() for each host-ready tensor,
@@ -33,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -58,15 +63,40 @@ struct RoundVote {
   // host exactly when all voted in the same round with the same table).
   uint64_t round_min = 0;
   uint64_t slots_min = 0;
+  // The carried slots' regions (CarriedSlot): this host's ranks' reduction of each one it holds,
+  // zeros elsewhere (result: the reduction over every host where every host is ready).
+  std::vector<uint8_t> data;
 };
 
-// Folds `theirs` into `mine`. Commutative and associative: any combining tree gives every host
-// the same result.
-void CombineVotes(RoundVote& mine, const RoundVote& theirs);
-// Fixed-size wire form: VoteBytes(slots) bytes, native byte order (hosts of a job share one).
-size_t VoteBytes(uint64_t slots);
+// A cached allreduce whose data the rounds carry: host memory (every slot is), reduce op not
+// Adasum, a reducible dtype, at most RoundData::max_bytes. The regions are laid out in slot order,
+// each at an 8-byte boundary, skipping a slot that would end past kMaxRoundDataBytes: a function
+// of the slot table alone, so every host lays out the same.
+struct CarriedSlot {
+  size_t slot = 0;
+  size_t offset = 0;  // in RoundVote::data
+  uint64_t bytes = 0;
+  wire::DataType dtype = wire::DataType::kFloat32;
+  wire::ReduceOp op = wire::ReduceOp::kSum;
+};
+// Every round sends the whole carried region, held or not: the cap bounds what a round with
+// nothing to carry costs (16 KiB: about 13 us a hop at 10 Gb/s, against a small allreduce's
+// round trip per hop that a carried tensor saves).
+inline constexpr size_t kMaxRoundDataBytes = 16 << 10;
+
+// Folds `theirs` into `mine`. Without carried data commutative and associative: any combining
+// tree gives every host the same result. Each slot of `carried` whose ready bit both sides have
+// gets (lower op higher) by ReduceInto, `mine_is_lower` saying which side is the lower hosts'
+// partial; its region is zeroed where a side is not ready (no reduction ever reads data of a side
+// that is not ready). With data the bits depend on the combining tree: CombineInPlace's is fixed
+// by the host count and gives every host the same bits (DESIGN.md "Determinism").
+void CombineVotes(RoundVote& mine, const RoundVote& theirs,
+                  const std::vector<CarriedSlot>& carried = {}, bool mine_is_lower = true);
+// Fixed-size wire form: VoteBytes(slots, data bytes) bytes, native byte order (hosts of a job
+// share one).
+size_t VoteBytes(uint64_t slots, size_t data_bytes = 0);
 void EncodeVote(const RoundVote& vote, uint8_t* out);
-RoundVote DecodeVote(const uint8_t* in, uint64_t slots);
+RoundVote DecodeVote(const uint8_t* in, uint64_t slots, size_t data_bytes = 0);
 
 // One coordinator list: a JobEvent's responses and its response-cache decisions.
 struct CommittedList {
@@ -80,12 +110,21 @@ struct RoundOutcome {
   std::vector<Response> run;                // lists' responses, then the agreed tensors
   std::vector<ReadyTensor> to_coordinator;  // held tensors to negotiate centrally now
   size_t agreed_tensors = 0;                // tensors of `run` agreed by the round
+  size_t carried_tensors = 0;               // of those, carried (Response::reduced set)
+};
+
+// Carrying small allreduces' data in the rounds: `max_bytes` per tensor (0: none; every host of
+// a job uses the same, since it decides the vote's layout); `partial` writes this host's ranks'
+// reduction of a held tensor (its bytes) to `out`, prescale applied, as the data plane would.
+struct RoundData {
+  uint64_t max_bytes = 0;
+  std::function<void(const ReadyTensor& tensor, uint8_t* out)> partial;
 };
 
 class SteadyRounds {
  public:
   // `here[r]`: rank r of the job runs on this host.
-  explicit SteadyRounds(std::vector<bool> here);
+  explicit SteadyRounds(std::vector<bool> here, RoundData data = {});
 
   // The next coordinator list in stream order; held until a round releases it.
   void Received(CommittedList list);
@@ -106,6 +145,8 @@ class SteadyRounds {
   size_t held() const { return held_.size(); }
 
   RoundVote Vote(uint64_t fusion_threshold_bytes);
+  // The carried slots of the last Vote (its data's layout), for the combine.
+  const std::vector<CarriedSlot>& carried() const { return carried_; }
   // The round's combined result: Internal error when the hosts voted in different rounds or on
   // different tables (a broken invariant: the job must fail).
   absl::Status Agreed(RoundVote result);
@@ -136,9 +177,14 @@ class SteadyRounds {
   void Release(const CommittedList& list, RoundOutcome* out);
   bool Matches(const Template& t, const ReadyTensor& tensor) const;
   void Flush(size_t slot, RoundOutcome* out);
+  std::vector<CarriedSlot> CarriedLayout() const;
+  // The tensor agreed in `slot`, when that slot is carried: appends the round's result for it to
+  // carried.reduced and returns true. False otherwise.
+  bool Carry(size_t slot, const RoundVote& result, Response& carried) const;
 
   const std::vector<bool> here_;
   const std::vector<int> local_ranks_;  // the ranks here_ marks, ascending
+  const RoundData data_;
   uint64_t round_ = 0;
   bool changed_ = false;
   bool join_pending_ = false;
@@ -151,6 +197,7 @@ class SteadyRounds {
   std::set<std::string> coordinator_bound_;    // sent centrally, not committed yet
   std::set<std::string> last_to_coordinator_;  // names the last round asked to go centrally
   std::optional<RoundVote> result_;            // agreed, waiting for lists
+  std::vector<CarriedSlot> carried_;           // the last vote's layout
 };
 
 }  // namespace ard::negotiation

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "catch2/catch.hpp"
+#include "daemon/collectives/reduce_kernels.h"
 
 namespace ard::negotiation {
 namespace {
@@ -36,19 +37,25 @@ std::vector<int> OneRankPerHost(int hosts) {
   return host_of_rank;
 }
 
-// A job whose rank r runs on host host_of_rank[r] (hosts numbered from 0).
+// A job whose rank r runs on host host_of_rank[r] (hosts numbered from 0). With `carry` > 0 the
+// rounds carry allreduces of up to that many bytes; a host's partial is its first rank's input.
 struct Job {
-  explicit Job(int hosts) : Job(OneRankPerHost(hosts)) {}
-  explicit Job(std::vector<int> ranks_on) : host_of_rank(std::move(ranks_on)) {
+  explicit Job(int hosts, uint64_t carry = 0) : Job(OneRankPerHost(hosts), carry) {}
+  explicit Job(std::vector<int> ranks_on, uint64_t carry = 0) : host_of_rank(std::move(ranks_on)) {
     const int hosts = *std::max_element(host_of_rank.begin(), host_of_rank.end()) + 1;
+    input.resize(hosts);
     for (int h = 0; h < hosts; ++h) {
       std::vector<bool> here(size());
       for (int r = 0; r < size(); ++r) here[r] = host_of_rank[r] == h;
-      host.emplace_back(here);
+      RoundData data{carry, [](const ReadyTensor& t, uint8_t* out) {
+                       std::memcpy(out, t.first().input.data, t.first().meta.bytes);
+                     }};
+      host.emplace_back(here, carry > 0 ? data : RoundData{});
+      input[h].assign(kInputBytes / 4, static_cast<float>(h + 1));
     }
   }
   int size() const { return static_cast<int>(host_of_rank.size()); }
-  // Host h's ranks submitted `name` (with `elements` elements).
+  // Host h's ranks submitted `name` (with `elements` elements of input[h]).
   ReadyTensor Local(int h, const std::string& name, int64_t elements = 1,
                     wire::Collective collective = wire::Collective::kAllreduce) const {
     ReadyTensor t{name, std::vector<std::optional<TensorRequest>>(size())};
@@ -57,8 +64,35 @@ struct Job {
       t.ranks[r] = Request(r, name, elements);
       t.ranks[r]->meta.collective = static_cast<uint32_t>(collective);
       t.ranks[r]->request_id = 1000 + r;  // marks this host's own entry
+      t.ranks[r]->input.data = reinterpret_cast<const uint8_t*>(input[h].data());
+      t.ranks[r]->input.bytes = t.ranks[r]->meta.bytes;
     }
     return t;
+  }
+  // Host h's ranks submitted `request`'s tensor (its metadata; input as given).
+  ReadyTensor Local(int h, TensorRequest request, const void* data) const {
+    ReadyTensor t{request.name(), std::vector<std::optional<TensorRequest>>(size())};
+    request.rank = h;
+    request.input.data = static_cast<const uint8_t*>(data);
+    request.input.bytes = request.meta.bytes;
+    t.ranks[h] = std::move(request);
+    return t;
+  }
+  // A coordinator list committing `requests` (every rank), caching each under id 1, 2, ...
+  CommittedList ListOf(const std::vector<TensorRequest>& requests) const {
+    CommittedList list;
+    for (const TensorRequest& request : requests) {
+      Response r;
+      ReadyTensor t{request.name(), std::vector<std::optional<TensorRequest>>(size())};
+      for (int rank = 0; rank < size(); ++rank) {
+        t.ranks[rank] = request;
+        t.ranks[rank]->rank = rank;
+      }
+      r.tensors.push_back(std::move(t));
+      list.responses.push_back(std::move(r));
+      list.cache_put.push_back({static_cast<uint32_t>(list.cache_put.size() + 1), request.name()});
+    }
+    return list;
   }
   // A coordinator list committing `names` (every rank), caching those given ids.
   CommittedList List(const std::vector<std::string>& names,
@@ -86,12 +120,16 @@ struct Job {
     std::vector<RoundVote> votes;
     for (auto& h : host) votes.push_back(h.Vote(kFusion));
     RoundVote result = votes[0];
-    for (size_t i = 1; i < votes.size(); ++i) CombineVotes(result, votes[i]);
+    for (size_t i = 1; i < votes.size(); ++i) {
+      CombineVotes(result, votes[i], host[0].carried(), /*mine_is_lower=*/true);
+    }
     for (auto& h : host) REQUIRE(h.Agreed(result).ok());
     return result;
   }
   std::vector<int> host_of_rank;
+  static constexpr size_t kInputBytes = 4096;
   std::vector<SteadyRounds> host;
+  std::vector<std::vector<float>> input;  // host h's inputs: h + 1 everywhere
 };
 
 // "a,b|c": one response per '|', tensor names joined by ','.
@@ -131,6 +169,168 @@ TEST_CASE("votes survive the wire and combine the same way in any order") {
     CHECK(v->lists == 5);
     CHECK(v->fusion_threshold_bytes == 4096);
   }
+}
+
+TensorRequest Meta(const std::string& name, wire::DataType dtype, wire::ReduceOp op,
+                   int64_t elements) {
+  TensorRequest r = Request(0, name, elements);
+  r.meta.dtype = static_cast<uint32_t>(dtype);
+  r.meta.reduce_op = static_cast<uint32_t>(op);
+  r.meta.bytes = elements * wire::DataTypeSize(r.meta.dtype);
+  return r;
+}
+
+using wire::DataType;
+using wire::ReduceOp;
+
+TEST_CASE("carried slots: small non-Adasum allreduces, laid out from the slot table alone") {
+  Job job(2, /*carry=*/1024);
+  const std::vector<TensorRequest> tensors = {
+      Meta("f", DataType::kFloat32, ReduceOp::kSum, 1),      // carried at 0
+      Meta("big", DataType::kFloat32, ReduceOp::kSum, 257),  // 1028 bytes: over the limit
+      Meta("ada", DataType::kFloat32, ReduceOp::kAdasum, 2),
+      Meta("i", DataType::kInt32, ReduceOp::kMin, 3),          // at 8: an 8-byte boundary
+      Meta("edge", DataType::kFloat64, ReduceOp::kMax, 128)};  // 1024 bytes: carried, at 24
+  for (auto& h : job.host) h.Received(job.ListOf(tensors));
+  job.Round();
+  for (auto& h : job.host) REQUIRE(h.TakeOutcome());
+  for (auto& h : job.host) {
+    RoundVote v = h.Vote(kFusion);
+    const std::vector<CarriedSlot>& c = h.carried();
+    REQUIRE(c.size() == 3);
+    CHECK((c[0].slot == 0 && c[0].offset == 0 && c[0].bytes == 4));
+    CHECK((c[1].slot == 3 && c[1].offset == 8 && c[1].bytes == 12));
+    CHECK((c[1].dtype == DataType::kInt32 && c[1].op == ReduceOp::kMin));
+    CHECK((c[2].slot == 4 && c[2].offset == 24 && c[2].bytes == 1024));
+    CHECK(v.data == std::vector<uint8_t>(1048, 0));  // nothing held
+    CHECK(VoteBytes(v.slots, v.data.size()) == 6 * 8 + 2 * 8 + 1048);
+  }
+  // The regions stop at kMaxRoundDataBytes: 16 tensors of 1 KiB fit, the rest never travel.
+  Job many(2, /*carry=*/1024);
+  std::vector<TensorRequest> kib;
+  for (int i = 0; i < 18; ++i) {
+    kib.push_back(Meta("k" + std::to_string(i), DataType::kFloat32, ReduceOp::kSum, 256));
+  }
+  kib.push_back(Meta("small", DataType::kFloat32, ReduceOp::kSum, 1));
+  for (auto& h : many.host) h.Received(many.ListOf(kib));
+  many.Round();
+  for (auto& h : many.host) REQUIRE(h.TakeOutcome());
+  CHECK(many.host[0].Vote(kFusion).data.size() == kMaxRoundDataBytes);
+  CHECK(many.host[0].carried().size() == 16);
+  CHECK(many.host[0].carried().back().slot == 15);
+  // Off (0): nothing is carried.
+  Job off(2);
+  for (auto& h : off.host) h.Received(off.ListOf(tensors));
+  off.Round();
+  for (auto& h : off.host) REQUIRE(h.TakeOutcome());
+  CHECK(off.host[0].Vote(kFusion).data.empty());
+  CHECK(off.host[0].carried().empty());
+}
+
+TEST_CASE("carried tensors every host holds run with the round's reduction, before the others") {
+  Job job(3, /*carry=*/1024);
+  const std::vector<TensorRequest> tensors = {Meta("i", DataType::kInt32, ReduceOp::kSum, 2),
+                                              Meta("big", DataType::kFloat32, ReduceOp::kSum, 300),
+                                              Meta("f", DataType::kFloat32, ReduceOp::kAverage, 1)};
+  for (auto& h : job.host) h.Received(job.ListOf(tensors));
+  job.Round();
+  for (auto& h : job.host) REQUIRE(Names(h.TakeOutcome()->run) == "i|big|f");
+  std::vector<std::vector<int32_t>> ints(3);
+  for (int h = 0; h < 3; ++h) {
+    ints[h] = {h + 1, -1000 * (h + 1)};
+    ReadyTensor i = job.Local(h, tensors[0], ints[h].data());
+    ReadyTensor big = job.Local(h, tensors[1], job.input[h].data());
+    ReadyTensor f = job.Local(h, tensors[2], job.input[h].data());
+    REQUIRE(job.host[h].Offer(f));
+    REQUIRE(job.host[h].Offer(big));
+    REQUIRE(job.host[h].Offer(i));
+  }
+  RoundVote result = job.Round();
+  CHECK(result.data.size() == 16);
+  for (auto& h : job.host) {
+    auto out = h.TakeOutcome();
+    REQUIRE(out);
+    CHECK(Names(out->run) == "i,f|big");  // carried first (slot order), then the fused others
+    CHECK(out->agreed_tensors == 3);
+    CHECK(out->carried_tensors == 2);
+    REQUIRE(out->run[0].reduced.size() == 2);
+    std::vector<int32_t> i(2);
+    REQUIRE(out->run[0].reduced[0].size() == 8);
+    std::memcpy(i.data(), out->run[0].reduced[0].data(), 8);
+    CHECK(i == std::vector<int32_t>{6, -6000});
+    float f;
+    REQUIRE(out->run[0].reduced[1].size() == 4);
+    std::memcpy(&f, out->run[0].reduced[1].data(), 4);
+    CHECK(f == 6.0f);  // the sum: Average's division is the data plane's, with the postscale
+    CHECK(out->run[1].reduced.empty());
+  }
+}
+
+TEST_CASE("a carried tensor some host does not hold is not reduced and runs later") {
+  Job job(2, /*carry=*/1024);
+  const TensorRequest i = Meta("i", DataType::kInt32, ReduceOp::kSum, 1);
+  for (auto& h : job.host) h.Received(job.ListOf({i}));
+  job.Round();
+  for (auto& h : job.host) REQUIRE(h.TakeOutcome());
+  const int32_t big = INT32_MAX;
+  ReadyTensor i0 = job.Local(0, i, &big);
+  REQUIRE(job.host[0].Offer(i0));
+  RoundVote result = job.Round();
+  CHECK(result.ready[0] == 0);
+  CHECK(result.data == std::vector<uint8_t>(8, 0));
+  for (auto& h : job.host) CHECK(h.TakeOutcome()->run.empty());
+  const int32_t one = 1;
+  ReadyTensor i1 = job.Local(1, i, &one);
+  REQUIRE(job.host[1].Offer(i1));
+  job.Round();
+  for (auto& h : job.host) {
+    auto out = h.TakeOutcome();
+    REQUIRE(out->run.size() == 1);
+    int32_t sum;
+    std::memcpy(&sum, out->run[0].reduced.at(0).data(), 4);
+    CHECK(sum == INT32_MIN);  // wraps, as the kernels define
+  }
+}
+
+// A vote on one carried slot of `c` with `value` in it, ready or not.
+template <typename T>
+RoundVote OneSlot(const CarriedSlot& c, bool ready, T value) {
+  RoundVote v{1, 1, 0, kFusion, {ready ? 1u : 0u}, {0}, 1, 1};
+  v.data.assign(8, 0xEE);
+  std::memcpy(v.data.data() + c.offset, &value, sizeof(value));
+  return v;
+}
+
+TEST_CASE("the combine reduces a slot's data only where both sides are ready, lower op higher") {
+  const CarriedSlot ints{0, 0, 4, DataType::kInt32, ReduceOp::kSum};
+  // A side that is not ready holds garbage: never reduced (INT32_MAX + anything), zeroed.
+  for (bool mine_ready : {true, false}) {
+    RoundVote mine = OneSlot(ints, mine_ready, INT32_MAX);
+    RoundVote theirs = OneSlot(ints, !mine_ready, INT32_MAX);
+    CombineVotes(mine, theirs, {ints}, mine_ready);
+    CHECK(mine.ready[0] == 0);
+    CHECK(mine.data == std::vector<uint8_t>{0, 0, 0, 0, 0xEE, 0xEE, 0xEE, 0xEE});
+  }
+  RoundVote two = OneSlot(ints, true, int32_t{2});
+  CombineVotes(two, OneSlot(ints, true, int32_t{3}), {ints}, true);
+  int32_t five;
+  std::memcpy(&five, two.data.data(), 4);
+  CHECK(five == 5);
+  CHECK(two.ready[0] == 1);
+  // min(-0, +0) keeps its first operand: the order shows in the bits. Whichever side combines,
+  // the result is (lower op higher).
+  const CarriedSlot floats{0, 0, 4, DataType::kFloat32, ReduceOp::kMin};
+  const float lower = -0.0f, higher = +0.0f;
+  float expected = lower, reversed = higher;
+  collectives::ReduceInto(&expected, &higher, 1, DataType::kFloat32, ReduceOp::kMin);
+  collectives::ReduceInto(&reversed, &lower, 1, DataType::kFloat32, ReduceOp::kMin);
+  REQUIRE(std::memcmp(&expected, &reversed, 4) != 0);
+  RoundVote at_lower = OneSlot(floats, true, lower), at_higher = OneSlot(floats, true, higher);
+  const RoundVote from_lower = at_lower, from_higher = at_higher;
+  CombineVotes(at_lower, from_higher, {floats}, /*mine_is_lower=*/true);
+  CombineVotes(at_higher, from_lower, {floats}, /*mine_is_lower=*/false);
+  CHECK(std::memcmp(at_lower.data.data(), &expected, 4) == 0);
+  CHECK(std::memcmp(at_higher.data.data(), &expected, 4) == 0);
 }
 
 TEST_CASE("cached tensors every host offered run fused in slot order, whatever the arrival order") {
@@ -358,7 +558,8 @@ TEST_CASE("votes of different rounds are a broken invariant") {
 // the coordinator commits a tensor once every host sent it (caching it, or re-caching it under a
 // new id when its shape changed) and its lists reach each host after a random delay; rounds run
 // whenever some host changed. Every host must run the same sequence, and after the first step
-// only t0's new shape reaches the coordinator (once from every host).
+// only t0's new shape reaches the coordinator (once from every host). Odd seeds carry the tensors'
+// data in the rounds: each carried result is the sum of every host's input.
 TEST_CASE(
     "random interleavings: every host runs the same sequence; steady steps skip the "
     "coordinator") {
@@ -368,7 +569,9 @@ TEST_CASE(
     const int hosts = 2 + seed % 4;
     const std::vector<std::string> names = {"t0", "t1", "t2", "t3", "t4", "t5"};
     const int steps = 4;
-    Job job(hosts);
+    Job job(hosts, seed % 2 == 1 ? 1024 : 0);
+    const float sum = hosts * (hosts + 1) / 2.0f;
+    int carried = 0;
     std::vector<std::vector<std::string>> todo(hosts);  // still to submit (this step)
     std::vector<std::set<std::string>> running(hosts);  // submitted, not run yet
     std::vector<int> step(hosts, 0);
@@ -444,6 +647,12 @@ TEST_CASE(
             sequence[g] += Names(out->run) + ";";
             for (const Response& r : out->run) {
               for (const ReadyTensor& t : r.tensors) running[g].erase(t.name);
+              for (const std::vector<uint8_t>& data : r.reduced) {
+                std::vector<float> values(data.size() / 4);
+                std::memcpy(values.data(), data.data(), data.size());
+                CHECK(values == std::vector<float>(values.size(), sum));
+                ++carried;
+              }
             }
             for (const ReadyTensor& t : out->to_coordinator) to_coordinator(g, t.name);
           }
@@ -458,6 +667,7 @@ TEST_CASE(
     for (int h = 0; h < hosts; ++h) REQUIRE(step[h] == steps);
     for (int h = 1; h < hosts; ++h) CHECK(sequence[h] == sequence[0]);
     CHECK(central_after_first_step == hosts);
+    CHECK((seed % 2 == 1) == (carried > 0));
   }
 }
 

@@ -44,6 +44,10 @@ struct Response {
   // No tensors: the job's GPU data plane starts here in the job's order (with the steady state,
   // where a round releases it; the executor holds the GPU collective until then).
   bool attach_gpu = false;
+  // Allreduces a steady-state round carried (SteadyRounds' CarriedSlot): tensor i's reduction
+  // over every host, before the postscale (and Average's division), computed in the round; the
+  // data plane only writes the results. Empty otherwise.
+  std::vector<std::vector<uint8_t>> reduced;
 };
 
 // Upper-case names used in Horovod-style messages ("ALLREDUCE") and dtype names ("float32").

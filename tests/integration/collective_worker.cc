@@ -12,7 +12,8 @@
 // Exit status: 0 when every check passed, 1 on a wrong result (with a MISMATCH line), 2 on usage.
 //
 // Scenarios: matrix, many, mismatch, adasum, join, stuck (submit one tensor and report how it
-// ends), latency, soak (ARD_SOAK_STEPS steps, default 500), and the fault scenarios of
+// ends), latency, soak (ARD_SOAK_STEPS steps, default 500), carried (ARD_CARRIED_STEPS steps of
+// CarriedCases, default 4; ARD_CARRIED_OVER_ELEMENTS, default 257), and the fault scenarios of
 // worker_faults.h (steps, slow, uneven, after).
 #include <unistd.h>
 
@@ -273,6 +274,19 @@ int Join(ard_client* client, const ard_topology& topo, uint64_t seed) {
   return 0;
 }
 
+// The steady state's carried rounds: `steps` steps of CarriedCases under the same names (the
+// first a cache miss, the others agreed between the hosts), every result checked.
+int Carried(Worker& w, int steps, int over_elements) {
+  const std::vector<Case> cases = CarriedCases(over_elements);
+  for (int step = 0; step < steps; ++step) {
+    for (const Case& c : cases) {
+      if (!w.Run(c)) return 1;
+    }
+  }
+  std::printf("DONE %d\n", steps * static_cast<int>(cases.size()));
+  return 0;
+}
+
 // Round trips of a 4-byte allreduce through the whole stack; prints percentiles (informational:
 // no assertion on time).
 // A training loop for the daemon soak test: `steps` steps of `per_step` small allreduces under the
@@ -407,6 +421,12 @@ int main(int argc, char** argv) {
   if (mode == "join") rc = Join(client, t, seed);
   if (mode == "stuck") rc = Stuck(worker);
   if (mode == "latency") rc = Latency(client, t, 2000);
+  if (mode == "carried") {
+    const char* steps = std::getenv("ARD_CARRIED_STEPS");
+    const char* over = std::getenv("ARD_CARRIED_OVER_ELEMENTS");
+    rc = Carried(worker, steps != nullptr ? std::atoi(steps) : 4,
+                 over != nullptr ? std::atoi(over) : 257);
+  }
   if (mode == "soak") {
     const char* steps = std::getenv("ARD_SOAK_STEPS");
     rc = Soak(client, t, steps != nullptr ? std::atoi(steps) : 500, 8, seed);

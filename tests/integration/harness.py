@@ -6,12 +6,14 @@ TEST_TMPDIR is too long for a Unix socket path).
 """
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 # allreduced.launch from the source tree (Bazel puts it in the runfiles at the same place).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
@@ -216,6 +218,33 @@ def workers_across(sockets, job, per_host, mode, seed=12345, extra_env=None, hos
         return dict(extra_env or {}, **(host_env[slot.socket_index] if host_env else {}))
     return Workers(None, job, per_host, mode, seed=seed, extra_env=env, sockets=sockets,
                    give_rank=False)
+
+
+def metrics_port(daemon):
+    """The port from the daemon's "metrics serving ... port=N" log line."""
+    def find():
+        m = re.search(r"metrics serving address=\S+ port=(\d+)", daemon.read_log())
+        return m and int(m.group(1))
+    return wait_until(find, 10, f"{daemon.name}'s metrics port")
+
+
+def scrape(daemon):
+    """{(name, frozenset(labels.items())): value} of every sample of the daemon's /metrics (its
+    metrics_address must be set), parsed by prometheus_client."""
+    from prometheus_client.parser import text_string_to_metric_families
+    url = f"http://127.0.0.1:{metrics_port(daemon)}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = response.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return samples
+
+
+def value(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())))
 
 
 def check_adasum(results):

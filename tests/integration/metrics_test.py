@@ -4,43 +4,15 @@ server would read); the per-job counters outlive the job, and are dropped after 
 The health service (grpc.health.v1) answers SERVING on a member and NOT_SERVING on a follower
 that cannot join. With steady_state on, the hosts' Negotiate calls show that cached tensors never
 reach the coordinator."""
-import re
 import socket
-import urllib.request
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from prometheus_client.parser import text_string_to_metric_families
 
-from harness import Cluster, Daemon, status_json, wait_until, workers_across
+from harness import Cluster, Daemon, scrape, status_json, value, wait_until, workers_across
 
 RETENTION_S = 2  # h-b's metrics_job_retention_s; h-a keeps the default (an hour)
-
-
-def metrics_port(daemon):
-    """The port from the daemon's "metrics serving ... port=N" log line."""
-    def find():
-        m = re.search(r"metrics serving address=\S+ port=(\d+)", daemon.read_log())
-        return m and int(m.group(1))
-    return wait_until(find, 10, f"{daemon.name}'s metrics port")
-
-
-def scrape(daemon):
-    """{(name, frozenset(labels.items())): value} of every sample, parsed by prometheus_client."""
-    url = f"http://127.0.0.1:{metrics_port(daemon)}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        text = response.read().decode()
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            samples[(s.name, frozenset(s.labels.items()))] = s.value
-    return samples
-
-
-def value(samples, name, **labels):
-    return samples.get((name, frozenset(labels.items())))
 
 
 def health(address, service=""):

@@ -187,6 +187,30 @@ std::vector<Case> AdasumRefusedCases() {
   return {integer, scatter};
 }
 
+std::vector<Case> CarriedCases(int over_elements) {
+  std::vector<Case> cases;
+  for (DataType d : {DataType::kFloat32, DataType::kInt32}) {
+    for (ReduceOp o : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax}) {
+      for (int elements : {1, over_elements}) {
+        Case c;
+        c.name = absl::StrCat("carried.", I(d), ".", I(o), ".", elements);
+        c.collective = I(Collective::kAllreduce);
+        c.dtype = I(d);
+        c.op = I(o);
+        c.shape = {elements};
+        cases.push_back(c);
+      }
+    }
+  }
+  Case scaled = cases[0];
+  scaled.name = "carried.scaled";
+  scaled.shape = {3};
+  scaled.prescale = 0.5;
+  scaled.postscale = 3.0;
+  cases.push_back(scaled);
+  return cases;
+}
+
 std::vector<Case> GroupCases() {
   std::vector<Case> group;
   for (int i = 0; i < 3; ++i) {

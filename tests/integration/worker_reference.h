@@ -65,5 +65,8 @@ std::vector<Case> AdasumCases();
 std::vector<Case> AdasumGroupCases();
 std::vector<Case> AdasumRefusedCases();
 Case SmallAllreduce(int index);
+// Small allreduces for the steady state's carried rounds: sum, average, min, max of float32 and
+// int32, each of 1 element and of `over_elements` (past the carried limit), and a scaled one.
+std::vector<Case> CarriedCases(int over_elements);
 
 }  // namespace ard::testing

@@ -42,7 +42,8 @@ uint64_t Fingerprint(const AlgorithmOptions& options) {
   for (uint64_t v :
        {static_cast<uint64_t>(options.allreduce),
         static_cast<uint64_t>(options.ring_threshold_bytes),
-        static_cast<uint64_t>(options.chunk_bytes), static_cast<uint64_t>(options.steady_state)}) {
+        static_cast<uint64_t>(options.chunk_bytes), static_cast<uint64_t>(options.steady_state),
+        options.steady_round_data_max_bytes}) {
     for (int b = 0; b < 8; ++b) {
       h ^= (v >> (8 * b)) & 0xff;
       h *= 1099511628211ull;

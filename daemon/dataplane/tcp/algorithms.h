@@ -40,6 +40,9 @@ struct AlgorithmOptions {
   size_t chunk_bytes = 4 << 20;
   // DaemonConfig.steady_state: idle hosts take part in readiness rounds between collectives.
   bool steady_state = false;
+  // DaemonConfig.steady_round_data_max_bytes: which cached allreduces the rounds carry (it
+  // decides the rounds' message size).
+  uint64_t steady_round_data_max_bytes = 0;
 };
 
 // "auto", "ring", "recursive_doubling".

@@ -74,6 +74,9 @@ TEST_CASE("Algorithm names parse back; other names are refused; fingerprints tel
   b = a;
   b.allreduce = AllreduceAlgorithm::kRing;
   REQUIRE(Fingerprint(a) != Fingerprint(b));
+  b = a;
+  b.steady_round_data_max_bytes = 1024;
+  REQUIRE(Fingerprint(a) != Fingerprint(b));
 }
 
 }  // namespace

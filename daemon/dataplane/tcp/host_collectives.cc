@@ -321,7 +321,7 @@ absl::Status AlltoallV(TcpMesh& mesh, const void* send, const std::vector<size_t
 
 absl::Status CombineInPlace(
     TcpMesh& mesh, void* buf, size_t bytes,
-    const std::function<void(uint8_t* mine, const uint8_t* theirs)>& combine) {
+    const std::function<void(uint8_t* mine, const uint8_t* theirs, bool mine_is_lower)>& combine) {
   const int n = mesh.size(), self = mesh.self(), p = PowerOfTwoFloor(n);
   if (n == 1 || bytes == 0) return absl::OkStatus();
   uint8_t* mine = static_cast<uint8_t*>(buf);
@@ -335,11 +335,11 @@ absl::Status CombineInPlace(
   const bool has_folded = self + p < n;
   if (has_folded) {
     ARD_RETURN_IF_ERROR(mesh.Exchange(self + p, mine, bytes, self + p, theirs, bytes));
-    combine(mine, theirs);
+    combine(mine, theirs, /*mine_is_lower=*/true);
   }
   for (int bit = 1; bit < p; bit *= 2) {
     ARD_RETURN_IF_ERROR(mesh.Exchange(self ^ bit, mine, bytes, self ^ bit, theirs, bytes));
-    combine(mine, theirs);
+    combine(mine, theirs, self < (self ^ bit));
   }
   if (has_folded) return mesh.Exchange(self + p, mine, bytes, -1, nullptr, 0);
   return absl::OkStatus();

@@ -86,14 +86,17 @@ absl::Status AlltoallV(TcpMesh& mesh, const void* send, const std::vector<size_t
                        void* recv, const std::vector<size_t>& recv_bytes);
 
 // buf[0, bytes) holds this host's value; afterwards every host holds the combination of all
-// hosts' values by `combine(mine, theirs)` (which folds theirs into mine, in place), by recursive
-// doubling whose fold step goes both ways: every host sends before it waits, so a host idle in
-// TcpMesh::WaitReadable is woken by the first message of a round any other host started.
-// `combine` must be commutative and associative (e.g. a bitwise AND); bytes equal on every host.
-// The readiness rounds of the steady state (DESIGN.md "Steady state") use it.
+// hosts' values by `combine(mine, theirs, mine_is_lower)` (which folds theirs into mine, in
+// place; `mine_is_lower`: mine is the lower hosts' partial), by recursive doubling whose fold step
+// goes both ways: every host sends before it waits, so a host idle in TcpMesh::WaitReadable is
+// woken by the first message of a round any other host started. The tree is recursive
+// doubling's (see Determinism): a `combine` that computes (lower op higher) gives every host the
+// same bits, a commutative and associative one (e.g. a bitwise AND) the same value whatever the
+// tree. bytes equal on every host. The readiness rounds of the steady state (DESIGN.md "Steady
+// state") use it.
 absl::Status CombineInPlace(
     TcpMesh& mesh, void* buf, size_t bytes,
-    const std::function<void(uint8_t* mine, const uint8_t* theirs)>& combine);
+    const std::function<void(uint8_t* mine, const uint8_t* theirs, bool mine_is_lower)>& combine);
 
 // Returns once every host of the mesh has entered Barrier.
 absl::Status Barrier(TcpMesh& mesh);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -221,24 +222,49 @@ TEST_CASE("Host collectives reject inconsistent arguments before moving any byte
   REQUIRE(AllOk(RunOnHosts(2, [&](int h) { return Barrier(*meshes[h]); })));
 }
 
+// An order-revealing combine (neither commutative nor associative): (lower, higher) -> lower *
+// kMix + higher.
+constexpr uint64_t kMix = 1000003;
+
+// What recursive doubling's tree gives for `x` with that combine: leaves x_i op x_(i+p), then
+// R(lower half) op R(upper half).
+uint64_t TreeOf(const std::vector<uint64_t>& x) {
+  const int n = static_cast<int>(x.size()), p = PowerOfTwoFloor(n);
+  std::vector<uint64_t> v(x.begin(), x.begin() + p);
+  for (int i = 0; i + p < n; ++i) v[i] = v[i] * kMix + x[i + p];
+  for (int bit = 1; bit < p; bit *= 2) {
+    std::vector<uint64_t> next(p);
+    for (int i = 0; i < p; ++i) {
+      const int lo = std::min(i, i ^ bit), hi = std::max(i, i ^ bit);
+      next[i] = v[lo] * kMix + v[hi];
+    }
+    v = next;
+  }
+  return v[0];
+}
+
 TEST_CASE(
-    "CombineInPlace: a round one host starts wakes every idle host; all get the AND and MAX") {
+    "CombineInPlace: a round one host starts wakes every idle host; all get the AND, the MAX and "
+    "the same (lower op higher) tree") {
   for (int n : {2, 3, 4, 5, 8}) {
     for (int starter = 0; starter < n; starter += 2) {
       INFO("n=" << n << " starter=" << starter);
       LocalHosts hosts(n);
       Meshes meshes = ConnectOrDie(hosts, 1200 + 10 * n + starter);
-      std::vector<std::array<uint64_t, 2>> values(n);
-      auto combine = [](uint8_t* mine, const uint8_t* theirs) {
-        uint64_t a[2], b[2];
+      std::vector<std::array<uint64_t, 3>> values(n);
+      std::vector<uint64_t> leaves(n);
+      auto combine = [](uint8_t* mine, const uint8_t* theirs, bool mine_is_lower) {
+        uint64_t a[3], b[3];
         std::memcpy(a, mine, sizeof(a));
         std::memcpy(b, theirs, sizeof(b));
         a[0] &= b[0];
         a[1] = std::max(a[1], b[1]);
+        a[2] = mine_is_lower ? a[2] * kMix + b[2] : b[2] * kMix + a[2];
         std::memcpy(mine, a, sizeof(a));
       };
+      for (int h = 0; h < n; ++h) leaves[h] = 7 + 11 * h;
       REQUIRE(AllOk(RunOnHosts(n, [&](int h) -> absl::Status {
-        values[h] = {~(uint64_t{1} << h), static_cast<uint64_t>(10 + h)};
+        values[h] = {~(uint64_t{1} << h), static_cast<uint64_t>(10 + h), leaves[h]};
         if (h != starter) {  // idle until a peer's first message arrives
           auto woken = meshes[h]->WaitReadable({}, absl::Seconds(10));
           if (!woken.ok()) return woken.status();
@@ -249,6 +275,7 @@ TEST_CASE(
       for (int h = 0; h < n; ++h) {
         CHECK(values[h][0] == ~((uint64_t{1} << n) - 1));
         CHECK(values[h][1] == static_cast<uint64_t>(10 + n - 1));
+        CHECK(values[h][2] == TreeOf(leaves));
       }
     }
   }
@@ -274,7 +301,7 @@ TEST_CASE(
   REQUIRE(closed.ok());
   CHECK(*closed);
   uint64_t v = 1;
-  CHECK(CombineInPlace(*meshes[0], &v, sizeof(v), [](uint8_t*, const uint8_t*) {}).code() ==
+  CHECK(CombineInPlace(*meshes[0], &v, sizeof(v), [](uint8_t*, const uint8_t*, bool) {}).code() ==
         absl::StatusCode::kUnavailable);
 }
 

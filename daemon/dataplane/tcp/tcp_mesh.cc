@@ -131,10 +131,11 @@ absl::Status TcpMesh::CheckPeersAgree() {
   ARD_RETURN_IF_ERROR(Transfer(sends, recvs));
   for (int p : peers_) {
     if (theirs[p] == mine) continue;
-    return Fail(absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id_, ": host ", self_, " and host ", p,
-        " run the data plane with different algorithm settings (cross_host_algorithm, "
-        "cross_host_ring_threshold_bytes, cross_host_chunk_bytes must be equal on every host)")));
+    return Fail(absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id_, ": host ", self_, " and host ", p,
+                     " run the data plane with different algorithm settings (cross_host_algorithm, "
+                     "cross_host_ring_threshold_bytes, cross_host_chunk_bytes, steady_state, "
+                     "steady_round_data_max_bytes must be equal on every host)")));
   }
   return absl::OkStatus();
 }
