@@ -201,7 +201,7 @@ std::vector<CarriedSlot> SteadyRounds::CarriedLayout() const {
   size_t end = 0;
   for (size_t s = 0; s < slots_.size(); ++s) {
     if (!slots_[s] || slots_[s]->collective != wire::Collective::kAllreduce) continue;
-    const wire::Submit& m = slots_[s]->tensor.first().meta;
+    const wire::Submit& m = slots_[s]->committed().meta;
     const auto dtype = static_cast<wire::DataType>(m.dtype);
     const auto op = static_cast<wire::ReduceOp>(m.reduce_op);
     const size_t offset = Align8(end);

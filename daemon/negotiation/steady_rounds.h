@@ -172,6 +172,10 @@ class SteadyRounds {
     std::optional<TensorRequest> first;  // rank 0's, when not here and every_rank is null
     // Every rank's committed metadata, for a collective that reads it (null otherwise).
     std::shared_ptr<const ReadyTensor> every_rank;
+    // The metadata every rank shares (this host's first rank's).
+    const TensorRequest& committed() const {
+      return !local.empty() ? local[0] : first ? *first : every_rank->first();
+    }
   };
   // Applies a released list's cache decisions to the slot table.
   void Release(const CommittedList& list, RoundOutcome* out);
