@@ -9,7 +9,10 @@
 // every host of its previous generation that is still up registered again, or kElasticSettle
 // passed without another registration or change of the running generation (four times that for
 // a new job or while none of the previous hosts is back); its ranks are numbered densely in the
-// order the ranks gave, and each formation is a generation. Holding a new host's registration
+// order the ranks gave (then host order, then local rank), at most max_np of them: the ranks after
+// those are left out (a host with none in is answered ResourceExhausted; one with some gets the
+// layout, whose `registered_local_ranks` say which), and each formation is a generation.
+// Holding a new host's registration
 // while a generation runs is what lets the running ranks re-form with it rather than it forming
 // a second job of the same name.
 //

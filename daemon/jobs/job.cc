@@ -148,6 +148,41 @@ void Job::HostsUpdated() {
   }
 }
 
+absl::Status Job::CheckRoom(pid_t pid) const {
+  if (state() != JobState::kRunning || elastic_.max_np <= 0 || size_ < elastic_.max_np) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "elastic job ", name_, " runs ", size_, " ranks, its max_np: process ", pid, " on host ",
+      options_.host_name, " cannot join it; start it again once a rank has left"));
+}
+
+void Job::RefuseLeftOut(Formation& formation) {
+  std::vector<std::shared_ptr<Session>> kept;
+  std::vector<int> ranks;
+  std::vector<int> local_ranks;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (formation.ranks[i] >= 0) {
+      kept.push_back(members_[i]);
+      ranks.push_back(formation.ranks[i]);
+      local_ranks.push_back(formation.local_ranks[i]);
+      continue;
+    }
+    const absl::Status refused = absl::ResourceExhaustedError(absl::StrCat(
+        "elastic job ", name_, " generation ", lifecycle_.generation() + 1, " formed with ",
+        formation.hosts.size, " ranks, its max_np ", elastic_.max_np, ": process ",
+        members_[i]->creds().pid, " on host ", options_.host_name,
+        " comes after them in rank order and is not in it; start it again once a rank has left"));
+    Logger("local")->warn("{}", refused.message());
+    members_[i]->Reject(0, refused);
+    members_[i]->job.clear();
+    members_[i]->rank = -1;
+  }
+  members_ = std::move(kept);
+  formation.ranks = std::move(ranks);
+  formation.local_ranks = std::move(local_ranks);
+}
+
 void Job::Form() {
   std::vector<MemberInfo> infos;
   for (const auto& m : members_) {
@@ -182,6 +217,7 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
     local_size_ = formation->local_size;
     // The coordinator's generation: this host may not have run the earlier ones (a new host).
     if (formation->generation > 0) lifecycle_ = JobLifecycle(formation->generation - 1);
+    RefuseLeftOut(*formation);
   }
   std::vector<std::shared_ptr<Session>> by_rank(size_);
   local_order_.assign(local_size_, -1);

@@ -94,6 +94,9 @@ class Job : private NegotiationSink {
   bool reform_pending() const { return !reform_reason_.empty() || hosts_updated_; }
   // Elastic: ranks wait to join; every member is told (NOTIFY 0 kHostsUpdated) once it runs.
   void HostsUpdated();
+  // Elastic: whether process `pid` may register for this job's next generation: not while this
+  // generation runs with max_np ranks (ResourceExhausted; it would be left out of the next one).
+  absl::Status CheckRoom(pid_t pid) const;
 
   // HELLO: why this process cannot join (size or rank disagreement, not forming), or OK.
   absl::Status CheckHello(const wire::Hello& hello, int size) const;
@@ -124,6 +127,9 @@ class Job : private NegotiationSink {
 
   void Form();
   void OnFormed(absl::StatusOr<Formation> formation);
+  // Elastic: refuses the members `formation` left out (rank -1: more than max_np registered) and
+  // drops them from it and from members_.
+  void RefuseLeftOut(Formation& formation);
   // Forming failed (timeout, a rank left, no result arena): every member is told and detached.
   void AbandonForming(const absl::Status& status);
   // The job's GPU side, created at its first GPU frame (the registry lets GPU frames through only
