@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "daemon/common/version.h"
 #include "proto/cluster.grpc.pb.h"
 #include "proto/negotiation.grpc.pb.h"
 
@@ -111,6 +112,7 @@ int main(int argc, char** argv) {
     request.mutable_host()->set_name(arg(0));
     request.mutable_host()->set_address("127.0.0.1:1");
     request.mutable_host()->set_instance_id("hostile-peer");
+    request.mutable_host()->set_protocol_version(ard::kProtocolVersion);  // refused before else
     ard::JoinResponse response;
     return Print(cluster->Join(&context, request, &response));
   }
