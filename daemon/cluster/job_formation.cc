@@ -7,9 +7,13 @@
 #include "absl/strings/str_join.h"
 #include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
+#include "daemon/negotiation/elastic_settle.h"
 #include "daemon/negotiation/rank_assignment.h"
 
 namespace ard::cluster {
+
+using negotiation::kElasticSettle;
+
 namespace {
 // Bounds on what a peer may ask for: a job of more ranks, or a formation wait longer than this,
 // is a bug or an attack, not a training job.
@@ -226,22 +230,22 @@ bool JobFormation::ElasticReady(const std::string& name, const Forming& f, int t
       if (f.hosts.count(host) == 0) return false;
     }
   }
-  if (f.size > 0 && total >= f.size) return true;
   auto previous = elastic_.find(name);
+  bool all_back = false;  // every surviving host of the last generation is back
   bool any_back = false;
   if (previous != elastic_.end() && !previous->second.hosts.empty()) {
-    bool all = true;  // every surviving host of the last generation is back
+    all_back = true;
     for (const std::string& host : previous->second.hosts) {
       const bool back = f.hosts.count(host) != 0;
-      all = all && back;
+      all_back = all_back && back;
       any_back = any_back || back;
     }
-    if (all) return true;
   }
   // A new job (its hosts start their ranks at different times), or none of the last
-  // generation's hosts back yet (new hosts wait for them: they left it moments ago).
+  // generation's hosts back yet (new hosts wait for them: they left it moments ago): four times
+  // the window.
   const absl::Duration settle = any_back ? kElasticSettle : 4 * kElasticSettle;
-  return absl::Now() - f.last_change >= settle;
+  return negotiation::ElasticSettled({total, f.size, all_back, f.last_change, settle}, absl::Now());
 }
 
 void JobFormation::OnHostDown(const std::string& host) {

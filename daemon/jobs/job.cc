@@ -10,6 +10,7 @@
 #include "daemon/dataplane/local_collective.h"
 #include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/metrics/daemon_metrics.h"
+#include "daemon/negotiation/elastic_settle.h"
 #include "daemon/shm/result_arena.h"
 #include "daemon/timeline/hub.h"
 
@@ -101,23 +102,21 @@ void Job::MaybeFormElastic(bool predecessor_attached, absl::Time predecessor_lef
     return;
   }
   const int n = static_cast<int>(members_.size());
-  bool ready = elastic_.max_np > 0 && n >= elastic_.max_np;
+  negotiation::ElasticArrivals arrivals{n, elastic_.max_np, false, last_arrival_, settle};
   if (lifecycle_.generation() > 0) {  // a successor: wait for the survivors, not for a timer
-    bool all_back = true;
-    for (uint32_t pid : returning) {
-      all_back = all_back && std::any_of(members_.begin(), members_.end(), [pid](const auto& m) {
-                   return m->creds().pid == static_cast<pid_t>(pid);
-                 });
-    }
+    arrivals.expected_here = std::all_of(returning.begin(), returning.end(), [&](uint32_t pid) {
+      return std::any_of(members_.begin(), members_.end(), [pid](const auto& m) {
+        return m->creds().pid == static_cast<pid_t>(pid);
+      });
+    });
     // A survivor re-registers moments after it detached from the last generation, however long
     // after the first survivor it got there: count the settle time from both.
-    ready = ready || all_back || absl::Now() - std::max(last_arrival_, predecessor_left) >= settle;
+    arrivals.last_change = std::max(last_arrival_, predecessor_left);
   } else if (elastic_.first_local > 0) {  // the launcher said how many start here
-    ready = ready || n >= elastic_.first_local;
-  } else {
-    ready = ready || absl::Now() - last_arrival_ >= settle;
+    arrivals.expected_here = n >= elastic_.first_local;
+    arrivals.settle = absl::InfiniteDuration();
   }
-  if (!ready) return;
+  if (!negotiation::ElasticSettled(arrivals, absl::Now())) return;
   // Several hosts: the coordinator counts every host's ranks against min_np.
   if (!elastic_.coordinated && n < elastic_.min_np) return;
   local_size_ = n;

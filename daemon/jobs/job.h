@@ -79,9 +79,10 @@ class Job : private NegotiationSink {
   // lost member re-forms it (reforming) instead of failing it. Call once, before AddMember.
   void MakeElastic(ElasticSpec spec, uint64_t previous_generation);
   // Elastic, forming: forms now if it may. `predecessor_attached`: a process of an earlier
-  // generation on this host has not re-registered (or gone) yet: wait. A successor generation
-  // then forms once `returning` (the processes that left the last generation to register again)
-  // are all members, or `settle` passed since the last arrival and since `predecessor_left` (the
+  // generation on this host has not re-registered (or gone) yet: wait. Then, by
+  // negotiation::ElasticSettled (the coordinator's rule for hosts too): a successor generation
+  // forms once `returning` (the processes that left the last generation to register again) are
+  // all members, or `settle` passed since the last arrival and since `predecessor_left` (the
   // last process of the earlier generation detached: one did not come back); a first generation
   // once the launcher's local size arrived (else, without one, after `settle`). max_np arrived:
   // at once.
