@@ -151,6 +151,9 @@ absl::Status Job::CheckRoom(pid_t pid) const {
   if (state() != JobState::kRunning || elastic_.max_np <= 0 || size_ < elastic_.max_np) {
     return absl::OkStatus();
   }
+  for (const auto& m : members_) {  // a member registering again: the job re-forms for it
+    if (m != nullptr && m->creds().pid == pid) return absl::OkStatus();
+  }
   return absl::ResourceExhaustedError(absl::StrCat(
       "elastic job ", name_, " runs ", size_, " ranks, its max_np: process ", pid, " on host ",
       options_.host_name, " cannot join it; start it again once a rank has left"));

@@ -96,7 +96,8 @@ class Job : private NegotiationSink {
   // Elastic: ranks wait to join; every member is told (NOTIFY 0 kHostsUpdated) once it runs.
   void HostsUpdated();
   // Elastic: whether process `pid` may register for this job's next generation: not while this
-  // generation runs with max_np ranks (ResourceExhausted; it would be left out of the next one).
+  // generation runs with max_np ranks, unless it is one of them (ResourceExhausted; it would be
+  // left out of the next one).
   absl::Status CheckRoom(pid_t pid) const;
 
   // HELLO: why this process cannot join (size or rank disagreement, not forming), or OK.

@@ -288,6 +288,7 @@ TEST_CASE("An elastic generation takes at most max_np members; the ones after th
     CHECK(full.message() ==
           "elastic job job-a runs 2 ranks, its max_np: process 1003 on host h-test cannot join "
           "it; start it again once a rank has left");
+    CHECK(h.job().CheckRoom(a.pid()).ok());  // one of its ranks, registering again
   });
   CHECK(a.Quiet());
   CHECK(c.Quiet());
