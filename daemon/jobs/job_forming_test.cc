@@ -269,7 +269,8 @@ TEST_CASE("An elastic generation takes at most max_np members; the ones after th
   h.OnLoop(
       [&] { h.job().MaybeFormElastic(false, absl::InfinitePast(), {}, absl::Milliseconds(500)); });
   REQUIRE(h.state() == JobState::kRunning);
-  for (auto [client, rank] : {std::pair<TestClient*, int>{&c, 0}, {&a, 1}}) {
+  const std::vector<std::pair<TestClient*, int>> welcomed = {{&c, 0}, {&a, 1}};
+  for (const auto& [client, rank] : welcomed) {
     ClientFrame w = client->Next();
     REQUIRE(w.type == wire::MsgType::kWelcome);
     CHECK(w.welcome.rank == rank);
@@ -281,7 +282,7 @@ TEST_CASE("An elastic generation takes at most max_np members; the ones after th
                           "2: process 1001 on host h-test comes after them in rank order"));
   h.OnLoop([&] {
     CHECK(b.session()->job.empty());  // no member: its leaving is nothing to the job
-    CHECK(h.job().Summary(absl::Now()).size() == 2);
+    CHECK(h.job().Summary(absl::Now()).size() == 2u);
     // While the generation runs at max_np, a process that registers is refused at once.
     const absl::Status full = h.job().CheckRoom(1003);
     CHECK(full.code() == Code::kResourceExhausted);
