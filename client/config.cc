@@ -95,19 +95,21 @@ Status ResolveGpu(const EnvLookup& env, ClientConfig* out) {
 // Elastic jobs: environment only ($ALLREDUCED_ELASTIC_MIN_NP turns it on; the elastic runner sets
 // $ALLREDUCED_ELASTIC_ORDER to the rank a process had before a re-formation).
 Status ResolveElastic(const EnvLookup& env, ClientConfig* out) {
-  uint64_t min_np, max_np, order;
+  uint64_t min_np, max_np;
   ARD_CLIENT_RETURN_IF_ERROR(UintOption(0, env, "ALLREDUCED_ELASTIC_MIN_NP", 0, &min_np));
   ARD_CLIENT_RETURN_IF_ERROR(UintOption(0, env, "ALLREDUCED_ELASTIC_MAX_NP", 0, &max_np));
-  int64_t parsed = out->ranks.rank >= 0 ? out->ranks.rank : 0;
+  // Neither a rank nor an order: no place (-1), after every process that has one (the daemons
+  // take at most max_np ranks in this order).
+  int64_t order = out->ranks.rank >= 0 ? out->ranks.rank : -1;
   const char* value = env("ALLREDUCED_ELASTIC_ORDER");
-  if (value != nullptr && value[0] != '\0' && !ParseInt64(value, 0, INT64_MAX, &parsed)) {
+  if (value != nullptr && value[0] != '\0' && !ParseInt64(value, 0, INT64_MAX, &order)) {
     return InvalidArgument(std::string("environment variable ALLREDUCED_ELASTIC_ORDER='") + value +
                            "' is not an integer >= 0");
   }
-  order = static_cast<uint64_t>(parsed);
   if (min_np == 0) return OkStatus();
   if (min_np > wire::kMaxSplits || max_np > wire::kMaxSplits || (max_np != 0 && max_np < min_np) ||
-      order >= wire::kMaxSplits || (max_np != 0 && order >= max_np)) {
+      order >= int64_t{wire::kMaxSplits} ||
+      (max_np != 0 && order >= static_cast<int64_t>(max_np))) {
     return InvalidArgument("elastic settings ALLREDUCED_ELASTIC_MIN_NP=" + std::to_string(min_np) +
                            ", ALLREDUCED_ELASTIC_MAX_NP=" + std::to_string(max_np) +
                            ", ALLREDUCED_ELASTIC_ORDER=" + std::to_string(order) +

@@ -35,10 +35,11 @@ struct ClientConfig {
   uint64_t gpu_arena_bytes = kDefaultGpuArenaBytes;  // >= kMinGpuArenaBytes
   uint32_t gpu_events = kDefaultGpuEvents;           // 1..wire::kMaxGpuEvents
   // Elastic job ($ALLREDUCED_ELASTIC_MIN_NP, _MAX_NP, _ORDER): 0 = a fixed-size job; else the
-  // fewest ranks it runs with, its most (-1: no bound) and this process's place in rank order.
+  // fewest ranks it runs with, its most (-1: no bound) and this process's place in rank order
+  // (-1: none, after every process with one).
   int elastic_min_np = 0;
   int elastic_max_np = -1;
-  int elastic_order = 0;
+  int elastic_order = -1;
 };
 
 // InvalidArgument (naming the option or variable) for a bad job name, socket path, rank value or

@@ -92,6 +92,7 @@ absl::Status Daemon::Start() {
   ARD_ASSIGN_OR_RETURN(channel_credentials_, rpc::MakeChannelCredentials(tls));
   self_.set_name(config_.host_name());
   self_.set_version(kVersion);
+  self_.set_protocol_version(kProtocolVersion);
   self_.set_instance_id(NewInstanceId());
   self_.set_start_time_unix_ms(absl::ToUnixMillis(absl::Now()));
   self_.set_pid(getpid());

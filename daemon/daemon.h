@@ -81,8 +81,8 @@ class Daemon {
   void Shutdown();
 
   // Called (control loop thread) when this daemon cannot go on and its owner should shut it down:
-  // the coordinator refused its host name because another live daemon holds it. Set before
-  // Start(); must not block.
+  // the coordinator refused its host name because another live daemon holds it, or the two speak
+  // different protocol versions. Set before Start(); must not block.
   void SetFatalHandler(std::function<void(const absl::Status&)> on_fatal) {
     on_fatal_ = std::move(on_fatal);
   }

@@ -20,8 +20,9 @@
 namespace ard {
 namespace {
 
-// The daemon stopped itself: its host name is held by another live daemon (see DaemonMain).
-constexpr int kExitHostNameTaken = 3;
+// The daemon stopped itself: the coordinator refused it (its host name is held by another live
+// daemon, or another protocol version; see DaemonMain).
+constexpr int kExitRefused = 3;
 
 // Every local client and peer connection is a file descriptor: raise the soft limit to the hard
 // one (often 1024 vs 1M) and warn when it cannot hold max_clients plus room for the rest.
@@ -137,7 +138,7 @@ int DaemonMain(int argc, char** argv) {
   if (!why.ok()) {
     daemon.Shutdown();
     std::fprintf(stderr, "allreduced: %s\n", std::string(why.message()).c_str());
-    return kExitHostNameTaken;
+    return kExitRefused;
   }
   Logger("daemon")->info("received {}", signo == SIGTERM ? "SIGTERM" : "SIGINT");
   daemon.Shutdown();

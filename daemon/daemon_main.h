@@ -6,8 +6,9 @@
 namespace ard {
 
 // Exit codes: 0 after a graceful shutdown, 1 on a startup error (one line on stderr), 2 on bad
-// flags or config, 3 when the coordinator refused this daemon's host name because another live
-// daemon holds it (after an orderly shutdown; the last stderr line names both daemons).
+// flags or config, 3 when the coordinator refused this daemon: its host name is held by another
+// live daemon, or the two speak different protocol versions (after an orderly shutdown; the last
+// stderr line names both daemons or both versions).
 int DaemonMain(int argc, char** argv);
 
 }  // namespace ard

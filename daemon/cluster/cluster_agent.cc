@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/logging.h"
+#include "daemon/common/version.h"
 
 namespace ard::cluster {
 
@@ -36,14 +37,24 @@ void ClusterAgent::JoinOnLoop() {
 
 void ClusterAgent::OnJoined(absl::StatusOr<JoinResponse> response) {
   if (state_ != State::kJoining) return;
-  if (response.status().code() == absl::StatusCode::kAlreadyExists) {
-    // Another live daemon holds this host name: retrying cannot fix that, and running on as a
-    // non-member would only fail this host's jobs later.
+  if (response.ok() && response->protocol_version() != kProtocolVersion) {
+    // A coordinator of another release accepted us: neither would read the other's job messages
+    // right. (Its table lists this host UP until its host timeout.)
+    response = absl::UnimplementedError(absl::StrCat(
+        "the coordinator ", response->coordinator(), " at ", options_.coordinator_address,
+        " speaks protocol version ", response->protocol_version(), ", this daemon (allreduced ",
+        kVersion, ") version ", kProtocolVersion, ": run one allreduced release on every host"));
+  }
+  const absl::StatusCode code = response.status().code();
+  if (code == absl::StatusCode::kAlreadyExists || code == absl::StatusCode::kUnimplemented) {
+    // Another live daemon holds this host name, or the coordinator speaks another protocol
+    // version: retrying cannot fix that, and running on as a non-member would only fail this
+    // host's jobs later.
     state_ = State::kRefused;
     last_error_ = response.status().ToString();
     Logger("cluster")->error(
-        "host name refused by the coordinator, not joining coordinator={} "
-        "error=\"{}\"",
+        "{} refused by the coordinator, not joining coordinator={} error=\"{}\"",
+        code == absl::StatusCode::kAlreadyExists ? "host name" : "protocol version",
         options_.coordinator_address, response.status().message());
     if (options_.on_refused) options_.on_refused(response.status());
     return;

@@ -7,7 +7,9 @@
 //
 // Lifecycle: 1. construct with the loop and a PeerClient to the coordinator; 2. Start(self), once
 // this daemon's bound address is known, begins joining (a Join refused with ALREADY_EXISTS, the
-// host name being held by another live daemon, ends joining for good: options.on_refused);
+// host name being held by another live daemon, or with UNIMPLEMENTED, another protocol version,
+// or answered by a coordinator of another protocol version, ends joining for good:
+// options.on_refused);
 // 3. LeaveAsync() on shutdown stops heartbeats and tells the coordinator; 4. destroy after the
 // PeerClient (which drains calls in flight) and after the loop has stopped.
 #pragma once
@@ -36,8 +38,8 @@ struct AgentOptions {
   // its cross-host jobs, so their local ranks must fail too. May be empty.
   std::function<void(const absl::Status&)> on_cut_off;
   // Called (loop thread) once when the coordinator refuses this daemon's host name because another
-  // live daemon holds it (ALREADY_EXISTS): the agent stops joining for good; the daemon should
-  // exit. May be empty.
+  // live daemon holds it (ALREADY_EXISTS), or the two speak different protocol versions
+  // (UNIMPLEMENTED): the agent stops joining for good; the daemon should exit. May be empty.
   std::function<void(const absl::Status&)> on_refused;
 };
 

@@ -1,12 +1,15 @@
 // The follower role against a scripted coordinator (FakePeerClient): join retries with backoff,
-// heartbeats, rejoin on REJOIN, stop on SUPERSEDED, Leave, and status forwarding.
+// heartbeats, rejoin on REJOIN, stop on SUPERSEDED, Leave, and status forwarding; joining stops
+// for good on a refused host name or another protocol version.
 #include "daemon/cluster/cluster_agent.h"
 
 #include <deque>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "catch2/catch.hpp"
+#include "daemon/common/version.h"
 
 namespace ard::cluster {
 namespace {
@@ -75,6 +78,7 @@ JoinResponse Joined(uint32_t incarnation) {
   r.set_incarnation(incarnation);
   r.set_coordinator("coord");
   r.set_heartbeat_ms(5);
+  r.set_protocol_version(kProtocolVersion);
   return r;
 }
 
@@ -204,6 +208,46 @@ TEST_CASE("a host name refused as held by a live daemon stops joining and report
   CHECK(peer.leave_requests().empty());  // never joined: nothing to leave
   loop.Stop();
   REQUIRE(refusals == std::vector<std::string>{"host name 'b' is held by the live member at x"});
+}
+
+TEST_CASE("another protocol version, refused or answered by the coordinator, stops joining") {
+  JoinResponse old = Joined(1);
+  old.set_protocol_version(0);  // a coordinator from before the field accepts anyone
+  const bool refused_here = GENERATE(false, true);
+  FakePeerClient peer;
+  peer.Script(&peer.join_script_, refused_here
+                                      ? absl::StatusOr<JoinResponse>(old)
+                                      : absl::StatusOr<JoinResponse>(absl::UnimplementedError(
+                                            "the daemon at x speaks protocol version 2")));
+  peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(Joined(2)));
+  absl::Mutex mu;
+  std::vector<absl::Status> refusals;
+  AgentOptions options = Options();
+  options.on_refused = [&](const absl::Status& s) {
+    absl::MutexLock lock(&mu);
+    refusals.push_back(s);
+  };
+  EventLoop loop("test");
+  ClusterAgent agent(loop, peer, "b", options);
+  loop.Start();
+  agent.Start(Self());
+  REQUIRE(Eventually([&] {
+    absl::MutexLock lock(&mu);
+    return !refusals.empty();
+  }));
+  absl::SleepFor(absl::Milliseconds(30));  // the backoff is 1-4 ms: retries would show by now
+  CHECK(peer.joins() == 1);
+  CHECK(peer.heartbeats() == 0);
+  loop.Stop();
+  REQUIRE(refusals.size() == 1);
+  CHECK(refusals[0].code() == absl::StatusCode::kUnimplemented);
+  if (refused_here) {
+    CHECK(refusals[0].message() ==
+          absl::StrCat("the coordinator coord at coord:7070 speaks protocol version 0, this daemon "
+                       "(allreduced ",
+                       kVersion, ") version ", kProtocolVersion,
+                       ": run one allreduced release on every host"));
+  }
 }
 
 absl::StatusOr<GetClusterStatusResponse> Status(ClusterAgent& agent) {

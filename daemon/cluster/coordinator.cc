@@ -1,7 +1,9 @@
 #include "daemon/cluster/coordinator.h"
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/logging.h"
+#include "daemon/common/version.h"
 
 namespace ard::cluster {
 
@@ -48,6 +50,18 @@ void Coordinator::JoinOnLoop(const JoinRequest& request, Done<JoinResponse> done
                              const std::string& gone_instance) {
   if (!Ready()) return done(kStarting);
   const HostInfo& host = request.host();
+  if (host.protocol_version() != kProtocolVersion) {
+    // It would misread this cluster's messages (or they its): an operator must upgrade one side.
+    const absl::Status refused = absl::UnimplementedError(absl::StrCat(
+        "the daemon at ", host.address().substr(0, 300), " (host ",
+        absl::CHexEscape(host.name().substr(0, 64)), ", allreduced ",
+        absl::CHexEscape(host.version().substr(0, 64)), ") speaks protocol version ",
+        host.protocol_version(), ", the coordinator ", self_name_, " (allreduced ", kVersion,
+        ") version ", kProtocolVersion, ": run one allreduced release on every host"));
+    Logger("cluster")->warn("join refused host={} address={} error=\"{}\"", host.name(),
+                            host.address(), refused.message());
+    return done(refused);
+  }
   const std::optional<HostInfo> holder = table_->OtherLiveHolder(host);
   if (holder && holder->instance_id() != gone_instance && options_.identify) {
     IdentifyRequest ask;
@@ -97,6 +111,7 @@ void Coordinator::JoinOnLoop(const JoinRequest& request, Done<JoinResponse> done
   response.set_coordinator(self_name_);
   response.set_heartbeat_ms(absl::ToInt64Milliseconds(options_.heartbeat));
   response.set_host_timeout_ms(absl::ToInt64Milliseconds(options_.host_timeout));
+  response.set_protocol_version(kProtocolVersion);
   done(std::move(response));
 }
 

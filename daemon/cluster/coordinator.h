@@ -3,7 +3,8 @@
 // from the loop thread. A Join for a host name that an UP member holds under another instance id
 // first asks that member who it is (options.identify): a holder that answers as itself keeps the
 // name and the newcomer gets ALREADY_EXISTS; one that does not answer, or a different daemon
-// answering at its address (a restart there), lets the newcomer take the name at once.
+// answering at its address (a restart there), lets the newcomer take the name at once. A Join
+// of another protocol version (HostInfo.protocol_version) is refused first, with UNIMPLEMENTED.
 //
 // Lifecycle: 1. construct with the loop (before the gRPC server exists: it needs the handler);
 // 2. Start(self) once the bound address is known creates the table (calls before then get

@@ -1,13 +1,16 @@
 // The coordinator role on a real event loop with a scripted Identify: a Join for a name that an UP
 // member holds asks that member first; a holder answering as itself keeps the name, a silent one or
-// a different instance at its address (a restart there) hands it over.
+// a different instance at its address (a restart there) hands it over. A Join of another protocol
+// version is refused.
 #include "daemon/cluster/coordinator.h"
 
 #include <deque>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "catch2/catch.hpp"
+#include "daemon/common/version.h"
 
 namespace ard::cluster {
 namespace {
@@ -17,6 +20,8 @@ HostInfo Info(const std::string& name, const std::string& instance, const std::s
   h.set_name(name);
   h.set_address(address);
   h.set_instance_id(instance);
+  h.set_version("0.1.0");
+  h.set_protocol_version(kProtocolVersion);
   return h;
 }
 
@@ -129,6 +134,28 @@ TEST_CASE("the coordinator's own name is refused without asking") {
             .rfind("host name 'coord' is held by the live coordinator at 10.0.0.1:7070 (instance "
                    "c1, pid 0); refused the daemon at 10.0.0.5:7070 (instance x, pid 0)",
                    0) == 0);
+  CHECK(f.identify_.asked().empty());
+}
+
+TEST_CASE("a daemon of another protocol version is refused, naming both versions") {
+  Fixture f;
+  HostInfo old = Info("b", "b1", "10.0.0.2:7070");
+  old.set_protocol_version(0);  // a daemon from before the field
+  absl::StatusOr<JoinResponse> refused = f.Join(old);
+  REQUIRE(refused.status().code() == absl::StatusCode::kUnimplemented);
+  CHECK(refused.status().message() ==
+        absl::StrCat("the daemon at 10.0.0.2:7070 (host b, allreduced 0.1.0) speaks protocol "
+                     "version 0, the coordinator coord (allreduced ",
+                     kVersion, ") version ", kProtocolVersion,
+                     ": run one allreduced release on every host"));
+  HostInfo newer = Info("b", "b1", "10.0.0.2:7070");
+  newer.set_protocol_version(kProtocolVersion + 1);
+  CHECK(f.Join(newer).status().code() == absl::StatusCode::kUnimplemented);
+  // Not a member: the same daemon at this version joins as the first holder of the name.
+  absl::StatusOr<JoinResponse> joined = f.Join(Info("b", "b1", "10.0.0.2:7070"));
+  REQUIRE(joined.ok());
+  CHECK(joined->incarnation() == 1);
+  CHECK(joined->protocol_version() == kProtocolVersion);
   CHECK(f.identify_.asked().empty());
 }
 

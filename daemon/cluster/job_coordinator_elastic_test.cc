@@ -15,6 +15,7 @@
 #include "catch2/catch.hpp"
 #include "daemon/cluster/job_coordinator.h"
 #include "daemon/cluster/job_coordinator_test_util.h"
+#include "daemon/negotiation/elastic_settle.h"
 
 namespace ard::cluster {
 namespace {
@@ -23,7 +24,7 @@ using testing::FakeSink;
 using testing::Registration;
 
 // Longer than every settle time of a formation (four times kElasticSettle, plus its 1 ms).
-const absl::Duration kSettled = 4 * kElasticSettle + absl::Milliseconds(20);
+const absl::Duration kSettled = 4 * negotiation::kElasticSettle + absl::Milliseconds(20);
 
 // Elastic (min_np 2, `max_np`) ranks of job "train" on `host`, their places in rank order `hints`.
 RegisterRanksRequest Elastic(const std::string& host, std::vector<int> hints, int max_np) {

@@ -7,9 +7,13 @@
 #include "absl/strings/str_join.h"
 #include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
+#include "daemon/negotiation/elastic_settle.h"
 #include "daemon/negotiation/rank_assignment.h"
 
 namespace ard::cluster {
+
+using negotiation::kElasticSettle;
+
 namespace {
 // Bounds on what a peer may ask for: a job of more ranks, or a formation wait longer than this,
 // is a bug or an attack, not a training job.
@@ -48,9 +52,10 @@ void JobFormation::Register(const RegisterRanksRequest& request, Done<RegisterRa
                      request.timeout_ms(), " (at most ", kMaxFormTimeoutMs, ") out of range")));
     return;
   }
+  // An elastic host may register more ranks than max_np: formation leaves the surplus out.
   const bool elastic = request.elastic_min_np() > 0;
-  if (request.ranks_size() < 1 || (!elastic && request.size() < 1) ||
-      (request.size() > 0 && request.ranks_size() > request.size())) {
+  if (request.ranks_size() < 1 || request.ranks_size() > kMaxJobSize ||
+      (!elastic && (request.size() < 1 || request.ranks_size() > request.size()))) {
     done(absl::InvalidArgumentError(absl::StrCat("job ", request.job(), ": host ", request.host(),
                                                  " registered ", request.ranks_size(),
                                                  " ranks for size ", request.size())));
@@ -105,34 +110,42 @@ absl::StatusOr<JobLayout> JobFormation::Layout(const std::string& name, const Fo
               [](const auto* a, const auto* b) { return a->local_rank() < b->local_rank(); });
   }
   const bool elastic = f.elastic_min_np > 0;
-  const int size = elastic ? static_cast<int>(entries.size()) : f.size;
-  std::vector<negotiation::RankRequest> requests;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    if (elastic) {  // dense, in the ranks' own order, then host order and local rank
-      const int64_t order = entries[i]->rank() < 0 ? int64_t{INT32_MAX} : entries[i]->rank();
-      requests.push_back({-1, order * (int64_t{1} << 24) + static_cast<int64_t>(i)});
-    } else {
+  std::vector<int> ranks;
+  if (elastic) {  // dense, in the ranks' own order, then host order and local rank; <= max_np
+    std::vector<int> places;
+    for (const auto* e : entries) places.push_back(e->rank());
+    ranks = negotiation::AssignElasticRanks(places, f.size);
+  } else {
+    std::vector<negotiation::RankRequest> requests;
+    for (size_t i = 0; i < entries.size(); ++i) {
       requests.push_back({entries[i]->rank(), static_cast<int64_t>(i)});
     }
-  }
-  absl::StatusOr<std::vector<int>> ranks = negotiation::AssignRanks(requests, size);
-  if (!ranks.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("job ", name, ": ", ranks.status().message()));
+    absl::StatusOr<std::vector<int>> assigned = negotiation::AssignRanks(requests, f.size);
+    if (!assigned.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job ", name, ": ", assigned.status().message()));
+    }
+    ranks = *std::move(assigned);
   }
   JobLayout layout;
   layout.set_job_id((id_prefix_ << 24) | next_id_++);
   layout.set_generation(elastic ? ++elastic_[name].generation : 1);
   layout.set_job(name);
-  layout.set_size(size);
+  layout.set_size(elastic ? static_cast<int>(std::count_if(ranks.begin(), ranks.end(),
+                                                           [](int r) { return r >= 0; }))
+                          : f.size);
   size_t next = 0;
   for (const auto& [host, reg] : f.hosts) {
-    JobLayout::JobHost* h = layout.add_hosts();
-    h->set_name(host);
-    h->set_data_address(reg.first.data_address());
+    JobLayout::JobHost h;
+    h.set_name(host);
+    h.set_data_address(reg.first.data_address());
     for (int i = 0; i < reg.first.ranks_size(); ++i, ++next) {
-      h->add_ranks((*ranks)[next]);
-      h->add_pids(entries[next]->pid());
+      if (ranks[next] < 0) continue;  // left out (elastic: after max_np ranks)
+      h.add_ranks(ranks[next]);
+      h.add_pids(entries[next]->pid());
+      h.add_registered_local_ranks(entries[next]->local_rank());
     }
+    if (h.ranks_size() > 0) *layout.add_hosts() = std::move(h);
   }
   return layout;
 }
@@ -151,11 +164,12 @@ void JobFormation::TryForm(const std::string& name) {
   // Out of the map first: an answer may start another formation of the same name.
   std::unique_ptr<Forming> done = std::move(it->second);
   forming_.erase(it);
+  std::set<std::string> in_layout;
   if (layout.ok()) {
+    for (const auto& h : layout->hosts()) in_layout.insert(h.name());
     if (done->elastic_min_np > 0) {
       Elastic& e = elastic_[name];
-      e.hosts.clear();
-      for (const auto& [host, reg] : done->hosts) e.hosts.insert(host);
+      e.hosts = in_layout;
       e.bounds = {done->elastic_min_np, done->size};
     } else {
       elastic_.erase(name);  // the name now runs a fixed-size job
@@ -168,10 +182,17 @@ void JobFormation::TryForm(const std::string& name) {
   RegisterRanksResponse response;
   if (layout.ok()) *response.mutable_layout() = *layout;
   for (auto& [host, reg] : done->hosts) {
-    if (layout.ok()) {
-      reg.second(response);
-    } else {
+    if (!layout.ok()) {
       reg.second(layout.status());
+    } else if (in_layout.count(host) == 0) {  // elastic: every rank of it after max_np others
+      reg.second(absl::ResourceExhaustedError(absl::StrCat(
+          "elastic job ", name, " generation ", layout->generation(), " formed with ",
+          layout->size(), " ranks, its max_np: the ", reg.first.ranks_size(), " rank(s) of host ",
+          host,
+          " come after them in rank order and are not in it; start them again once a rank "
+          "has left")));
+    } else {
+      reg.second(response);
     }
   }
 }
@@ -209,22 +230,22 @@ bool JobFormation::ElasticReady(const std::string& name, const Forming& f, int t
       if (f.hosts.count(host) == 0) return false;
     }
   }
-  if (f.size > 0 && total >= f.size) return true;
   auto previous = elastic_.find(name);
+  bool all_back = false;  // every surviving host of the last generation is back
   bool any_back = false;
   if (previous != elastic_.end() && !previous->second.hosts.empty()) {
-    bool all = true;  // every surviving host of the last generation is back
+    all_back = true;
     for (const std::string& host : previous->second.hosts) {
       const bool back = f.hosts.count(host) != 0;
-      all = all && back;
+      all_back = all_back && back;
       any_back = any_back || back;
     }
-    if (all) return true;
   }
   // A new job (its hosts start their ranks at different times), or none of the last
-  // generation's hosts back yet (new hosts wait for them: they left it moments ago).
+  // generation's hosts back yet (new hosts wait for them: they left it moments ago): four times
+  // the window.
   const absl::Duration settle = any_back ? kElasticSettle : 4 * kElasticSettle;
-  return absl::Now() - f.last_change >= settle;
+  return negotiation::ElasticSettled({total, f.size, all_back, f.last_change, settle}, absl::Now());
 }
 
 void JobFormation::OnHostDown(const std::string& host) {

@@ -6,12 +6,15 @@
 // An elastic job (elastic_min_np > 0) has no fixed size: it forms from the hosts that registered
 // once they hold min_np ranks, every host of a generation still running (the coordinator's
 // `running_hosts`: those that have not left it) is among them, and either max_np registered,
-// every host of its previous generation that is still up registered again, or kElasticSettle
+// every host of its previous generation that is still up registered again, or the settle window
 // passed without another registration or change of the running generation (four times that for
-// a new job or while none of the previous hosts is back); its ranks are numbered densely in the
-// order the ranks gave, and each formation is a generation. Holding a new host's registration
-// while a generation runs is what lets the running ranks re-form with it rather than it forming
-// a second job of the same name.
+// a new job or while none of the previous hosts is back): negotiation::ElasticSettled, the rule
+// a host's Job applies to its processes. Its ranks are numbered densely in the order the ranks
+// gave (then host order, then local rank), at most max_np of them: the ranks after those are
+// left out (a host with none in is answered ResourceExhausted; one with some gets the layout,
+// whose `registered_local_ranks` say which), and each formation is a generation. Holding a new
+// host's registration while a generation runs is what lets the running ranks re-form with it
+// rather than it forming a second job of the same name.
 //
 // Thread: the control loop only.
 // Lifecycle: 1. constructed by the JobCoordinator; 2. Register holds each call until its job
@@ -31,9 +34,6 @@
 #include "proto/negotiation.pb.h"
 
 namespace ard::cluster {
-
-// How long an elastic job's formation waits for more hosts after the last registration.
-inline constexpr absl::Duration kElasticSettle = absl::Milliseconds(500);
 
 // An elastic job's bounds, as the ranks of its latest generation gave them (max_np 0: none).
 struct ElasticBounds {
@@ -71,10 +71,10 @@ class JobFormation {
   struct Forming;
 
   void TryForm(const std::string& name);
-  // Elastic: TryForm once kElasticSettle and four times that have passed.
+  // Elastic: TryForm once the settle window and four times that have passed.
   void ScheduleSettled(const std::string& name);
   void FormTimeout(const std::string& name, uint64_t token);
-  // Elastic: whether `f` forms now (else TryForm runs again after kElasticSettle).
+  // Elastic: whether `f` forms now (else TryForm runs again after the settle window).
   bool ElasticReady(const std::string& name, const Forming& f, int total) const;
   // Builds the layout (ranks assigned) from every host's registration; the error fails them all.
   absl::StatusOr<JobLayout> Layout(const std::string& name, const Forming& f);

@@ -1,7 +1,8 @@
 // Formation without sockets: a job forms once every rank registered, with ranks by host order
 // then local rank (the launcher's kept), the same layout to every host; bad registrations and
 // timeouts fail every host that registered. Elastic jobs: max_np forms at once; the next
-// generation forms once the last one's surviving hosts are back, ranks dense in their order.
+// generation forms once the last one's surviving hosts are back, ranks dense in their order; at
+// most max_np ranks, the ones after them refused.
 #include "daemon/cluster/job_formation.h"
 
 #include "absl/strings/match.h"
@@ -139,6 +140,53 @@ TEST_CASE("an elastic job re-forms from the surviving hosts with dense ranks in 
   REQUIRE(f.answers.at("a").ok());
   CHECK(f.answers.at("a")->layout().generation() == 3);
   CHECK(f.answers.at("a")->layout().size() == 2);
+}
+
+std::vector<int> LocalRanksOf(const JobLayout& layout, int host) {
+  const auto& listed = layout.hosts(host).registered_local_ranks();
+  return std::vector<int>(listed.begin(), listed.end());
+}
+
+TEST_CASE("an elastic formation takes at most max_np ranks, in rank order; the rest are refused") {
+  Formation f;
+  // max_np 3, 2 hosts x 2 ranks: the 4th in rank order (b's local rank 0, place 3) is left out.
+  f.Register(Elastic("a", {0, 1}, 3));
+  CHECK_FALSE(f.answered("a"));
+  f.Register(Elastic("b", {3, 2}, 3));
+  REQUIRE(f.answers.at("a").ok());
+  REQUIRE(f.answers.at("b").ok());
+  const JobLayout& one = f.answers.at("b")->layout();
+  CHECK(one.size() == 3);
+  REQUIRE(one.hosts_size() == 2);
+  CHECK(RanksOf(one, 0) == std::vector<int>{0, 1});
+  CHECK(LocalRanksOf(one, 0) == std::vector<int>{0, 1});
+  CHECK(RanksOf(one, 1) == std::vector<int>{2});  // b's local rank 1 (place 2) is in
+  CHECK(LocalRanksOf(one, 1) == std::vector<int>{1});
+  CHECK(one.hosts(1).pids(0) == 101);
+  // The next generation: a host whose ranks all come after max_np others is refused, naming why.
+  f.Register(Elastic("c", {-1}, 3));
+  f.Register(Elastic("b", {2}, 3));
+  f.Register(Elastic("a", {0, 1}, 3));
+  REQUIRE(f.answers.at("a").ok());
+  CHECK(f.answers.at("a")->layout().generation() == 2);
+  CHECK(f.answers.at("a")->layout().size() == 3);
+  CHECK(f.answers.at("a")->layout().hosts_size() == 2);
+  CHECK(f.answers.at("b").ok());
+  const absl::Status refused = f.answers.at("c").status();
+  CHECK(refused.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(refused.message() ==
+        "elastic job train generation 2 formed with 3 ranks, its max_np: the 1 rank(s) of host c "
+        "come after them in rank order and are not in it; start them again once a rank has left");
+  // One host may register more ranks than max_np: the surplus is left out (places 4 and 5
+  // first, then local rank 0 of the two without a place).
+  RegisterRanksRequest d = Elastic("d", {-1, 4, -1, 5}, 3);
+  d.set_job("other");
+  f.Register(d);
+  REQUIRE(f.answers.at("d").ok());
+  const JobLayout& other = f.answers.at("d")->layout();
+  CHECK(other.size() == 3);
+  CHECK(RanksOf(other, 0) == std::vector<int>{2, 0, 1});
+  CHECK(LocalRanksOf(other, 0) == std::vector<int>{0, 1, 3});
 }
 
 TEST_CASE("an elastic job below min_np fails at its timeout, saying so") {

@@ -1,9 +1,20 @@
 // The allreduced version: reported to peers, printed by `allreduced --version` and
-// `allreducectl --version` (the one source of both).
+// `allreducectl --version` (the one source of both); and the version of the protocol daemons
+// speak to each other.
 #pragma once
+
+#include <cstdint>
 
 namespace ard {
 
 inline constexpr char kVersion[] = "0.1.0";
+
+// The daemon-to-daemon protocol (proto/cluster.proto, proto/negotiation.proto), sent at Join
+// (HostInfo.protocol_version) and answered (JoinResponse.protocol_version): the coordinator
+// refuses a daemon of another version and a follower leaves a coordinator of another version,
+// as neither could read the other's messages right. Bump it when a message changes meaning.
+// 0: daemons older than the field; 1: the first with it (JobEvent's compact response form,
+// JobLayout.JobHost.registered_local_ranks).
+inline constexpr uint32_t kProtocolVersion = 1;
 
 }  // namespace ard

@@ -32,25 +32,28 @@ void CoordinatedNegotiator::FormAsync(const std::vector<MemberInfo>& members,
                                       std::function<void(absl::StatusOr<Formation>)> done) {
   // Local ranks: the launcher's, else arrival order among the rest; an elastic job's follow the
   // members' order (their `rank`), then arrival.
-  if (elastic_.min_np > 0) local_size_ = static_cast<int>(members.size());
-  std::vector<negotiation::RankRequest> entries;
-  for (size_t i = 0; i < members.size(); ++i) {
-    const int l = members[i].local_rank;
-    const int64_t order = members[i].rank < 0 ? int64_t{INT32_MAX} : members[i].rank;
-    if (elastic_.min_np > 0) {
-      entries.push_back({-1, order * (int64_t{1} << 24) + static_cast<int64_t>(i)});
-    } else {
+  std::vector<int> local_ranks;
+  if (elastic_.min_np > 0) {
+    local_size_ = static_cast<int>(members.size());
+    std::vector<int> places;
+    for (const MemberInfo& m : members) places.push_back(m.rank);
+    local_ranks = negotiation::AssignElasticRanks(places, 0);  // the coordinator caps at max_np
+  } else {
+    std::vector<negotiation::RankRequest> entries;
+    for (size_t i = 0; i < members.size(); ++i) {
+      const int l = members[i].local_rank;
       entries.push_back({l >= 0 && l < local_size_ ? l : -1, static_cast<int64_t>(i)});
     }
+    auto assigned = negotiation::AssignRanks(entries, local_size_);
+    if (!assigned.ok()) return done(assigned.status());
+    local_ranks = *std::move(assigned);
   }
-  auto local_ranks = negotiation::AssignRanks(entries, local_size_);
-  if (!local_ranks.ok()) return done(local_ranks.status());
   cluster::HostRegistration registration{job_, elastic_.min_np > 0 ? elastic_.max_np : size_, {}};
   registration.elastic_min_np = elastic_.min_np;
   for (size_t i = 0; i < members.size(); ++i) {
-    registration.ranks.push_back({(*local_ranks)[i], members[i].rank, members[i].pid});
+    registration.ranks.push_back({local_ranks[i], members[i].rank, members[i].pid});
   }
-  channel_.RegisterAsync(registration, [this, local_ranks = *local_ranks,
+  channel_.RegisterAsync(registration, [this, local_ranks = std::move(local_ranks),
                                         done = std::move(done)](absl::StatusOr<JobLayout> layout) {
     if (!layout.ok()) return done(layout.status());
     if (elastic_.min_np > 0) size_ = layout->size();
@@ -63,16 +66,33 @@ void CoordinatedNegotiator::FormAsync(const std::vector<MemberInfo>& members,
                                                    " does not include host ", options_.host_name)));
     }
     cross_rank_ = me;
+    const JobLayout::JobHost& mine = layout->hosts(me);
     here_.assign(size_, false);
-    for (int r : layout->hosts(me).ranks()) {
+    for (int r : mine.ranks()) {
       if (r >= 0 && r < size_) here_[r] = true;
     }
     Formation f;
     f.job_id = layout->job_id();
     f.generation = layout->generation();
-    f.local_ranks = local_ranks;
+    // Each member's place in the layout's list for this host, found by the local rank it
+    // registered with; one not listed was left out (elastic: more than max_np registered).
+    for (int l : local_ranks) {
+      int index = l;
+      if (mine.registered_local_ranks_size() > 0) {
+        const auto& listed = mine.registered_local_ranks();
+        auto at = std::find(listed.begin(), listed.end(), l);
+        index = at == listed.end() ? -1 : static_cast<int>(at - listed.begin());
+      }
+      if (index >= mine.ranks_size()) {
+        return done(absl::InternalError(absl::StrCat("coordinator's layout of job ", job_,
+                                                     " lists ", mine.ranks_size(),
+                                                     " ranks for host ", options_.host_name)));
+      }
+      f.local_ranks.push_back(index);
+      f.ranks.push_back(index < 0 ? -1 : mine.ranks(index));
+    }
+    local_size_ = mine.ranks_size();
     f.local_size = local_size_;
-    for (int l : local_ranks) f.ranks.push_back(layout->hosts(me).ranks(l));
     dataplane::HostLayout& hosts = f.hosts;
     hosts.job = job_;
     hosts.size = size_;

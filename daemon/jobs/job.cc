@@ -10,6 +10,7 @@
 #include "daemon/dataplane/local_collective.h"
 #include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/metrics/daemon_metrics.h"
+#include "daemon/negotiation/elastic_settle.h"
 #include "daemon/shm/result_arena.h"
 #include "daemon/timeline/hub.h"
 
@@ -101,23 +102,21 @@ void Job::MaybeFormElastic(bool predecessor_attached, absl::Time predecessor_lef
     return;
   }
   const int n = static_cast<int>(members_.size());
-  bool ready = elastic_.max_np > 0 && n >= elastic_.max_np;
+  negotiation::ElasticArrivals arrivals{n, elastic_.max_np, false, last_arrival_, settle};
   if (lifecycle_.generation() > 0) {  // a successor: wait for the survivors, not for a timer
-    bool all_back = true;
-    for (uint32_t pid : returning) {
-      all_back = all_back && std::any_of(members_.begin(), members_.end(), [pid](const auto& m) {
-                   return m->creds().pid == static_cast<pid_t>(pid);
-                 });
-    }
+    arrivals.expected_here = std::all_of(returning.begin(), returning.end(), [&](uint32_t pid) {
+      return std::any_of(members_.begin(), members_.end(), [pid](const auto& m) {
+        return m->creds().pid == static_cast<pid_t>(pid);
+      });
+    });
     // A survivor re-registers moments after it detached from the last generation, however long
     // after the first survivor it got there: count the settle time from both.
-    ready = ready || all_back || absl::Now() - std::max(last_arrival_, predecessor_left) >= settle;
+    arrivals.last_change = std::max(last_arrival_, predecessor_left);
   } else if (elastic_.first_local > 0) {  // the launcher said how many start here
-    ready = ready || n >= elastic_.first_local;
-  } else {
-    ready = ready || absl::Now() - last_arrival_ >= settle;
+    arrivals.expected_here = n >= elastic_.first_local;
+    arrivals.settle = absl::InfiniteDuration();
   }
-  if (!ready) return;
+  if (!negotiation::ElasticSettled(arrivals, absl::Now())) return;
   // Several hosts: the coordinator counts every host's ranks against min_np.
   if (!elastic_.coordinated && n < elastic_.min_np) return;
   local_size_ = n;
@@ -146,6 +145,44 @@ void Job::HostsUpdated() {
   for (const auto& m : members_) {
     if (m != nullptr) m->Send(notify);
   }
+}
+
+absl::Status Job::CheckRoom(pid_t pid) const {
+  if (state() != JobState::kRunning || elastic_.max_np <= 0 || size_ < elastic_.max_np) {
+    return absl::OkStatus();
+  }
+  for (const auto& m : members_) {  // a member registering again: the job re-forms for it
+    if (m != nullptr && m->creds().pid == pid) return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "elastic job ", name_, " runs ", size_, " ranks, its max_np: process ", pid, " on host ",
+      options_.host_name, " cannot join it; start it again once a rank has left"));
+}
+
+void Job::RefuseLeftOut(Formation& formation) {
+  std::vector<std::shared_ptr<Session>> kept;
+  std::vector<int> ranks;
+  std::vector<int> local_ranks;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (formation.ranks[i] >= 0) {
+      kept.push_back(members_[i]);
+      ranks.push_back(formation.ranks[i]);
+      local_ranks.push_back(formation.local_ranks[i]);
+      continue;
+    }
+    const absl::Status refused = absl::ResourceExhaustedError(absl::StrCat(
+        "elastic job ", name_, " generation ", lifecycle_.generation() + 1, " formed with ",
+        formation.hosts.size, " ranks, its max_np ", elastic_.max_np, ": process ",
+        members_[i]->creds().pid, " on host ", options_.host_name,
+        " comes after them in rank order and is not in it; start it again once a rank has left"));
+    Logger("local")->warn("{}", refused.message());
+    members_[i]->Reject(0, refused);
+    members_[i]->job.clear();
+    members_[i]->rank = -1;
+  }
+  members_ = std::move(kept);
+  formation.ranks = std::move(ranks);
+  formation.local_ranks = std::move(local_ranks);
 }
 
 void Job::Form() {
@@ -182,6 +219,7 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
     local_size_ = formation->local_size;
     // The coordinator's generation: this host may not have run the earlier ones (a new host).
     if (formation->generation > 0) lifecycle_ = JobLifecycle(formation->generation - 1);
+    RefuseLeftOut(*formation);
   }
   std::vector<std::shared_ptr<Session>> by_rank(size_);
   local_order_.assign(local_size_, -1);

@@ -79,9 +79,10 @@ class Job : private NegotiationSink {
   // lost member re-forms it (reforming) instead of failing it. Call once, before AddMember.
   void MakeElastic(ElasticSpec spec, uint64_t previous_generation);
   // Elastic, forming: forms now if it may. `predecessor_attached`: a process of an earlier
-  // generation on this host has not re-registered (or gone) yet: wait. A successor generation
-  // then forms once `returning` (the processes that left the last generation to register again)
-  // are all members, or `settle` passed since the last arrival and since `predecessor_left` (the
+  // generation on this host has not re-registered (or gone) yet: wait. Then, by
+  // negotiation::ElasticSettled (the coordinator's rule for hosts too): a successor generation
+  // forms once `returning` (the processes that left the last generation to register again) are
+  // all members, or `settle` passed since the last arrival and since `predecessor_left` (the
   // last process of the earlier generation detached: one did not come back); a first generation
   // once the launcher's local size arrived (else, without one, after `settle`). max_np arrived:
   // at once.
@@ -94,6 +95,10 @@ class Job : private NegotiationSink {
   bool reform_pending() const { return !reform_reason_.empty() || hosts_updated_; }
   // Elastic: ranks wait to join; every member is told (NOTIFY 0 kHostsUpdated) once it runs.
   void HostsUpdated();
+  // Elastic: whether process `pid` may register for this job's next generation: not while this
+  // generation runs with max_np ranks, unless it is one of them (ResourceExhausted; it would be
+  // left out of the next one).
+  absl::Status CheckRoom(pid_t pid) const;
 
   // HELLO: why this process cannot join (size or rank disagreement, not forming), or OK.
   absl::Status CheckHello(const wire::Hello& hello, int size) const;
@@ -124,6 +129,9 @@ class Job : private NegotiationSink {
 
   void Form();
   void OnFormed(absl::StatusOr<Formation> formation);
+  // Elastic: refuses the members `formation` left out (rank -1: more than max_np registered) and
+  // drops them from it and from members_.
+  void RefuseLeftOut(Formation& formation);
   // Forming failed (timeout, a rank left, no result arena): every member is told and detached.
   void AbandonForming(const absl::Status& status);
   // The job's GPU side, created at its first GPU frame (the registry lets GPU frames through only

@@ -258,5 +258,42 @@ TEST_CASE("An elastic job the coordinator formed runs its generation and hears o
   });
 }
 
+TEST_CASE("An elastic generation takes at most max_np members; the ones after them are refused") {
+  JobHarness h(0, /*local_negotiator=*/true, TestJobOptions(), /*elastic_max_np=*/2);
+  h.OnLoop([&] { h.job().MakeElastic({/*min_np=*/1, /*max_np=*/2, false, 0}, 1); });
+  // Three processes registered while the last generation's were still attached; their places in
+  // rank order: 1, none, 0. The two first in that order form generation 2; b is left out.
+  TestClient& a = h.Add(/*rank=*/1);
+  TestClient& b = h.Add();
+  TestClient& c = h.Add(/*rank=*/0);
+  h.OnLoop(
+      [&] { h.job().MaybeFormElastic(false, absl::InfinitePast(), {}, absl::Milliseconds(500)); });
+  REQUIRE(h.state() == JobState::kRunning);
+  const std::vector<std::pair<TestClient*, int>> welcomed = {{&c, 0}, {&a, 1}};
+  for (const auto& [client, rank] : welcomed) {
+    ClientFrame w = client->Next();
+    REQUIRE(w.type == wire::MsgType::kWelcome);
+    CHECK(w.welcome.rank == rank);
+    CHECK(w.welcome.size == 2);
+  }
+  const std::string refused = Expect(b, wire::MsgType::kError, Code::kResourceExhausted);
+  CHECK(absl::StrContains(refused,
+                          "elastic job job-a generation 2 formed with 2 ranks, its max_np "
+                          "2: process 1001 on host h-test comes after them in rank order"));
+  h.OnLoop([&] {
+    CHECK(b.session()->job.empty());  // no member: its leaving is nothing to the job
+    CHECK(h.job().Summary(absl::Now()).size() == 2u);
+    // While the generation runs at max_np, a process that registers is refused at once.
+    const absl::Status full = h.job().CheckRoom(1003);
+    CHECK(full.code() == Code::kResourceExhausted);
+    CHECK(full.message() ==
+          "elastic job job-a runs 2 ranks, its max_np: process 1003 on host h-test cannot join "
+          "it; start it again once a rank has left");
+    CHECK(h.job().CheckRoom(a.pid()).ok());  // one of its ranks, registering again
+  });
+  CHECK(a.Quiet());
+  CHECK(c.Quiet());
+}
+
 }  // namespace
 }  // namespace ard::jobs

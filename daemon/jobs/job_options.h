@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "daemon/negotiation/elastic_settle.h"
 
 namespace ard::gpu {
 class Device;
@@ -54,7 +55,7 @@ struct JobOptions {
   timeline::Hub* timeline = nullptr;  // Not owned; null: no timeline
   // Elastic jobs (DESIGN.md "Elastic training"): a re-formation whose survivors do not all come
   // back, or a new job without the launcher's local size, forms once no rank arrived for this long.
-  absl::Duration elastic_settle = absl::Milliseconds(500);
+  absl::Duration elastic_settle = negotiation::kElasticSettle;
 };
 
 }  // namespace ard::jobs

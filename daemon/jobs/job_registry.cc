@@ -114,6 +114,8 @@ void JobRegistry::HandleElasticHello(const std::shared_ptr<Session>& s, const wi
     } else if (!it->second->elastic()) {
       refused = absl::InvalidArgumentError(
           absl::StrCat("job ", name, " is not elastic but this process registers elastically"));
+    } else {
+      refused = it->second->CheckRoom(s->creds().pid);
     }
     if (!refused.ok()) {
       close(fd);
@@ -150,7 +152,7 @@ void JobRegistry::HandleElasticHello(const std::shared_ptr<Session>& s, const wi
       negotiator = std::make_unique<CoordinatedNegotiator>(loop_, *coordinator_, options_,
                                                            data_address_, name, 0, 0, spec);
     } else {
-      negotiator = std::make_unique<LocalNegotiator>(options_, 0);
+      negotiator = std::make_unique<LocalNegotiator>(options_, 0, spec.max_np);
     }
     job = NewJob(name, 0, 0, s->creds().uid, std::move(negotiator));
     job->MakeElastic(spec, previous_generation);

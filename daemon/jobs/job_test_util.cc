@@ -197,11 +197,11 @@ JobOptions TestJobOptions() {
   return o;
 }
 
-JobHarness::JobHarness(int size, bool local_negotiator, JobOptions options)
+JobHarness::JobHarness(int size, bool local_negotiator, JobOptions options, int elastic_max_np)
     : options_(std::move(options)), size_(size) {
   std::unique_ptr<Negotiator> negotiator;
   if (local_negotiator) {
-    negotiator = std::make_unique<LocalNegotiator>(options_, size);
+    negotiator = std::make_unique<LocalNegotiator>(options_, size, elastic_max_np);
   } else {
     auto fake = std::make_unique<FakeNegotiator>();
     fake_ = fake.get();

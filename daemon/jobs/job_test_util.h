@@ -94,9 +94,9 @@ class JobHarness {
   static constexpr uint32_t kJobId = 7;
 
   // A job of `size` ranks, all on this host, with a FakeNegotiator (`local_negotiator`: the real
-  // LocalNegotiator instead).
+  // LocalNegotiator instead; size 0: an elastic one bounded by `elastic_max_np`).
   explicit JobHarness(int size, bool local_negotiator = false,
-                      JobOptions options = TestJobOptions());
+                      JobOptions options = TestJobOptions(), int elastic_max_np = 0);
   ~JobHarness();
 
   // Runs `task` on the loop and waits for it (and so for every task posted before it).

@@ -1,5 +1,6 @@
 #include "daemon/jobs/local_negotiator.h"
 
+#include <algorithm>
 #include <climits>
 
 #include "daemon/gpu/device.h"
@@ -10,21 +11,27 @@ namespace ard::jobs {
 void LocalNegotiator::FormAsync(const std::vector<MemberInfo>& members,
                                 std::function<void(absl::StatusOr<Formation>)> done) {
   // Ranks the launcher gave are kept; the rest follow local rank, then arrival order. An elastic
-  // job (size 0) numbers those present densely in the order of their `rank` (then arrival).
-  const int size = size_ > 0 ? size_ : static_cast<int>(members.size());
-  std::vector<negotiation::RankRequest> entries;
-  for (const MemberInfo& m : members) {
-    if (size_ == 0) {
-      entries.push_back({-1, (m.rank < 0 ? int64_t{INT_MAX} : m.rank) * (int64_t{1} << 24) +
-                                 static_cast<int64_t>(entries.size())});
-    } else {
+  // job (size 0) numbers those present densely in the order of their `rank` (then arrival), at
+  // most max_np of them (the others get rank -1: the job refuses them).
+  std::vector<int> ranks;
+  if (size_ == 0) {
+    std::vector<int> places;
+    for (const MemberInfo& m : members) places.push_back(m.rank);
+    ranks = negotiation::AssignElasticRanks(places, max_np_);
+  } else {
+    std::vector<negotiation::RankRequest> entries;
+    for (const MemberInfo& m : members) {
       entries.push_back({m.rank, m.local_rank < 0 ? INT_MAX : m.local_rank});
     }
+    auto assigned = negotiation::AssignRanks(entries, size_);
+    if (!assigned.ok()) return done(assigned.status());
+    ranks = *std::move(assigned);
   }
-  auto ranks = negotiation::AssignRanks(entries, size);
-  if (!ranks.ok()) return done(ranks.status());
+  const int size = size_ > 0 ? size_
+                             : static_cast<int>(std::count_if(ranks.begin(), ranks.end(),
+                                                              [](int r) { return r >= 0; }));
   Formation f;
-  f.ranks = *std::move(ranks);
+  f.ranks = std::move(ranks);
   f.local_ranks = f.ranks;  // one host: local rank = rank
   f.local_size = size;
   f.hosts.size = size;

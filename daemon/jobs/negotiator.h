@@ -38,11 +38,13 @@ struct MemberInfo {
 
 // A formed job, as this host sees it.
 struct Formation {
-  uint64_t job_id = 0;  // the cluster's id of a cross-host job; 0 on one host
+  uint64_t job_id = 0;      // the cluster's id of a cross-host job; 0 on one host
   uint64_t generation = 0;  // the coordinator's generation of the job (JobLayout); 0 on one host
-  std::vector<int> ranks;        // per member, in the order given to FormAsync
-  std::vector<int> local_ranks;  // per member
-  int local_size = 0;
+  // Per member, in the order given to FormAsync. -1: left out of an elastic generation (more
+  // than max_np ranks registered; the job refuses the member).
+  std::vector<int> ranks;
+  std::vector<int> local_ranks;  // per member (-1: left out)
+  int local_size = 0;            // the members not left out
   // Several hosts: which host runs which rank (cross_size 1 on one host).
   dataplane::HostLayout hosts;
   std::vector<std::string> data_addresses;  // cross rank -> data-plane listener

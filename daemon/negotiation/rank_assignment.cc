@@ -1,6 +1,7 @@
 #include "daemon/negotiation/rank_assignment.h"
 
 #include <algorithm>
+#include <climits>
 #include <numeric>
 
 #include "absl/status/status.h"
@@ -37,6 +38,19 @@ absl::StatusOr<std::vector<int>> AssignRanks(const std::vector<RankRequest>& ent
     while (taken[next_free]) ++next_free;  // in range: entries.size() <= size
     taken[next_free] = true;
     out[i] = next_free;
+  }
+  return out;
+}
+
+std::vector<int> AssignElasticRanks(const std::vector<int>& places, int max_np) {
+  std::vector<size_t> by_place(places.size());
+  std::iota(by_place.begin(), by_place.end(), size_t{0});
+  auto place = [&](size_t i) { return places[i] < 0 ? INT_MAX : places[i]; };
+  std::stable_sort(by_place.begin(), by_place.end(),
+                   [&](size_t a, size_t b) { return place(a) < place(b); });
+  std::vector<int> out(places.size(), -1);
+  for (size_t k = 0; k < by_place.size() && (max_np <= 0 || k < static_cast<size_t>(max_np)); ++k) {
+    out[by_place[k]] = static_cast<int>(k);
   }
   return out;
 }

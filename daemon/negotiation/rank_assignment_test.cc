@@ -1,5 +1,6 @@
 // AssignRanks as its three callers use it: a single-host job's ranks, a host's local ranks in a
-// cross-host job, and the coordinator's global ranks; and the errors it names.
+// cross-host job, and the coordinator's global ranks; and the errors it names. AssignElasticRanks:
+// dense by place, at most max_np.
 #include "daemon/negotiation/rank_assignment.h"
 
 #include <climits>
@@ -52,6 +53,16 @@ TEST_CASE("a rank given twice, out of range or too many entries is InvalidArgume
   auto many = AssignRanks({{-1, 0}, {-1, 1}, {-1, 2}}, 2);
   CHECK(many.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(many.status().message() == "3 ranks registered for a job of size 2");
+}
+
+TEST_CASE("elastic: dense in place order (none: last), ties by position, at most max_np") {
+  // Places 3, none, 0, 3, none: place 0 first, the two 3s by position, then the two without one.
+  const std::vector<int> places = {3, -1, 0, 3, -1};
+  CHECK(AssignElasticRanks(places, 0) == std::vector<int>{1, 3, 0, 2, 4});
+  // max_np 3: the last two in that order are left out (-1), whatever their position.
+  CHECK(AssignElasticRanks(places, 3) == std::vector<int>{1, -1, 0, 2, -1});
+  CHECK(AssignElasticRanks(places, 5) == AssignElasticRanks(places, 0));
+  CHECK(AssignElasticRanks({}, 2).empty());
 }
 
 }  // namespace

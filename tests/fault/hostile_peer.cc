@@ -10,7 +10,8 @@
 //   negotiate-oversize JOB_ID HOST a Negotiate of 8 MiB (over the 4 MiB message limit)
 //   watch JOB_ID HOST              WatchJob; prints the stream's final status
 //   register HOST SIZE TIMEOUT_MS  RegisterRanks of one rank for job "hostile" of SIZE ranks
-//   join NAME                      Join under NAME (address and instance id made up)
+//   join NAME [VERSION]            Join under NAME (address and instance id made up) claiming
+//                                  protocol version VERSION (default: this build's)
 //   heartbeat HOST INCARNATION     Heartbeat with that incarnation and a made-up instance id
 //   leave HOST INCARNATION         Leave with that incarnation and a made-up instance id
 #include <grpcpp/grpcpp.h>
@@ -21,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "daemon/common/version.h"
 #include "proto/cluster.grpc.pb.h"
 #include "proto/negotiation.grpc.pb.h"
 
@@ -111,6 +113,8 @@ int main(int argc, char** argv) {
     request.mutable_host()->set_name(arg(0));
     request.mutable_host()->set_address("127.0.0.1:1");
     request.mutable_host()->set_instance_id("hostile-peer");
+    request.mutable_host()->set_protocol_version(
+        arg(1).empty() ? ard::kProtocolVersion : std::strtoul(arg(1).c_str(), nullptr, 10));
     ard::JoinResponse response;
     return Print(cluster->Join(&context, request, &response));
   }

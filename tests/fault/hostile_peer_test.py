@@ -1,7 +1,7 @@
 """Hostile or confused cluster peers: gRPC requests (tests/fault/hostile_peer.cc speaks our
 protos) with unknown or ended job ids, stale incarnations, absurd sizes, oversize messages, from
-a host that is not a member of the cluster or of the job, or a second stream stealing a host's
-job events. Three daemons; a job of two ranks on h-a and h-b (rank 1 never submits, so the job
+a host that is not a member of the cluster or of the job, a Join of another protocol version, or
+a second stream stealing a host's job events. Three daemons; a job of two ranks on h-a and h-b (rank 1 never submits, so the job
 stays alive while it is probed); h-c is a member outside the job."""
 import subprocess
 
@@ -71,6 +71,8 @@ CASES = [
     ("oversize-message", "h-a", ["negotiate-oversize", "JOB", "h-b"], "RESOURCE_EXHAUSTED", ""),
     ("bad-host-name-join", "h-a", ["join", "bad name!"], "INVALID_ARGUMENT", "invalid host name"),
     ("join-at-a-follower", "h-b", ["join", "h-z"], "FAILED_PRECONDITION", "coordinator"),
+    ("other-protocol-version-join", "h-a", ["join", "h-old", "0"], "UNIMPLEMENTED",
+     "(host h-old, allreduced ) speaks protocol version 0, the coordinator h-a"),
     ("stale-incarnation-leave", "h-a", ["leave", "h-b", "99"], "OK", ""),
 ]
 

@@ -222,6 +222,8 @@ def test_a_host_added_mid_run_gets_workers_and_the_job_grows():
         assert all(f[1] == 4 for f in finals.values()), out
         assert len({json.dumps(f[2]) for f in finals.values()}) == 1, out
         assert all("reference=True" in f[3] for f in finals.values()), out
+        # The new host's two workers started together: one re-formation took both (2 -> 4).
+        assert all("resets=1" in finals[n][3] for n in (0, 1)), out
         steps = {n: [int(l.split()[2]) for l in stdout.splitlines()
                      if l.startswith(f"[{n}] STEP ")] for n in range(4)}
         # The first host's workers ran alone at size 2 first; the new ones began from the
@@ -305,6 +307,21 @@ def test_hosts_that_the_discovery_script_adds_get_workers_up_to_max_np(tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "started worker 1 on 127.0.0.1" in r.stderr, r.stderr
     assert "[1] grown 1 2" in r.stdout and "[2]" not in r.stdout, r.stdout  # max_np 2
+
+
+def test_workers_added_together_on_a_host_share_its_local_size(tmp_path):
+    # A host with 2 slots appears: both workers start in one go, each told the host runs 2 (its
+    # daemon waits for both: one re-formation) and the job 3.
+    script = tmp_path / "hosts.sh"
+    script.write_text("#!/bin/sh\necho localhost:1\n[ -e more ] && echo 127.0.0.1:2\nexit 0\n")
+    script.chmod(0o755)
+    r = launch(tmp_path, "if [ $ALLREDUCED_RANK = 0 ]; then touch more; sleep 8; exit 0; fi\n"
+               "echo added $ALLREDUCED_RANK $ALLREDUCED_SIZE $ALLREDUCED_LOCAL_RANK "
+               "$ALLREDUCED_LOCAL_SIZE\n", "--min-np", "1", "--max-np", "3", "-np", "1",
+               hosts=("--host-discovery-script", str(script), "--socket", "/z.sock"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(l for l in r.stdout.splitlines() if "added" in l) == [
+        "[1] added 1 3 0 2", "[2] added 2 3 1 2"], r.stdout + r.stderr
 
 
 def test_a_bad_discovery_line_stops_the_launch_with_its_line(tmp_path):

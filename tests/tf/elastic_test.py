@@ -1,9 +1,10 @@
 """Elastic training with real daemons and real TensorFlow processes (elastic_worker.py): a worker
 SIGKILLed (daemon alive) on 2 hosts x 2 ranks, a whole host (daemon and workers) SIGKILLed on 3
 x 2, the Keras idiom through a shrink and a grow, a job that grows when a worker joins on a
-running host, one that grows onto a host (a daemon) added mid-run, fewer than min_np after the
-timeout, and the reset limit. Survivors roll back to their last commit, re-form with dense
-ranks, and end with the reference path's weights, all ranks identical."""
+running host, one that grows onto a host (a daemon) added mid-run, more ranks than max_np (the
+last in order refused), fewer than min_np after the timeout, and the reset limit. Survivors roll
+back to their last commit, re-form with dense ranks, and end with the reference path's weights,
+all ranks identical."""
 import json
 import os
 import signal
@@ -36,12 +37,12 @@ def base_env(min_np, extra=None):
 class Job:
     """`per_host` elastic workers on each daemon socket; their output lines by start rank."""
 
-    def __init__(self, sockets, per_host, min_np, job, extra_env=None):
+    def __init__(self, sockets, per_host, min_np, job, extra_env=None, give_rank=True):
         self.lines = [[] for _ in range(len(sockets) * per_host)]
         self.seen = threading.Condition()
         self.group = RankGroup(sockets, per_host, [sys.executable, WORKER], job=job,
                                env=base_env(min_np, extra_env), text=True,
-                               on_line=self._on_line)
+                               on_line=self._on_line, give_rank=give_rank)
 
     def _on_line(self, rank, line):
         with self.seen:
@@ -256,6 +257,31 @@ def test_the_keras_idiom_grows_when_a_worker_joins():
         joined = next(l for l in joiner.stdout.splitlines() if l.startswith("FINAL "))
         assert joined.startswith("FINAL 2 3 ") and "reference=True" in joined, joiner.stdout
         assert json.dumps(finals[0][2]) in joined, joiner.stdout
+    finally:
+        cluster.close()
+
+
+def test_more_ranks_than_max_np_form_max_np_and_the_last_in_order_is_refused():
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        daemons = [cluster.add(f"el-m{i}", extra_flags=[f"--job_form_timeout_ms={FORM_TIMEOUT_MS}"])
+                   for i in range(2)]
+        # 2 hosts x 2 workers without ranks for max_np 3: the first three in order (host el-m0's
+        # two, then el-m1's first to register) train; el-m1's other one is refused.
+        job = Job([d.socket for d in daemons], 2, 2, "elastic-max-np",
+                  {"ALLREDUCED_ELASTIC_MAX_NP": "3", "ELASTIC_STEPS": "12"}, give_rank=False)
+        codes = job.wait()
+        everything = job.output() + cluster.logs()
+        assert codes[:2] == [0, 0] and sorted(codes[2:]) == [0, 1], everything
+        refused = 2 if codes[2] != 0 else 3
+        kept = [r for r in range(4) if r != refused]
+        finals = assert_finished_alike(job, kept, 3)
+        # el-m0's two first (in the order they registered there), then el-m1's.
+        assert sorted(finals[r][0] for r in (0, 1)) == [0, 1] and finals[kept[2]][0] == 2, (
+            everything)
+        said = "\n".join(job.lines[refused])
+        assert "RuntimeError" in said and "formed with 3 ranks, its max_np" in said, everything
+        assert "on host el-m1 comes after them in rank order" in said, everything
     finally:
         cluster.close()
 

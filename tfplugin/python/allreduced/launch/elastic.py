@@ -112,7 +112,8 @@ def run(table, discover, command, np, max_np, elastic_env, start_options, log, w
         interval_s=DISCOVERY_INTERVAL_S):
     """Starts `np` workers in table's free slots, then keeps the job at up to `max_np` workers:
     a worker that fails frees its slot and a new worker is started in a free one (a host that is
-    blacklisted gets none) while some worker still runs and none has finished; `discover()`
+    blacklisted gets none; the free slots found together start together, a host's sharing one
+    ALLREDUCED_LOCAL_SIZE) while some worker still runs and none has finished; `discover()`
     (returning Hosts with sockets, or raising HostError) is asked again every interval_s.
     Returns the exit code once every worker has exited: 0 when the last to exit succeeded, else
     the last failure's code. `workers`: an empty list, holding the running _Workers, for the
@@ -170,12 +171,20 @@ def run(table, discover, command, np, max_np, elastic_env, start_options, log, w
             except HostError as e:
                 log(None, f"host discovery: {e} (keeping the previous hosts)\n".encode())
         if workers and not finished[0] and len(workers) < max_np:
-            for h, local in table.free(now)[:max_np - len(workers)]:
+            batch = table.free(now)[:max_np - len(workers)]
+            for h, _ in batch:
                 if not h.socket:
                     raise HostError(f"host {h.name}: its daemon's socket is not known; give it "
                                     "with --socket")
-                # Last in rank order: it joins the running job at its next commit.
-                start(hosts_lib.Slot(len(workers), len(workers) + 1, 0, h.name, h.socket, local,
-                                     table.used[h.name] + 1, h.local))
+            # Started together, last in rank order: they join the running job at its next
+            # commit. Each host's new workers share one LOCAL_SIZE (its workers once they run),
+            # which a host new to the job waits for, so one re-formation takes them all.
+            size = len(workers) + len(batch)
+            local_size = collections.Counter(h.name for h, _ in batch)
+            for name in local_size:
+                local_size[name] += table.used[name]
+            for h, local in batch:
+                start(hosts_lib.Slot(len(workers), size, 0, h.name, h.socket, local,
+                                     local_size[h.name], h.local))
                 log(None, f"started worker {number[0] - 1} on {h.name}\n".encode())
     return code
