@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "bench/sim_tensors.h"
+#include "daemon/common/version.h"
 
 namespace ard::bench {
 namespace {
@@ -192,6 +193,7 @@ bool SimFleet::Join() {
     info->set_name(host->name);
     info->set_address("127.0.0.1:9");  // never called: Identify is only asked of a name's holder
     info->set_version("scale_sim");
+    info->set_protocol_version(kProtocolVersion);
     info->set_instance_id(host->instance_id);
     info->set_pid(getpid());
     info->set_data_address(options_.data_addresses[host->index]);
