@@ -25,6 +25,7 @@ def open_gate(gates, rank):
 
 def test_a_host_one_rank_short_waits_before_it_votes(tmp_path):
     c = Cluster(heartbeat_ms=100, host_timeout_ms=5000)
+    w = None
     try:
         for h in range(2):
             c.add(f"h-{h}", extra_flags=["--metrics_address=127.0.0.1:0"])
@@ -64,4 +65,6 @@ def test_a_host_one_rank_short_waits_before_it_votes(tmp_path):
         assert value(s, "allreduced_job_collectives_total", job=JOB, host="h-1") == 2
         assert value(s, "allreduced_errors_total", kind="job") == 0
     finally:
+        if w is not None:
+            w.kill()  # ranks still at their gates when a check failed
         c.close()
