@@ -36,7 +36,7 @@ TEST_CASE("defaults are valid and fill the host name") {
   CHECK(c->cross_host_chunk_bytes() == 4 << 20);
   CHECK(c->steady_state());
   CHECK(c->steady_round_data_max_bytes() == 1024);
-  CHECK(c->steady_round_partial_wait_us() == 200);
+  CHECK(c->steady_round_partial_wait_us() == 100);
 }
 
 TEST_CASE("the steady state is on by default; a file or a flag turns it off") {
