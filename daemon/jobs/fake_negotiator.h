@@ -69,7 +69,7 @@ class FakeNegotiator : public Negotiator {
   NegotiationSink* sink = nullptr;  // Not owned; from Start
   int starts = 0;
   std::vector<negotiation::Response> ready;  // host-ready, not committed or taken yet
-  std::vector<std::string> partly;  // SubmittedPartly's names
+  std::vector<std::string> partly;           // SubmittedPartly's names
   std::vector<negotiation::TensorRequest> joins;
   std::vector<absl::Status> failures;  // ReportFailure's arguments
   int left = 0;                        // ReportLeft calls

@@ -179,13 +179,12 @@ bool SteadyState::AwaitPartlySubmitted(bool* ran_out) {
   if (partial_wait_.bound <= absl::ZeroDuration() || rounds_.awaited() == 0) return false;
   // The peers wait in the combine meanwhile (under the mesh's progress timeout, far longer than
   // the bound); the control loop offers under mu_, which the wait releases.
-  const bool offered = mu_.AwaitWithTimeout(
-      absl::Condition(
-          +[](SteadyState* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-            return !s->aborted_.ok() || s->rounds_.awaited() == 0;
-          },
-          this),
-      partial_wait_.bound);
+  bool (*offered_or_aborted)(SteadyState*) =
+      +[](SteadyState* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+        return !s->aborted_.ok() || s->rounds_.awaited() == 0;
+      };
+  const bool offered =
+      mu_.AwaitWithTimeout(absl::Condition(offered_or_aborted, this), partial_wait_.bound);
   *ran_out = !offered;
   if (*ran_out) rounds_.WaitedInVain();
   return true;

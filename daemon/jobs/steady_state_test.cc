@@ -41,8 +41,7 @@ TensorRequest Request(int rank, const std::string& name) {
 // carry allreduces of up to `carry` bytes; a vote waits up to `partial_wait` for partly submitted
 // tensors.
 struct Pair {
-  explicit Pair(int n = 2, uint64_t carry = 0,
-                absl::Duration partial_wait = absl::ZeroDuration())
+  explicit Pair(int n = 2, uint64_t carry = 0, absl::Duration partial_wait = absl::ZeroDuration())
       : n(n),
         hosts(n),
         meshes(dataplane::tcp::testing::ConnectOrDie(hosts, 77 + n)),
