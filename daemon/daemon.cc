@@ -137,6 +137,7 @@ absl::Status Daemon::Start() {
                                config_.steady_state(),
                                config_.fusion_threshold_bytes(),
                                config_.steady_round_data_max_bytes(),
+                               absl::Microseconds(config_.steady_round_partial_wait_us()),
                                timeline_.get()});
   const cluster::LocalJobsSource local_jobs = [this] { return jobs_->Summaries(); };
 

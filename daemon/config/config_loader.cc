@@ -158,6 +158,7 @@ DaemonConfig Defaults() {
   c.set_cycle_time_ms(0);
   c.set_steady_state(true);
   c.set_steady_round_data_max_bytes(1024);
+  c.set_steady_round_partial_wait_us(100);
   c.set_cross_host_algorithm("auto");
   c.set_cross_host_ring_threshold_bytes(64 << 10);
   c.set_cross_host_chunk_bytes(4 << 20);

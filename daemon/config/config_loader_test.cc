@@ -36,6 +36,7 @@ TEST_CASE("defaults are valid and fill the host name") {
   CHECK(c->cross_host_chunk_bytes() == 4 << 20);
   CHECK(c->steady_state());
   CHECK(c->steady_round_data_max_bytes() == 1024);
+  CHECK(c->steady_round_partial_wait_us() == 100);
 }
 
 TEST_CASE("the steady state is on by default; a file or a flag turns it off") {
@@ -48,6 +49,9 @@ TEST_CASE("the steady state is on by default; a file or a flag turns it off") {
   auto no_data = Load({"--steady_round_data_max_bytes=0"});
   REQUIRE(no_data.ok());
   CHECK(no_data->steady_round_data_max_bytes() == 0);
+  auto no_wait = Load({"--steady_round_partial_wait_us=0"});
+  REQUIRE(no_wait.ok());
+  CHECK(no_wait->steady_round_partial_wait_us() == 0);
 }
 
 TEST_CASE("cross-host algorithm flags set the data plane's selection") {

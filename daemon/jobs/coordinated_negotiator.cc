@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/gpu/device.h"
+#include "daemon/metrics/daemon_metrics.h"
 #include "daemon/negotiation/rank_assignment.h"
 
 namespace ard::jobs {
@@ -138,6 +139,10 @@ void CoordinatedNegotiator::SendReady(std::vector<ReadyTensor> tensors) {
   }
 }
 
+void CoordinatedNegotiator::SubmittedPartly(const std::string& name) {
+  if (steady_ != nullptr) steady_->SubmittedPartly(name);
+}
+
 void CoordinatedNegotiator::Join(const TensorRequest& join) {
   if (steady_ != nullptr && joins_pending_++ == 0) steady_->SetJoinPending(true);
   channel_.SendJoin(join);
@@ -154,7 +159,11 @@ dataplane::IdleRounds* CoordinatedNegotiator::StartRounds(dataplane::TcpCollecti
           if (!alive.expired()) SendReady(std::move(*shared));
         });
       },
-      options_.steady_round_data_max_bytes);
+      options_.steady_round_data_max_bytes,
+      PartialWait{options_.steady_round_partial_wait,
+                  [metrics = options_.metrics, job = job_](bool ran_out) {
+                    if (metrics != nullptr) metrics->OnRoundPartialWait(job, ran_out);
+                  }});
   return steady_.get();
 }
 

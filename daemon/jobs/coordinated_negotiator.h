@@ -28,6 +28,7 @@ class CoordinatedNegotiator : public Negotiator, private cluster::JobChannelSink
                  std::function<void(absl::StatusOr<Formation>)> done) override;
   void Start(NegotiationSink* sink) override;
   void HostReady(std::vector<negotiation::Response> ready) override;
+  void SubmittedPartly(const std::string& name) override;
   void Join(const negotiation::TensorRequest& join) override;
   void PlanGpusAsync(const gpu::HostGpus& host,
                      std::function<void(absl::StatusOr<gpu::CrossHostGpuPlan>)> done) override;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,7 @@ class FakeNegotiator : public Negotiator {
   void HostReady(std::vector<negotiation::Response> responses) override {
     for (auto& r : responses) ready.push_back(std::move(r));
   }
+  void SubmittedPartly(const std::string& name) override { partly.push_back(name); }
   void Join(const negotiation::TensorRequest& join) override { joins.push_back(join); }
   void PlanGpusAsync(const gpu::HostGpus&,
                      std::function<void(absl::StatusOr<gpu::CrossHostGpuPlan>)> done) override {
@@ -67,6 +69,7 @@ class FakeNegotiator : public Negotiator {
   NegotiationSink* sink = nullptr;  // Not owned; from Start
   int starts = 0;
   std::vector<negotiation::Response> ready;  // host-ready, not committed or taken yet
+  std::vector<std::string> partly;           // SubmittedPartly's names
   std::vector<negotiation::TensorRequest> joins;
   std::vector<absl::Status> failures;  // ReportFailure's arguments
   int left = 0;                        // ReportLeft calls

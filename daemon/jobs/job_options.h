@@ -52,6 +52,8 @@ struct JobOptions {
   uint64_t fusion_threshold_bytes = 128ull << 20;
   // Cached allreduces of at most this many bytes travel in the rounds themselves (0: none).
   uint64_t steady_round_data_max_bytes = 0;
+  // A vote waits up to this long for a cached tensor some local ranks submitted (0: never).
+  absl::Duration steady_round_partial_wait = absl::ZeroDuration();
   timeline::Hub* timeline = nullptr;  // Not owned; null: no timeline
   // Elastic jobs (DESIGN.md "Elastic training"): a re-formation whose survivors do not all come
   // back, or a new job without the launcher's local size, forms once no rank arrived for this long.

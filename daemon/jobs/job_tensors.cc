@@ -51,11 +51,16 @@ void Job::Submit(const std::shared_ptr<Session>& s, local::DecodedFrame frame) {
   if (timeline_ != nullptr) timeline_->Record(timeline::Mark::kSubmit, s->rank, 0, request.name());
   std::vector<negotiation::Response> ready;
   const bool join = request.collective() == wire::Collective::kJoin;
+  // The first of several local ranks to submit a tensor: the steady state may delay its vote
+  // until the others did (one name lookup; nothing with one local rank).
+  std::string partly;
+  if (local_size_ > 1 && !join && !table_->is_pending(request.name())) partly = request.name();
   TensorRequest join_copy = join ? request : TensorRequest();
   if (auto st = table_->Submit(std::move(request), absl::Now(), &ready); !st.ok()) {
     return reject(st);
   }
   if (join) negotiator_->Join(join_copy);
+  if (!partly.empty() && table_->is_pending(partly)) negotiator_->SubmittedPartly(partly);
   if (timeline_ != nullptr && timeline_->on()) {
     for (const auto& response : ready) {
       for (const auto& t : response.tensors) {

@@ -119,6 +119,20 @@ TEST_CASE("A tensor every rank submitted goes to the negotiator and completes wh
   CHECK(n.failures.empty());
 }
 
+TEST_CASE("The first of several local ranks to submit a tensor tells the negotiator, once") {
+  JobHarness h(3);
+  h.FormInOrder();
+  FakeNegotiator& n = h.negotiator();
+  h.Submit(h.client(0), 1, Barrier("b"));
+  CHECK(n.partly == std::vector<std::string>{"b"});
+  h.Submit(h.client(1), 2, Barrier("b"));
+  h.Submit(h.client(2), 3, Barrier("b"));  // ready: no longer partly submitted
+  CHECK(n.partly == std::vector<std::string>{"b"});
+  CHECK(n.ready.size() == 1);
+  h.Submit(h.client(1), 4, Join());  // a join names no tensor
+  CHECK(n.partly == std::vector<std::string>{"b"});
+}
+
 TEST_CASE("A committed error response fails only its tensor") {
   JobHarness h(2);
   h.FormInOrder();

@@ -76,6 +76,9 @@ class Negotiator {
   virtual void Start(NegotiationSink* sink) = 0;
   // Tensors every local rank submitted (validated across this host's ranks).
   virtual void HostReady(std::vector<negotiation::Response> ready) = 0;
+  // Some but not all local ranks submitted `name` (it waits in the readiness table): a hint for
+  // the steady state, which may delay its vote for it (called once per tensor in that state).
+  virtual void SubmittedPartly(const std::string& name) {}
   // A local rank joined (one host completes joins in its readiness table).
   virtual void Join(const negotiation::TensorRequest& join) = 0;
   // Every local rank registered its GPU (`host`: their devices, local rank order): plans the

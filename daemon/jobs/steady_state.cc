@@ -32,10 +32,11 @@ negotiation::RoundData CarriedData(const std::vector<bool>& here, uint64_t max_b
 SteadyState::SteadyState(std::vector<bool> here, uint64_t fusion_threshold_bytes,
                          std::function<dataplane::tcp::TcpMesh*()> mesh,
                          std::function<void(std::vector<ReadyTensor>)> to_coordinator,
-                         uint64_t round_data_max_bytes)
+                         uint64_t round_data_max_bytes, PartialWait partial_wait)
     : fusion_threshold_bytes_(fusion_threshold_bytes),
       mesh_(std::move(mesh)),
       to_coordinator_(std::move(to_coordinator)),
+      partial_wait_(std::move(partial_wait)),
       changed_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
       rounds_(here, CarriedData(here, round_data_max_bytes)) {}
 
@@ -69,6 +70,12 @@ void SteadyState::SetJoinPending(bool pending) {
   absl::MutexLock lock(&mu_);
   rounds_.SetJoinPending(pending);
   WakeIfChanged();
+}
+
+void SteadyState::SubmittedPartly(const std::string& name) {
+  if (partial_wait_.bound <= absl::ZeroDuration()) return;  // nothing would wait for it
+  absl::MutexLock lock(&mu_);
+  if (active_) rounds_.SubmittedPartly(name);
 }
 
 std::vector<ReadyTensor> SteadyState::TakeUnrun() {
@@ -123,11 +130,15 @@ absl::StatusOr<std::vector<Response>> SteadyState::RunRound() {
   if (mesh == nullptr) return absl::FailedPreconditionError("data plane not connected");
   RoundVote vote;
   std::vector<negotiation::CarriedSlot> carried;
+  bool waited;
+  bool ran_out = false;
   {
     absl::MutexLock lock(&mu_);
+    waited = AwaitPartlySubmitted(&ran_out);
     vote = rounds_.Vote(fusion_threshold_bytes_);  // held carried tensors' partials computed here
     carried = rounds_.carried();
   }
+  if (waited && partial_wait_.waited) partial_wait_.waited(ran_out);
   const uint64_t slots = vote.slots;
   const size_t data_bytes = vote.data.size();
   std::vector<uint8_t> bytes(negotiation::VoteBytes(slots, data_bytes));
@@ -162,6 +173,21 @@ absl::StatusOr<std::vector<Response>> SteadyState::RunRound() {
   }
   if (!outcome->to_coordinator.empty()) to_coordinator_(std::move(outcome->to_coordinator));
   return std::move(outcome->run);
+}
+
+bool SteadyState::AwaitPartlySubmitted(bool* ran_out) {
+  if (partial_wait_.bound <= absl::ZeroDuration() || rounds_.awaited() == 0) return false;
+  // The peers wait in the combine meanwhile (under the mesh's progress timeout, far longer than
+  // the bound); the control loop offers under mu_, which the wait releases.
+  bool (*offered_or_aborted)(SteadyState*) =
+      +[](SteadyState* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+        return !s->aborted_.ok() || s->rounds_.awaited() == 0;
+      };
+  const bool offered =
+      mu_.AwaitWithTimeout(absl::Condition(offered_or_aborted, this), partial_wait_.bound);
+  *ran_out = !offered;
+  if (*ran_out) rounds_.WaitedInVain();
+  return true;
 }
 
 void SteadyState::Abort(const absl::Status& why) {

@@ -4,21 +4,36 @@
 // coordinator's lists. Owned by the job's CoordinatedNegotiator when DaemonConfig.steady_state is
 // on.
 //
-// Threads: Offer/Received/SetJoinPending/TakeUnrun on the control loop; AwaitRound/RunRound on the
-// executor thread; Abort on any. The round state is shared under a mutex; an eventfd wakes the
-// idle executor when the loop changed something.
+// Threads: Offer/Received/SetJoinPending/SubmittedPartly/TakeUnrun on the control loop;
+// AwaitRound/RunRound on the executor thread; Abort on any. The round state is shared under a
+// mutex; an eventfd wakes the idle executor when the loop changed something.
+//
+// When this host votes: RunRound (a change here, or a peer's round message) first waits, at most
+// PartialWait::bound, while a cached tensor that some local ranks submitted and others not yet
+// could still be offered (negotiation::SteadyRounds::awaited): a host whose ranks are a moment
+// apart then votes ready in the round the first host started, instead of agreeing nothing in it
+// and needing another. The vote is the same function of the state as without the wait.
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "daemon/dataplane/idle_rounds.h"
 #include "daemon/dataplane/tcp/tcp_mesh.h"
 #include "daemon/negotiation/steady_rounds.h"
 
 namespace ard::jobs {
+
+// How long a vote waits for partly submitted cached tensors (bound 0: never), and `waited`,
+// called on the executor thread after each wait (ran_out: the bound passed first; may be null).
+struct PartialWait {
+  absl::Duration bound = absl::ZeroDuration();  // DaemonConfig.steady_round_partial_wait_us
+  std::function<void(bool ran_out)> waited;
+};
 
 class SteadyState : public dataplane::IdleRounds {
  public:
@@ -29,7 +44,7 @@ class SteadyState : public dataplane::IdleRounds {
   SteadyState(std::vector<bool> here, uint64_t fusion_threshold_bytes,
               std::function<dataplane::tcp::TcpMesh*()> mesh,
               std::function<void(std::vector<negotiation::ReadyTensor>)> to_coordinator,
-              uint64_t round_data_max_bytes = 0);
+              uint64_t round_data_max_bytes = 0, PartialWait partial_wait = {});
   ~SteadyState() override;
   SteadyState(const SteadyState&) = delete;
   SteadyState& operator=(const SteadyState&) = delete;
@@ -39,6 +54,8 @@ class SteadyState : public dataplane::IdleRounds {
   bool Offer(negotiation::ReadyTensor& tensor);
   bool Received(negotiation::CommittedList& list);
   void SetJoinPending(bool pending);
+  // Some but not all local ranks submitted `name` (nothing when the wait is off).
+  void SubmittedPartly(const std::string& name);
   // The job failed: held tensors and unreleased lists' tensors (their ranks get the failure).
   std::vector<negotiation::ReadyTensor> TakeUnrun();
 
@@ -58,6 +75,9 @@ class SteadyState : public dataplane::IdleRounds {
 
  private:
   void WakeIfChanged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Delays the vote while partly submitted tensors are awaited, within the bound. Returns
+  // whether it waited, and in *ran_out whether the bound passed first.
+  bool AwaitPartlySubmitted(bool* ran_out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A peer's connection closed during a round: the rounds are over; held tensors go to the
   // coordinator; returns the unreleased lists' responses, to run now.
   std::vector<negotiation::Response> End(const absl::Status& why);
@@ -65,6 +85,7 @@ class SteadyState : public dataplane::IdleRounds {
   const uint64_t fusion_threshold_bytes_;
   const std::function<dataplane::tcp::TcpMesh*()> mesh_;
   const std::function<void(std::vector<negotiation::ReadyTensor>)> to_coordinator_;
+  const PartialWait partial_wait_;
   const int changed_fd_;  // eventfd: the loop changed the round state
   mutable absl::Mutex mu_;
   negotiation::SteadyRounds rounds_ ABSL_GUARDED_BY(mu_);

@@ -71,6 +71,15 @@ DaemonMetrics::DaemonMetrics(std::string host, absl::Duration job_retention, Reg
           "Cached allreduces whose data travelled in a steady-state readiness round (no "
           "allreduce of their own).",
           {"job", "host"})),
+      round_partial_waits_(registry_.AddCounter(
+          "allreduced_job_round_partial_waits_total",
+          "Steady-state votes this host delayed for cached tensors some of its ranks had "
+          "submitted and others not yet (steady_round_partial_wait_us).",
+          {"job", "host"})),
+      round_partial_wait_timeouts_(registry_.AddCounter(
+          "allreduced_job_round_partial_wait_timeouts_total",
+          "Of those delays, the ones that ended at the bound, before the tensors were offered.",
+          {"job", "host"})),
       latency_(registry_.AddHistogram(
           "allreduced_collective_latency_seconds",
           "Time to execute one committed response (a fused group counts once), by collective "
@@ -114,6 +123,11 @@ void DaemonMetrics::OnNegotiationCycle(const std::string& job, int cached, int f
 
 void DaemonMetrics::OnRoundCarried(const std::string& job, size_t tensors) {
   round_carried_.Add({job, host_}, static_cast<double>(tensors));
+}
+
+void DaemonMetrics::OnRoundPartialWait(const std::string& job, bool ran_out) {
+  round_partial_waits_.Add({job, host_}, 1);
+  if (ran_out) round_partial_wait_timeouts_.Add({job, host_}, 1);
 }
 
 void DaemonMetrics::OnError(const char* kind) { errors_.Add({kind}, 1); }

@@ -38,6 +38,9 @@ class DaemonMetrics {
   // The executor wrote the results of `tensors` cached allreduces whose data a steady-state
   // readiness round carried (they ran no allreduce of their own).
   void OnRoundCarried(const std::string& job, size_t tensors);
+  // A steady-state vote waited for cached tensors some local ranks had submitted
+  // (steady_round_partial_wait_us); ran_out: the bound passed before they were all offered.
+  void OnRoundPartialWait(const std::string& job, bool ran_out);
   // Something failed; `kind` is one of a small fixed set (README): "collective" (one response's
   // tensors failed, the job goes on), "data_plane" (the job's data plane broke), "job" (a job
   // failed, whatever the cause).
@@ -73,6 +76,8 @@ class DaemonMetrics {
   Family& cache_misses_;
   Family& cache_ratio_;
   Family& round_carried_;
+  Family& round_partial_waits_;
+  Family& round_partial_wait_timeouts_;
   Family& latency_;
   Family& arena_bytes_;
   Family& sent_bytes_;

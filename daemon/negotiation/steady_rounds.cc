@@ -144,16 +144,40 @@ void SteadyRounds::Received(CommittedList list) {
   changed_ = true;
 }
 
+std::optional<size_t> SteadyRounds::HoldableSlot(const std::string& name) const {
+  auto slot = slot_of_.find(name);
+  if (join_pending_ || slot == slot_of_.end() || last_to_coordinator_.count(name) ||
+      held_.count(slot->second)) {
+    return std::nullopt;
+  }
+  return slot->second;
+}
+
 bool SteadyRounds::Offer(ReadyTensor& tensor) {
   changed_ = true;
-  auto slot = slot_of_.find(tensor.name);
-  if (!join_pending_ && slot != slot_of_.end() && !last_to_coordinator_.count(tensor.name) &&
-      !held_.count(slot->second) && Matches(*slots_[slot->second], tensor)) {
-    held_[slot->second] = std::move(tensor);
+  partly_.erase(tensor.name);
+  const std::optional<size_t> slot = HoldableSlot(tensor.name);
+  if (slot && Matches(*slots_[*slot], tensor)) {
+    held_[*slot] = std::move(tensor);
     return true;
   }
   coordinator_bound_.insert(tensor.name);
   return false;
+}
+
+void SteadyRounds::SubmittedPartly(const std::string& name) { partly_.emplace(name, false); }
+
+size_t SteadyRounds::awaited() const {
+  size_t n = 0;
+  for (const auto& [name, ran_out] : partly_) {
+    // A coordinator-bound name votes its to-coordinator bit, not ready: no use waiting for it.
+    if (!ran_out && !coordinator_bound_.count(name) && HoldableSlot(name)) ++n;
+  }
+  return n;
+}
+
+void SteadyRounds::WaitedInVain() {
+  for (auto& [name, ran_out] : partly_) ran_out = true;
 }
 
 void SteadyRounds::SetJoinPending(bool pending) {
@@ -312,6 +336,7 @@ size_t SteadyRounds::template_rank_entries() const {
 }
 
 std::vector<ReadyTensor> SteadyRounds::TakeHeld() {
+  partly_.clear();
   std::vector<ReadyTensor> out;
   for (auto& [slot, tensor] : held_) out.push_back(std::move(tensor));
   held_.clear();

@@ -31,9 +31,11 @@
 //
 // Pure logic over value types; not thread-safe (the job's control loop).
 // Lifecycle: 1. Received() for each coordinator list, Offer() for each host-ready tensor,
-// SetJoinPending() while a local join waits; 2. when changed() (or a peer started a round): Vote(),
-// the data plane combines the votes, Agreed(result); 3. TakeOutcome() until it answers (it waits
-// for lists up to result.lists); then back to 1.
+// SubmittedPartly() for a tensor some local ranks submitted, SetJoinPending() while a local join
+// waits; 2. when changed() (or a peer started a round): the driver may delay the vote while
+// awaited() (WaitedInVain() when it gives up), then Vote(), the data plane combines the votes,
+// Agreed(result); 3. TakeOutcome() until it answers (it waits for lists up to result.lists); then
+// back to 1.
 #pragma once
 
 #include <cstdint>
@@ -136,6 +138,18 @@ class SteadyRounds {
   // A local rank's join is waiting: this host asks every cached tensor to go to the coordinator
   // (whose readiness table completes joins).
   void SetJoinPending(bool pending);
+  // Some but not all of this host's ranks submitted `name` (it waits in the job's readiness
+  // table), so its offer may come soon. Forgotten when it is offered or the rounds end.
+  void SubmittedPartly(const std::string& name);
+  // The partly submitted tensors worth delaying this host's vote for: each would be held and
+  // voted ready if offered now (cached in a slot, not held, no host asked for it centrally, no
+  // local join waiting), and no wait for it ran out before. A delay changes only when this host
+  // votes, never what its vote is a function of (the slot table and what was offered by then).
+  size_t awaited() const;
+  // A wait for awaited() ran out: the tensors partly submitted now delay no further vote until
+  // they are offered (a rank that never submits one, or submits in another order, costs one
+  // wait per tensor, not one per round).
+  void WaitedInVain();
 
   // Something happened since this host last voted: it should start a round.
   bool changed() const { return changed_; }
@@ -180,6 +194,8 @@ class SteadyRounds {
   // Applies a released list's cache decisions to the slot table.
   void Release(const CommittedList& list, RoundOutcome* out);
   bool Matches(const Template& t, const ReadyTensor& tensor) const;
+  // The slot `name` would be held in if offered now with its template's metadata, if any.
+  std::optional<size_t> HoldableSlot(const std::string& name) const;
   void Flush(size_t slot, RoundOutcome* out);
   std::vector<CarriedSlot> CarriedLayout() const;
   // The tensor agreed in `slot`, when that slot is carried: appends the round's result for it to
@@ -200,6 +216,7 @@ class SteadyRounds {
   std::map<size_t, ReadyTensor> held_;         // slot -> this host's tensor (with inputs)
   std::set<std::string> coordinator_bound_;    // sent centrally, not committed yet
   std::set<std::string> last_to_coordinator_;  // names the last round asked to go centrally
+  std::map<std::string, bool> partly_;  // partly submitted, not offered -> a wait for it ran out
   std::optional<RoundVote> result_;            // agreed, waiting for lists
   std::vector<CarriedSlot> carried_;           // the last vote's layout
 };

@@ -553,6 +553,80 @@ TEST_CASE("votes of different rounds are a broken invariant") {
   CHECK(job.host[0].Agreed(v0b).code() == absl::StatusCode::kInternal);
 }
 
+TEST_CASE("a partly submitted cached tensor is awaited until it is offered") {
+  Job job = CachedAbc();
+  SteadyRounds& h1 = job.host[1];
+  CHECK(h1.awaited() == 0);
+  h1.SubmittedPartly("a");
+  h1.SubmittedPartly("a");  // another local rank: still one tensor
+  h1.SubmittedPartly("x");  // not cached: it goes to the coordinator, nothing waits for it
+  CHECK(h1.awaited() == 1);
+  CHECK_FALSE(h1.changed());  // a partial submission is no reason for a round
+  ReadyTensor a1 = job.Local(1, "a");
+  REQUIRE(h1.Offer(a1));
+  CHECK(h1.awaited() == 0);
+  h1.SubmittedPartly("b");
+  CHECK(h1.awaited() == 1);
+  h1.TakeHeld();  // the rounds are over
+  CHECK(h1.awaited() == 0);
+}
+
+TEST_CASE("a wait that ran out is not repeated for the same submission") {
+  Job job = CachedAbc();
+  SteadyRounds& h1 = job.host[1];
+  h1.SubmittedPartly("a");
+  h1.WaitedInVain();
+  CHECK(h1.awaited() == 0);
+  h1.SubmittedPartly("a");  // another local rank of the same submission
+  h1.SubmittedPartly("b");  // a tensor partly submitted after the wait
+  CHECK(h1.awaited() == 1);
+  for (int h = 0; h < 2; ++h) {
+    ReadyTensor a = job.Local(h, "a");
+    REQUIRE(job.host[h].Offer(a));
+  }
+  job.Round();
+  for (auto& h : job.host) REQUIRE(Names(h.TakeOutcome()->run) == "a");
+  h1.SubmittedPartly("a");  // its next submission is awaited again
+  CHECK(h1.awaited() == 2);
+}
+
+TEST_CASE("nothing is awaited that would not be voted ready: joins, central names, held slots") {
+  Job job = CachedAbc();
+  SteadyRounds& h1 = job.host[1];
+  h1.SubmittedPartly("a");
+  h1.SetJoinPending(true);
+  CHECK(h1.awaited() == 0);
+  h1.SetJoinPending(false);
+  CHECK(h1.awaited() == 1);
+  ReadyTensor b1 = job.Local(1, "b", /*elements=*/2);  // changed metadata: central
+  REQUIRE_FALSE(h1.Offer(b1));
+  h1.SubmittedPartly("b");
+  CHECK(h1.awaited() == 1);
+  ReadyTensor c1 = job.Local(1, "c");
+  REQUIRE(h1.Offer(c1));
+  h1.SubmittedPartly("c");  // its slot is taken until the held one runs
+  CHECK(h1.awaited() == 1);
+}
+
+TEST_CASE("a vote after a wait is the vote the same state gives without one") {
+  Job waited = CachedAbc();
+  Job plain = CachedAbc();
+  waited.host[0].SubmittedPartly("a");
+  waited.host[0].SubmittedPartly("x");
+  waited.host[0].WaitedInVain();
+  waited.host[0].SubmittedPartly("b");
+  for (Job* job : {&waited, &plain}) {
+    ReadyTensor c0 = job->Local(0, "c");
+    REQUIRE(job->host[0].Offer(c0));
+  }
+  RoundVote a = waited.host[0].Vote(kFusion);
+  RoundVote b = plain.host[0].Vote(kFusion);
+  std::vector<uint8_t> wire_a(VoteBytes(a.slots)), wire_b(VoteBytes(b.slots));
+  EncodeVote(a, wire_a.data());
+  EncodeVote(b, wire_b.data());
+  CHECK(wire_a == wire_b);
+}
+
 // A small model of the job: each host's ranks submit the same tensors every step in their own
 // order (t0's shape changes at step 2); a host's tensor can be submitted again once it ran there;
 // the coordinator commits a tensor once every host sent it (caching it, or re-caching it under a

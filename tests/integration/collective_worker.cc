@@ -14,7 +14,7 @@
 // Scenarios: matrix, many, mismatch, adasum, join, stuck (submit one tensor and report how it
 // ends), latency, soak (ARD_SOAK_STEPS steps, default 500), carried (ARD_CARRIED_STEPS steps of
 // CarriedCases, default 4; ARD_CARRIED_OVER_ELEMENTS, default 257), and the fault scenarios of
-// worker_faults.h (steps, slow, uneven, after).
+// worker_faults.h (steps, slow, uneven, after, between, gated).
 #include <unistd.h>
 
 #include <algorithm>

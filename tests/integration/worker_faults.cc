@@ -18,13 +18,18 @@
 //   between every rank allreduces "first"; then the ranks of the last host (cross rank) print
 //           PAUSED and sleep until killed, while the others allreduce "second" (it waits for
 //           them): a job between two collectives, its data plane idle.
+//   gated   every rank allreduces "gated" (one float32); then a rank for which the FIFO
+//           ARD_GATE_DIR/<rank> exists prints GATED and opens it, which returns once the test
+//           opens it for writing; then every rank allreduces "gated" again (a cache hit).
 #include "tests/integration/worker_faults.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -179,6 +184,21 @@ int Between(ard_client* client, const ard_topology& t) {
   return 0;
 }
 
+int Gated(ard_client* client, const ard_topology& t) {
+  if (OneAllreduce(client, t, "gated", 1, 1.0f) != 0) return 1;
+  const char* dir = std::getenv("ARD_GATE_DIR");
+  const std::string gate = std::string(dir != nullptr ? dir : "") + "/" + std::to_string(t.rank);
+  if (dir != nullptr && access(gate.c_str(), F_OK) == 0) {
+    std::printf("GATED\n");
+    std::fflush(stdout);
+    const int fd = open(gate.c_str(), O_RDONLY);  // blocks until the test opens the writing end
+    if (fd >= 0) close(fd);
+  }
+  if (OneAllreduce(client, t, "gated", 1, 2.0f) != 0) return 1;
+  std::printf("DONE 2\n");
+  return 0;
+}
+
 }  // namespace
 
 int RunFaultMode(const std::string& mode, ard_client* client, const ard_topology& topo) {
@@ -187,6 +207,7 @@ int RunFaultMode(const std::string& mode, ard_client* client, const ard_topology
   if (mode == "uneven") return Uneven(client, topo);
   if (mode == "after") return After(client, topo);
   if (mode == "between") return Between(client, topo);
+  if (mode == "gated") return Gated(client, topo);
   return -1;
 }
 
