@@ -21,12 +21,14 @@ enum : uint32_t {
   kExecStart = 4,
   kTransferStart = 5,
   kTransferEnd = 6,
-  kComplete = 7
+  kComplete = 7,
+  kCarried = 8
 };
 constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
 
 struct Group {
   int64_t exec = kNone, transfer_start = kNone, transfer_end = kNone, complete = kNone;
+  bool carried = false;  // its data crossed hosts in the round that agreed it
   std::vector<std::string> tensors;
 };
 
@@ -79,6 +81,9 @@ HostMarks Collect(const StopTimelineResponse& host) {
         break;
       case kComplete:
         h.groups[e.group()].complete = t;
+        break;
+      case kCarried:
+        h.groups[e.group()].carried = true;
         break;
       default:
         break;
@@ -262,14 +267,18 @@ std::string WriteChromeTrace(const std::string& job,
         if (group != nullptr) {
           const bool cross = group->transfer_start != kNone;
           n += w.Slice(pid, tid, kPhaseQueued, in.commit, group->exec, rank_arg);
-          n += w.Slice(pid, tid, kPhaseReduce, group->exec,
-                       cross ? group->transfer_start : group->complete, rank_arg);
-          if (cross) {
-            n += w.Slice(pid, tid, kPhaseTransfer, group->transfer_start, group->transfer_end,
-                         rank_arg);
+          if (group->carried) {
+            // The round that agreed it moved its data: the executor only writes the results.
+            n += w.Slice(pid, tid, kPhaseCopyOut, group->exec, group->complete,
+                         absl::StrCat(rank_arg, ",\"carried_in_round\":true"));
+          } else {
+            n += w.Slice(pid, tid, kPhaseReduce, group->exec,
+                         cross ? group->transfer_start : group->complete, rank_arg);
           }
           // One host: the reduce writes the results itself; its slice runs to completion.
           if (cross) {
+            n += w.Slice(pid, tid, kPhaseTransfer, group->transfer_start, group->transfer_end,
+                         rank_arg);
             n += w.Slice(pid, tid, kPhaseCopyOut, group->transfer_end, group->complete, rank_arg);
           }
           if (n == (cross ? 6 : 4)) ++st.instances;

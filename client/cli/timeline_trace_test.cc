@@ -63,6 +63,26 @@ TEST_CASE("every rank's every tensor gets its six phases, hosts aligned") {
                   "\"last_host\":\"b\"}") != std::string::npos);
 }
 
+TEST_CASE("a group carried in the round that agreed it: queued, then result out") {
+  StopTimelineResponse a;
+  a.set_host("a");
+  Mark(&a, 100, 1, 0, 0, "x");
+  Mark(&a, 100, 2, -1, 0, "x");
+  Mark(&a, 150, 3, -1, 1, "x");  // the round agreed it and carried its data
+  Mark(&a, 160, 4, -1, 1, "");
+  Mark(&a, 165, 8, -1, 1, "");
+  Mark(&a, 170, 7, -1, 1, "");
+  TraceStats stats;
+  const std::string json = WriteChromeTrace("j", {a}, &stats);
+  CHECK(stats.instances == 1);
+  CHECK(stats.slices == 4 + 1);  // wait (zero long), negotiation, queued, result out; the group
+  CHECK(json.find("\"local reduce\"") == std::string::npos);
+  CHECK(json.find("\"cross-host transfer\"") == std::string::npos);
+  CHECK(json.find("\"name\":\"result out\",\"ts\":60,\"dur\":10,\"args\":{\"tensor\":\"x\","
+                  "\"host\":\"a\",\"group\":1,\"group_size\":1,\"rank\":0,"
+                  "\"carried_in_round\":true}") != std::string::npos);
+}
+
 TEST_CASE("a submission not ready when the recording stopped is left out") {
   StopTimelineResponse a;
   a.set_host("a");

@@ -275,6 +275,7 @@ void Executor::Execute(const Response& response, uint64_t group) {
     return CompleteAll(response, cause.ok() ? fatal : cause);
   }
   if (timeline != nullptr && timeline->on()) {
+    if (!response.reduced.empty()) timeline->Record(timeline::Mark::kCarried, -1, group, "");
     const TransferSpan transfer = collective->last_transfer();
     if (transfer.start != absl::InfinitePast()) {
       timeline->RecordAt(timeline::Mark::kTransferStart, -1, group, "", transfer.start);

@@ -33,6 +33,10 @@ enum class Mark : uint8_t {
   kTransferStart = 5,  // group `group`'s cross-host transfer began
   kTransferEnd = 6,    // ... and ended
   kComplete = 7,       // group `group`'s results are in the result arena, every rank told
+  // Group `group` was carried by the steady state's readiness round that agreed it: its data
+  // crossed hosts in that round (during negotiation), so it has no local reduce or transfer of
+  // its own; the executor only writes its results (recorded before kComplete).
+  kCarried = 8,
 };
 
 struct Event {
