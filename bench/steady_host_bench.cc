@@ -32,6 +32,7 @@
 namespace ard::bench {
 namespace {
 
+using negotiation::RankEntry;
 using negotiation::ReadyTensor;
 using negotiation::Response;
 using negotiation::TensorRequest;
@@ -65,7 +66,7 @@ int Main(int ranks, int tensors, int steps) {
   {
     negotiation::CommittedList list;
     for (int t = 0; t < tensors; ++t) {
-      ReadyTensor committed{SimTensorName(t), std::vector<std::optional<TensorRequest>>(ranks)};
+      ReadyTensor committed{SimTensorName(t), std::vector<RankEntry>(ranks)};
       for (int r = 0; r < ranks; ++r) {
         committed.ranks[r] = *negotiation::FromMeta(SimTensorMeta(r), committed.name, ranks);
       }
@@ -88,7 +89,7 @@ int Main(int ranks, int tensors, int steps) {
   for (int k = 0; k < steps; ++k) {
     double cpu = CpuSeconds();
     for (const TensorRequest& request : requests) {
-      ReadyTensor tensor{request.name(), std::vector<std::optional<TensorRequest>>(ranks)};
+      ReadyTensor tensor{request.name(), std::vector<RankEntry>(ranks)};
       tensor.ranks[rank] = request;
       if (!rounds.Offer(tensor)) std::abort();
     }

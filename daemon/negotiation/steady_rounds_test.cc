@@ -58,7 +58,7 @@ struct Job {
   // Host h's ranks submitted `name` (with `elements` elements of input[h]).
   ReadyTensor Local(int h, const std::string& name, int64_t elements = 1,
                     wire::Collective collective = wire::Collective::kAllreduce) const {
-    ReadyTensor t{name, std::vector<std::optional<TensorRequest>>(size())};
+    ReadyTensor t{name, std::vector<RankEntry>(size())};
     for (int r = 0; r < size(); ++r) {
       if (host_of_rank[r] != h) continue;
       t.ranks[r] = Request(r, name, elements);
@@ -71,7 +71,7 @@ struct Job {
   }
   // Host h's ranks submitted `request`'s tensor (its metadata; input as given).
   ReadyTensor Local(int h, TensorRequest request, const void* data) const {
-    ReadyTensor t{request.name(), std::vector<std::optional<TensorRequest>>(size())};
+    ReadyTensor t{request.name(), std::vector<RankEntry>(size())};
     request.rank = h;
     request.input.data = static_cast<const uint8_t*>(data);
     request.input.bytes = request.meta.bytes;
@@ -83,7 +83,7 @@ struct Job {
     CommittedList list;
     for (const TensorRequest& request : requests) {
       Response r;
-      ReadyTensor t{request.name(), std::vector<std::optional<TensorRequest>>(size())};
+      ReadyTensor t{request.name(), std::vector<RankEntry>(size())};
       for (int rank = 0; rank < size(); ++rank) {
         t.ranks[rank] = request;
         t.ranks[rank]->rank = rank;
@@ -103,7 +103,7 @@ struct Job {
     for (const std::string& name : names) {
       Response r;
       r.collective = collective;
-      ReadyTensor t{name, std::vector<std::optional<TensorRequest>>(size())};
+      ReadyTensor t{name, std::vector<RankEntry>(size())};
       for (int rank = 0; rank < size(); ++rank) {
         t.ranks[rank] = Request(rank, name, elements);
         t.ranks[rank]->meta.collective = static_cast<uint32_t>(collective);
