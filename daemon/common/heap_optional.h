@@ -20,7 +20,7 @@ class HeapOptional {
  public:
   HeapOptional() = default;
   HeapOptional(std::nullopt_t) {}  // NOLINT: implicit, as std::optional's
-  HeapOptional(const T& value) : value_(std::make_unique<T>(value)) {}  // NOLINT
+  HeapOptional(const T& value) : value_(std::make_unique<T>(value)) {}        // NOLINT
   HeapOptional(T&& value) : value_(std::make_unique<T>(std::move(value))) {}  // NOLINT
   HeapOptional(const HeapOptional& other)
       : value_(other.value_ ? std::make_unique<T>(*other.value_) : nullptr) {}
