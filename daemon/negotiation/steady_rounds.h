@@ -159,8 +159,9 @@ class SteadyRounds {
   std::vector<Response> TakePending();
 
   // Per-rank metadata entries the slot templates hold (memory accounting: each is one
-  // TensorRequest or std::optional<TensorRequest>, about 500 bytes): this host's ranks per slot,
-  // rank 0's, and every rank where the template keeps the committed tensor (see Slots above).
+  // TensorRequest, about 500 bytes, inline or, in every_rank, behind a present RankEntry): this
+  // host's ranks per slot, rank 0's, and every rank where the template keeps the committed
+  // tensor (see Slots above).
   size_t template_rank_entries() const;
 
  private:
