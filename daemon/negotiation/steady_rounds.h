@@ -178,8 +178,18 @@ class SteadyRounds {
       return !local.empty() ? local[0] : first ? *first : every_rank->first();
     }
   };
+  // A received list, and which of its tensors every rank took part in (without GPU memory or a
+  // group), as it arrived: Received drops the other hosts' entries of those this host runs on
+  // its own ranks alone (Compact), and Release makes templates of them.
+  struct PendingList {
+    CommittedList list;
+    std::map<std::string, bool> every_rank;  // by name; the last tensor of a name counts
+  };
+  // Drops the entries of `t` (every rank present) that this host's data plane never reads:
+  // other hosts' ranks' but rank 0's, whose metadata every rank shares (`first()`).
+  void Compact(ReadyTensor& t) const;
   // Applies a released list's cache decisions to the slot table.
-  void Release(const CommittedList& list, RoundOutcome* out);
+  void Release(const PendingList& pending, RoundOutcome* out);
   bool Matches(const Template& t, const ReadyTensor& tensor) const;
   void Flush(size_t slot, RoundOutcome* out);
   std::vector<CarriedSlot> CarriedLayout() const;
@@ -195,7 +205,7 @@ class SteadyRounds {
   bool join_pending_ = false;
   uint64_t received_ = 0;                            // lists received
   uint64_t released_ = 0;                            // lists released by rounds
-  std::map<uint64_t, CommittedList> pending_lists_;  // received, not released; by number
+  std::map<uint64_t, PendingList> pending_lists_;  // received, not released; by number
   std::vector<std::optional<Template>> slots_;
   std::map<std::string, size_t> slot_of_;
   std::map<size_t, ReadyTensor> held_;         // slot -> this host's tensor (with inputs)
