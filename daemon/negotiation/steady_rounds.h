@@ -6,8 +6,9 @@
 // Model. The coordinator's committed lists (one per JobEvent that commits responses or changes
 // the response cache) arrive on every host in one stream order, numbered 1, 2, ...; this class
 // holds them until a round releases them (a tensor that runs on this host's ranks alone with
-// only those ranks' entries and rank 0's, as an agreed one below: Compact). A round r is one commutative combine over every host's
-// RoundVote (CombineVotes: AND of ready bits, OR of to-coordinator bits, MAX of lists received):
+// only those ranks' entries and rank 0's, as an agreed one below: Compact). A round r is one
+// commutative combine over every host's RoundVote (CombineVotes: AND of ready bits, OR of
+// to-coordinator bits, MAX of lists received):
 // afterwards each host runs, in this order, (1) the lists up to the round's `lists` (waiting for
 // the ones still in flight to it), then (2) the tensors every host was ready for, in slot order:
 // the carried ones (below) in one response with their results, the others fused, then (3) sends
