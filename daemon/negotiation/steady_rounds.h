@@ -205,8 +205,8 @@ class SteadyRounds {
   uint64_t round_ = 0;
   bool changed_ = false;
   bool join_pending_ = false;
-  uint64_t received_ = 0;                            // lists received
-  uint64_t released_ = 0;                            // lists released by rounds
+  uint64_t received_ = 0;                          // lists received
+  uint64_t released_ = 0;                          // lists released by rounds
   std::map<uint64_t, PendingList> pending_lists_;  // received, not released; by number
   std::vector<std::optional<Template>> slots_;
   std::map<std::string, size_t> slot_of_;

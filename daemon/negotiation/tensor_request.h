@@ -36,7 +36,8 @@ using RankEntry = HeapOptional<TensorRequest>;
 struct ReadyTensor {
   std::string name;
   // One entry per rank of the job, indexed by rank; absent for a rank that has joined
-  // (contributes the identity) or, in a host-ready tensor, for another host's rank.
+  // (contributes the identity) or, in a host-ready tensor, for another host's rank (and in what
+  // the steady state runs, SteadyRounds, for another host's rank but rank 0).
   std::vector<RankEntry> ranks;
 
   // The first rank's request (every present rank's metadata agrees once validated).
