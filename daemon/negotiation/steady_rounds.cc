@@ -146,10 +146,10 @@ void SteadyRounds::Received(CommittedList list) {
   for (Response& r : list.responses) {
     if (!r.error.ok() || r.collective == wire::Collective::kJoin) continue;
     for (ReadyTensor& t : r.tensors) {
-      const bool every_rank =
-          !t.ranks.empty() && t.ranks.size() == here_.size() &&
-          std::all_of(t.ranks.begin(), t.ranks.end(),
-                      [](const auto& q) { return q && !q->gpu && q->meta.group_id < 0; });
+      const bool every_rank = !t.ranks.empty() && t.ranks.size() == here_.size() &&
+                              std::all_of(t.ranks.begin(), t.ranks.end(), [](const auto& q) {
+                                return q && !q->gpu && q->meta.group_id < 0;
+                              });
       pending.every_rank[t.name] = every_rank;
       if (every_rank && !ReadsEveryRank(r.collective)) Compact(t);
     }
