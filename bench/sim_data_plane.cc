@@ -43,6 +43,7 @@ bool Secondary(const absl::Status& s) {
 
 }  // namespace
 
+using negotiation::RankEntry;
 using negotiation::ReadyTensor;
 using negotiation::Response;
 using negotiation::TensorRequest;
@@ -283,7 +284,7 @@ absl::StatusOr<DataPlaneCounts> SimDataPlane::Steady(int steps) {
       // entry per rank of the job.
       const double cpu = ThreadCpuSeconds();
       for (const TensorRequest& request : host.requests) {
-        ReadyTensor tensor{request.name(), std::vector<std::optional<TensorRequest>>(job_size_)};
+        ReadyTensor tensor{request.name(), std::vector<RankEntry>(job_size_)};
         tensor.ranks[host.rank] = request;
         if (!host.steady->Offer(tensor)) {
           return absl::InternalError(absl::StrCat("tensor ", request.name(), " was not held"));

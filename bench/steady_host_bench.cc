@@ -11,7 +11,9 @@
 // readiness table hands it over), a round (Vote; this host's vote is the combined result, as if
 // every host voted the same; Agreed; TakeOutcome) that must agree every tensor, and the release
 // of what it ran. Prints one JSON object: per-step CPU (this thread's) and heap bytes in use
-// (mallinfo2) after the first round (the slot templates) and while a step's tensors are held.
+// (mallinfo2) once the first list is decoded (every rank's entry of every tensor), while
+// SteadyRounds holds it (from a first step's commit until the round that releases it), after the
+// first round (the slot templates) and while a step's tensors are held.
 //
 // Usage: steady_host_bench [--ranks=1000] [--tensors=200] [--steps=50]
 #include <malloc.h>
@@ -32,6 +34,7 @@
 namespace ard::bench {
 namespace {
 
+using negotiation::RankEntry;
 using negotiation::ReadyTensor;
 using negotiation::Response;
 using negotiation::TensorRequest;
@@ -62,10 +65,11 @@ int Main(int ranks, int tensors, int steps) {
   here[rank] = true;
   const double heap_start = HeapBytes();
   negotiation::SteadyRounds rounds(here);
+  double heap_decoded = 0, heap_first_list = 0;
   {
     negotiation::CommittedList list;
     for (int t = 0; t < tensors; ++t) {
-      ReadyTensor committed{SimTensorName(t), std::vector<std::optional<TensorRequest>>(ranks)};
+      ReadyTensor committed{SimTensorName(t), std::vector<RankEntry>(ranks)};
       for (int r = 0; r < ranks; ++r) {
         committed.ranks[r] = *negotiation::FromMeta(SimTensorMeta(r), committed.name, ranks);
       }
@@ -75,7 +79,9 @@ int Main(int ranks, int tensors, int steps) {
       list.responses.push_back(*negotiation::DecodeResponse(cr, ranks));
       list.cache_put.push_back({static_cast<uint32_t>(t + 1), committed.name});
     }
+    heap_decoded = HeapBytes() - heap_start;
     rounds.Received(std::move(list));
+    heap_first_list = HeapBytes() - heap_start;
   }
   size_t agreed = 0;
   if (Round(rounds, &agreed).size() != static_cast<size_t>(tensors)) std::abort();
@@ -88,7 +94,7 @@ int Main(int ranks, int tensors, int steps) {
   for (int k = 0; k < steps; ++k) {
     double cpu = CpuSeconds();
     for (const TensorRequest& request : requests) {
-      ReadyTensor tensor{request.name(), std::vector<std::optional<TensorRequest>>(ranks)};
+      ReadyTensor tensor{request.name(), std::vector<RankEntry>(ranks)};
       tensor.ranks[rank] = request;
       if (!rounds.Offer(tensor)) std::abort();
     }
@@ -105,9 +111,10 @@ int Main(int ranks, int tensors, int steps) {
   std::printf(
       "{\"ranks\": %d, \"tensors\": %d, \"steps\": %d, \"offer_cpu_us_per_step\": %.1f, "
       "\"round_cpu_us_per_step\": %.1f, \"free_cpu_us_per_step\": %.1f, "
-      "\"template_heap_mb\": %.3f, \"held_heap_mb\": %.3f}\n",
+      "\"decoded_list_heap_mb\": %.3f, \"first_list_heap_mb\": %.3f, \"template_heap_mb\": %.3f, "
+      "\"held_heap_mb\": %.3f}\n",
       ranks, tensors, steps, 1e6 * offer_s / steps, 1e6 * round_s / steps, 1e6 * free_s / steps,
-      heap_templates / 1e6, heap_held / 1e6);
+      heap_decoded / 1e6, heap_first_list / 1e6, heap_templates / 1e6, heap_held / 1e6);
   return 0;
 }
 

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/common/heap_optional.h"
 #include "daemon/negotiation/tensor_request.h"
 #include "daemon/shm/result_arena.h"
 
@@ -31,6 +32,12 @@ struct RankResult {
   std::vector<int64_t> shape;
   std::vector<int64_t> splits;  // alltoall: rows from each rank; allgather: rows of each rank
 };
+
+// One tensor's results, indexed by rank (one entry per rank of the job); absent for a rank with
+// no result here (another host's, or one not taking part, or a collective that returns no
+// data): an absent entry costs a pointer, so a large job's tensor does not pay a RankResult
+// (64 bytes) for every rank of the job.
+using RankResults = std::vector<HeapOptional<RankResult>>;
 
 // When the cross-host part of a Run began and ended (the timeline's "cross-host transfer").
 struct TransferSpan {
@@ -52,11 +59,11 @@ class Collective {
   virtual absl::Status Prepare() { return absl::OkStatus(); }
 
   // Computes every tensor of `response` for this host's ranks: (*out)[i][rank] for tensor i and
-  // every local rank that takes part. `*bytes_reduced` grows by one rank's input bytes per tensor.
-  // A group is atomic: an error fails every tensor of the response.
+  // every local rank that takes part (absent: a result with no bytes and no shape).
+  // `*bytes_reduced` grows by one rank's input bytes per tensor. A group is atomic: an error fails
+  // every tensor of the response.
   virtual absl::Status Run(const negotiation::Response& response, const SlotAllocator& allocate,
-                           std::vector<std::vector<RankResult>>* out,
-                           uint64_t* bytes_reduced) = 0;
+                           std::vector<RankResults>* out, uint64_t* bytes_reduced) = 0;
 
   // After Run returned `error`: OK when only that response's tensors were wrong (the job goes
   // on); otherwise why the job cannot go on (this data plane is unusable), worded for the user.

@@ -254,7 +254,7 @@ void Executor::Execute(const Response& response, uint64_t group) {
   }
   const SlotAllocator allocate = [this](uint64_t bytes) { return AllocateSlot(bytes); };
   // Compute every tensor first (a group is atomic: one failure fails the group), then complete.
-  std::vector<std::vector<RankResult>> results;
+  std::vector<RankResults> results;
   uint64_t bytes = 0;
   const absl::Time start = absl::Now();
   timeline::Recorder* timeline = job_->timeline.get();
@@ -286,7 +286,8 @@ void Executor::Execute(const Response& response, uint64_t group) {
     const auto& tensor = response.tensors[i];
     for (int r = 0; r < job_->size; ++r) {
       if (!tensor.ranks[r] || job_->ranks[r] == nullptr) continue;
-      SendComplete(*job_->ranks[r], *tensor.ranks[r], absl::OkStatus(), &results[i][r],
+      const auto& result = results[i][r];  // absent: as an empty result
+      SendComplete(*job_->ranks[r], *tensor.ranks[r], absl::OkStatus(), result ? &*result : nullptr,
                    response.join_last_rank);
     }
   }

@@ -21,7 +21,7 @@ class RecordingCollective : public Collective {
     prepared_->store(true);
     return absl::OkStatus();
   }
-  absl::Status Run(const Response&, const SlotAllocator&, std::vector<std::vector<RankResult>>*,
+  absl::Status Run(const Response&, const SlotAllocator&, std::vector<RankResults>*,
                    uint64_t*) override {
     return absl::OkStatus();
   }

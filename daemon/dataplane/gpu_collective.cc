@@ -30,8 +30,7 @@ void GpuCollective::Abort(const absl::Status& why) {
 }
 
 absl::Status GpuCollective::Run(const Response& response, const SlotAllocator&,
-                                std::vector<std::vector<RankResult>>* out,
-                                uint64_t* bytes_reduced) {
+                                std::vector<RankResults>* out, uint64_t* bytes_reduced) {
   if (!failed_.ok()) return failed_;
   std::vector<gpu::GpuTensor> tensors;
   for (const auto& tensor : response.tensors) {
@@ -76,12 +75,15 @@ absl::Status GpuCollective::Run(const Response& response, const SlotAllocator&,
 // only this tensor's ranks got wrong (the job goes on); another error is the GPU's (the job fails).
 absl::Status GpuCollective::RunCollective(const Response& response,
                                           const std::vector<gpu::GpuTensor>& tensors,
-                                          std::vector<std::vector<RankResult>>* out) {
-  out->assign(response.tensors.size(), std::vector<RankResult>(size_));
+                                          std::vector<RankResults>* out) {
+  out->assign(response.tensors.size(), RankResults(size_));
   for (size_t i = 0; i < response.tensors.size(); ++i) {
     for (int r = 0; r < size_; ++r) {
       const auto& req = response.tensors[i].ranks[r];
-      if (req) (*out)[i][r].shape.assign(req->meta.shape, req->meta.shape + req->meta.ndims);
+      if (req) {
+        (*out)[i][r] =
+            RankResult{nullptr, {req->meta.shape, req->meta.shape + req->meta.ndims}, {}};
+      }
     }
   }
   const wire::Collective collective =
@@ -90,17 +92,19 @@ absl::Status GpuCollective::RunCollective(const Response& response,
   for (size_t i = 0; i < tensors.size(); ++i) {
     const negotiation::ReadyTensor& tensor = response.tensors[i];
     const wire::Submit& m = tensor.first().meta;
-    std::vector<RankResult>& results = (*out)[i];
+    RankResults& results = (*out)[i];
     switch (collective) {
       case wire::Collective::kBroadcast:
         ARD_RETURN_IF_ERROR(job_->Broadcast(tensors[i], m.root_rank));
-        for (auto& result : results) result.shape.assign(m.shape, m.shape + m.ndims);
+        for (auto& result : results) {
+          if (result) result->shape.assign(m.shape, m.shape + m.ndims);
+        }
         break;
       case wire::Collective::kAllgather:
         // Equal first dimensions: negotiation/validation.cc (scalars: the job's GPU submit check).
         ARD_RETURN_IF_ERROR(job_->Allgather(tensors[i]));
         for (auto& result : results) {
-          if (!result.shape.empty()) result.shape[0] = m.shape[0] * size_;
+          if (result && !result->shape.empty()) result->shape[0] = m.shape[0] * size_;
         }
         break;
       case wire::Collective::kReducescatter: {
@@ -114,7 +118,7 @@ absl::Status GpuCollective::RunCollective(const Response& response,
         for (int r = 0; r < size_; ++r) {
           const int64_t rows = collectives::RowsOfRank(d0, size_, r);
           blocks.push_back(rows * row);
-          if (!results[r].shape.empty()) results[r].shape[0] = rows;
+          if (results[r] && !results[r]->shape.empty()) results[r]->shape[0] = rows;
         }
         ARD_RETURN_IF_ERROR(job_->Reducescatter(tensors[i], blocks));
         break;

@@ -30,14 +30,14 @@ class GpuCollective : public Collective {
 
   absl::Status Prepare() override;
   absl::Status Run(const negotiation::Response& response, const SlotAllocator& allocate,
-                   std::vector<std::vector<RankResult>>* out, uint64_t* bytes_reduced) override;
+                   std::vector<RankResults>* out, uint64_t* bytes_reduced) override;
   absl::Status JobFailure(const absl::Status& error) const override { return failed_; }
   void Abort(const absl::Status& why) override;
 
  private:
   absl::Status RunCollective(const negotiation::Response& response,
                              const std::vector<gpu::GpuTensor>& tensors,
-                             std::vector<std::vector<RankResult>>* out);
+                             std::vector<RankResults>* out);
 
   const std::string job_name_;
   const std::vector<bool> local_ranks_;

@@ -81,7 +81,7 @@ absl::StatusOr<std::shared_ptr<shm::ResultSlot>> Allocate(const SlotAllocator& a
 }
 
 absl::Status Allreduce(const ReadyTensor& t, int size, const SlotAllocator& allocate,
-                       std::vector<RankResult>* out) {
+                       RankResults* out) {
   const wire::Submit& m = t.first().meta;
   auto slot = Allocate(allocate, m.bytes);
   if (!slot.ok()) return slot.status();
@@ -101,7 +101,7 @@ absl::Status Allreduce(const ReadyTensor& t, int size, const SlotAllocator& allo
 }
 
 absl::Status Allgather(const ReadyTensor& t, int size, const SlotAllocator& allocate,
-                       std::vector<RankResult>* out) {
+                       RankResults* out) {
   const Layout l = LayoutOf(t.first().meta);
   int64_t rows = 0;
   std::vector<int64_t> per_rank(size, 0);
@@ -123,7 +123,7 @@ absl::Status Allgather(const ReadyTensor& t, int size, const SlotAllocator& allo
 }
 
 absl::Status Broadcast(const ReadyTensor& t, int size, const SlotAllocator& allocate,
-                       std::vector<RankResult>* out) {
+                       RankResults* out) {
   const TensorRequest& root = *t.ranks[t.first().meta.root_rank];
   auto slot = Allocate(allocate, root.input.bytes);
   if (!slot.ok()) return slot.status();
@@ -138,7 +138,7 @@ int64_t SplitOf(const TensorRequest& s, int r, int size) {
 }
 
 absl::Status Alltoall(const ReadyTensor& t, int size, const SlotAllocator& allocate,
-                      std::vector<RankResult>* out) {
+                      RankResults* out) {
   const Layout l = LayoutOf(t.first().meta);
   for (int r = 0; r < size; ++r) {
     RankResult result;
@@ -165,7 +165,7 @@ absl::Status Alltoall(const ReadyTensor& t, int size, const SlotAllocator& alloc
 }
 
 absl::Status Reducescatter(const ReadyTensor& t, int size, const SlotAllocator& allocate,
-                           std::vector<RankResult>* out) {
+                           RankResults* out) {
   const wire::Submit& m = t.first().meta;
   const Layout l = LayoutOf(m);
   const int64_t d0 = m.shape[0];
@@ -187,8 +187,8 @@ absl::Status Reducescatter(const ReadyTensor& t, int size, const SlotAllocator& 
 }
 
 absl::Status RunTensor(const ReadyTensor& tensor, int size, const SlotAllocator& allocate,
-                       std::vector<RankResult>* out, uint64_t* bytes_reduced) {
-  out->assign(size, RankResult{});
+                       RankResults* out, uint64_t* bytes_reduced) {
+  out->assign(size, std::nullopt);
   const TensorRequest& first = tensor.first();
   *bytes_reduced += first.meta.bytes;
   switch (first.collective()) {
@@ -212,8 +212,7 @@ absl::Status RunTensor(const ReadyTensor& tensor, int size, const SlotAllocator&
 }  // namespace
 
 absl::Status LocalCollective::Run(const negotiation::Response& response,
-                                  const SlotAllocator& allocate,
-                                  std::vector<std::vector<RankResult>>* out,
+                                  const SlotAllocator& allocate, std::vector<RankResults>* out,
                                   uint64_t* bytes_reduced) {
   out->resize(response.tensors.size());
   for (size_t i = 0; i < response.tensors.size(); ++i) {

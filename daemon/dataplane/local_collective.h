@@ -15,7 +15,7 @@ class LocalCollective : public Collective {
   explicit LocalCollective(int size) : size_(size) {}
 
   absl::Status Run(const negotiation::Response& response, const SlotAllocator& allocate,
-                   std::vector<std::vector<RankResult>>* out, uint64_t* bytes_reduced) override;
+                   std::vector<RankResults>* out, uint64_t* bytes_reduced) override;
   absl::Status JobFailure(const absl::Status&) const override { return absl::OkStatus(); }
   // Small responses cost less than the executor thread's wake-up (~100 us here).
   bool RunsInline(uint64_t bytes) const override { return bytes <= (64 << 10); }

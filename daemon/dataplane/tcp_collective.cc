@@ -96,7 +96,7 @@ void Finish(const wire::Submit& m, int size, uint8_t* buf) {
 // fusion buffer, the tree over hosts, then each result copied into its slot.
 absl::Status AdasumKind(const Response& response, const std::vector<size_t>& members,
                         const HostLayout& job, tcp::TcpMesh& mesh, TransferSpan* transfer,
-                        const SlotAllocator& allocate, std::vector<std::vector<RankResult>>* out) {
+                        const SlotAllocator& allocate, std::vector<RankResults>* out) {
   thread_local std::vector<uint8_t> fusion;
   const wire::Submit& first = response.tensors[members[0]].first().meta;
   const size_t elem = wire::DataTypeSize(first.dtype);
@@ -165,8 +165,7 @@ uint64_t SlotAligned(uint64_t offset) {
 // host): each result finished (postscale, Average's division) in one result slot laid out as
 // Allreduce lays out a kind. Nothing crosses hosts.
 absl::Status WriteCarried(const Response& response, const HostLayout& job,
-                          const SlotAllocator& allocate,
-                          std::vector<std::vector<RankResult>>* out) {
+                          const SlotAllocator& allocate, std::vector<RankResults>* out) {
   std::vector<uint64_t> offsets;
   uint64_t total = 0;
   for (size_t i = 0; i < response.tensors.size(); ++i) {
@@ -205,7 +204,7 @@ absl::Status WriteCarried(const Response& response, const HostLayout& job,
 // from that rank's input: no copy at all.
 absl::Status Allreduce(const Response& response, const HostLayout& job, tcp::TcpMesh& mesh,
                        TransferSpan* transfer, const SlotAllocator& allocate,
-                       std::vector<std::vector<RankResult>>* out) {
+                       std::vector<RankResults>* out) {
   std::map<std::tuple<uint32_t, uint32_t, double, double>, std::vector<size_t>> kinds;
   for (size_t i = 0; i < response.tensors.size(); ++i) {
     const wire::Submit& m = response.tensors[i].first().meta;
@@ -267,7 +266,7 @@ absl::StatusOr<std::shared_ptr<shm::ResultSlot>> Slot(const SlotAllocator& alloc
 }
 
 absl::Status Allgather(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh& mesh,
-                       const SlotAllocator& allocate, std::vector<RankResult>* out) {
+                       const SlotAllocator& allocate, RankResults* out) {
   const wire::Submit& m = t.first().meta;
   const uint64_t row = RowBytes(m);
   std::vector<int64_t> rows(job.size);
@@ -304,7 +303,7 @@ absl::Status Allgather(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh
 }
 
 absl::Status Broadcast(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh& mesh,
-                       const SlotAllocator& allocate, std::vector<RankResult>* out) {
+                       const SlotAllocator& allocate, RankResults* out) {
   const wire::Submit& m = t.first().meta;
   const int root = m.root_rank;
   auto slot = Slot(allocate, m.bytes);
@@ -326,7 +325,7 @@ int64_t SplitOf(const TensorRequest& s, int r, int size) {
 }
 
 absl::Status Alltoall(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh& mesh,
-                      const SlotAllocator& allocate, std::vector<RankResult>* out) {
+                      const SlotAllocator& allocate, RankResults* out) {
   const int n = job.size;
   const uint64_t row = RowBytes(t.first().meta);
   const std::vector<int>& mine = job.ranks_of_host[job.cross_rank];
@@ -400,7 +399,7 @@ absl::Status Alltoall(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh&
 // ranks get one row more, like Horovod). Moves the whole tensor rather than each host's rows:
 // simple, and correct for any placement of ranks on hosts.
 absl::Status Reducescatter(const ReadyTensor& t, const HostLayout& job, tcp::TcpMesh& mesh,
-                           const SlotAllocator& allocate, std::vector<RankResult>* out) {
+                           const SlotAllocator& allocate, RankResults* out) {
   const wire::Submit& m = t.first().meta;
   thread_local std::vector<uint8_t> full;
   full.resize(m.bytes);
@@ -432,8 +431,8 @@ absl::Status Reducescatter(const ReadyTensor& t, const HostLayout& job, tcp::Tcp
 
 absl::Status RunResponse(const Response& response, const HostLayout& job, tcp::TcpMesh& mesh,
                          TransferSpan* transfer, const SlotAllocator& allocate,
-                         std::vector<std::vector<RankResult>>* out, uint64_t* bytes_reduced) {
-  out->assign(response.tensors.size(), std::vector<RankResult>(job.size));
+                         std::vector<RankResults>* out, uint64_t* bytes_reduced) {
+  out->assign(response.tensors.size(), RankResults(job.size));
   for (const auto& t : response.tensors) *bytes_reduced += t.first().meta.bytes;
   if (!response.reduced.empty()) return WriteCarried(response, job, allocate, out);
   if (response.collective == wire::Collective::kAllreduce) {
@@ -442,7 +441,7 @@ absl::Status RunResponse(const Response& response, const HostLayout& job, tcp::T
   // Other collectives (grouped ones included) run tensor by tensor, in list order.
   for (size_t i = 0; i < response.tensors.size(); ++i) {
     const ReadyTensor& t = response.tensors[i];
-    std::vector<RankResult>* results = &(*out)[i];
+    RankResults* results = &(*out)[i];
     absl::Status s;
     // These exchange each tensor whole: the transfer spans them (their local parts are copies).
     transfer->Begin();
@@ -493,8 +492,7 @@ absl::Status TcpCollective::Prepare() {
 }
 
 absl::Status TcpCollective::Run(const Response& response, const SlotAllocator& allocate,
-                                std::vector<std::vector<RankResult>>* out,
-                                uint64_t* bytes_reduced) {
+                                std::vector<RankResults>* out, uint64_t* bytes_reduced) {
   if (mesh_for_ops_ == nullptr) return absl::FailedPreconditionError("data plane not connected");
   transfer_ = TransferSpan();
   return RunResponse(response, layout_, *mesh_for_ops_, &transfer_, allocate, out, bytes_reduced);

@@ -49,7 +49,7 @@ class TcpCollective : public Collective {
 
   absl::Status Prepare() override;
   absl::Status Run(const negotiation::Response& response, const SlotAllocator& allocate,
-                   std::vector<std::vector<RankResult>>* out, uint64_t* bytes_reduced) override;
+                   std::vector<RankResults>* out, uint64_t* bytes_reduced) override;
   absl::Status JobFailure(const absl::Status& error) const override;
   // A peer's connection usually breaks because that host failed the job for a reason of its own
   // (one of its ranks died), which the coordinator is about to tell every host: about one round

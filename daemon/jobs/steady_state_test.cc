@@ -18,6 +18,7 @@ namespace {
 using dataplane::tcp::LocalHosts;
 using dataplane::tcp::RunOnHosts;
 using negotiation::CommittedList;
+using negotiation::RankEntry;
 using negotiation::ReadyTensor;
 using negotiation::Response;
 using negotiation::TensorRequest;
@@ -74,7 +75,7 @@ struct Pair {
   CommittedList List(const TensorRequest& request, uint32_t id) {
     CommittedList list;
     Response r;
-    ReadyTensor t{request.name(), std::vector<std::optional<TensorRequest>>(n)};
+    ReadyTensor t{request.name(), std::vector<RankEntry>(n)};
     for (int rank = 0; rank < n; ++rank) {
       t.ranks[rank] = request;
       t.ranks[rank]->rank = rank;
@@ -85,7 +86,7 @@ struct Pair {
     return list;
   }
   ReadyTensor Local(int h, const std::string& name) {
-    ReadyTensor t{name, std::vector<std::optional<TensorRequest>>(n)};
+    ReadyTensor t{name, std::vector<RankEntry>(n)};
     t.ranks[h] = Request(h, name);
     return t;
   }
@@ -167,7 +168,7 @@ TEST_CASE(
       input[h] = std::vector<float>(257, 1.0f + h);
       input[h][0] = h == 0 ? 2e8f : 2.0f;
       for (const TensorRequest* request : {&small, &big}) {
-        ReadyTensor t{request->name(), std::vector<std::optional<TensorRequest>>(n)};
+        ReadyTensor t{request->name(), std::vector<RankEntry>(n)};
         t.ranks[h] = *request;
         t.ranks[h]->rank = h;
         t.ranks[h]->input.data = reinterpret_cast<const uint8_t*>(input[h].data());

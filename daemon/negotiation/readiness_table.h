@@ -51,7 +51,7 @@ class ReadinessTable {
 
  private:
   struct Pending {
-    std::vector<std::optional<TensorRequest>> ranks;
+    std::vector<RankEntry> ranks;
     int count = 0;
     absl::Time first_seen;
   };
@@ -65,7 +65,7 @@ class ReadinessTable {
   const bool complete_joins_;
   std::map<std::string, Pending> pending_;  // by tensor name; ordered for stable reports
   std::vector<bool> joined_;
-  std::vector<std::optional<TensorRequest>> join_requests_;
+  std::vector<RankEntry> join_requests_;
   int joined_count_ = 0;
   // Grouped tensors that are ready, waiting for the rest of their group (by group id).
   std::map<int, std::vector<ReadyTensor>> groups_;

@@ -113,7 +113,7 @@ absl::StatusOr<ReadyTensor> DecodeTensor(const CollectiveResponse::Tensor& t, in
   if (!t.has_common()) {
     return Malformed(t.name(), "no shared metadata (sent by a daemon of another version?)");
   }
-  ReadyTensor tensor{t.name(), std::vector<std::optional<TensorRequest>>(job_size)};
+  ReadyTensor tensor{t.name(), std::vector<RankEntry>(job_size)};
   std::vector<bool> absent(job_size, false);
   int previous = -1;
   for (int r : t.absent_ranks()) {

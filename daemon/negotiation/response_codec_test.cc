@@ -34,7 +34,7 @@ TensorRequest Req(int rank, Collective c, std::vector<int64_t> shape,
 // `size` ranks of `make(rank)`, those of `absent` not taking part.
 template <typename Make>
 ReadyTensor Tensor(int size, Make make, std::vector<int> absent = {}) {
-  ReadyTensor t{"grad/w", std::vector<std::optional<TensorRequest>>(size)};
+  ReadyTensor t{"grad/w", std::vector<RankEntry>(size)};
   for (int r = 0; r < size; ++r) {
     if (std::find(absent.begin(), absent.end(), r) == absent.end()) t.ranks[r] = make(r);
   }

@@ -140,8 +140,28 @@ SteadyRounds::SteadyRounds(std::vector<bool> here, RoundData data)
     : here_(std::move(here)), local_ranks_(RanksOf(here_)), data_(std::move(data)) {}
 
 void SteadyRounds::Received(CommittedList list) {
-  pending_lists_[++received_] = std::move(list);
+  // Held until a round releases it, on every host at once: a tensor of a large job keeps only
+  // what this host runs (otherwise about 500 bytes per rank of the job per tensor, decoded).
+  PendingList& pending = pending_lists_[++received_];
+  for (Response& r : list.responses) {
+    if (!r.error.ok() || r.collective == wire::Collective::kJoin) continue;
+    for (ReadyTensor& t : r.tensors) {
+      const bool every_rank = !t.ranks.empty() && t.ranks.size() == here_.size() &&
+                              std::all_of(t.ranks.begin(), t.ranks.end(), [](const auto& q) {
+                                return q && !q->gpu && q->meta.group_id < 0;
+                              });
+      pending.every_rank[t.name] = every_rank;
+      if (every_rank && !ReadsEveryRank(r.collective)) Compact(t);
+    }
+  }
+  pending.list = std::move(list);
   changed_ = true;
+}
+
+void SteadyRounds::Compact(ReadyTensor& t) const {
+  for (size_t r = 1; r < t.ranks.size(); ++r) {
+    if (!here_[r]) t.ranks[r].reset();
+  }
 }
 
 std::optional<size_t> SteadyRounds::HoldableSlot(const std::string& name) const {
@@ -303,9 +323,10 @@ std::optional<RoundOutcome> SteadyRounds::TakeOutcome() {
     }
   }
   for (uint64_t n = released_ + 1; n <= result.lists; ++n) {
-    CommittedList list = std::move(pending_lists_.at(n));
+    PendingList pending = std::move(pending_lists_.at(n));
     pending_lists_.erase(n);
-    Release(list, &out);
+    Release(pending, &out);
+    CommittedList& list = pending.list;
     for (Response& r : list.responses) {
       for (const ReadyTensor& t : r.tensors) asked.erase(t.name);  // asked about the last one
       out.run.push_back(std::move(r));
@@ -345,15 +366,16 @@ std::vector<ReadyTensor> SteadyRounds::TakeHeld() {
 
 std::vector<Response> SteadyRounds::TakePending() {
   std::vector<Response> out;
-  for (auto& [n, list] : pending_lists_) {
-    for (Response& r : list.responses) out.push_back(std::move(r));
+  for (auto& [n, pending] : pending_lists_) {
+    for (Response& r : pending.list.responses) out.push_back(std::move(r));
   }
   pending_lists_.clear();
   result_.reset();
   return out;
 }
 
-void SteadyRounds::Release(const CommittedList& list, RoundOutcome* out) {
+void SteadyRounds::Release(const PendingList& pending, RoundOutcome* out) {
+  const CommittedList& list = pending.list;
   for (uint32_t id : list.cache_evict) {
     for (size_t s = 0; s < slots_.size(); ++s) {
       if (!slots_[s] || slots_[s]->id != id) continue;
@@ -382,10 +404,8 @@ void SteadyRounds::Release(const CommittedList& list, RoundOutcome* out) {
       }
     }
     if (found == nullptr || slot_of_.count(name)) continue;
-    const bool every_rank =
-        std::all_of(found->ranks.begin(), found->ranks.end(),
-                    [](const auto& q) { return q && !q->gpu && q->meta.group_id < 0; });
-    if (!every_rank || found->ranks.empty() || found->ranks.size() != here_.size()) continue;
+    // As the list arrived (Received may have dropped other hosts' entries since).
+    if (!pending.every_rank.at(name)) continue;
     Template t{id, name, collective, {}, std::nullopt, nullptr};
     for (int rank : local_ranks_) t.local.push_back(*found->ranks[rank]);
     if (ReadsEveryRank(collective)) {

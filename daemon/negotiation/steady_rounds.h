@@ -5,8 +5,10 @@
 //
 // Model. The coordinator's committed lists (one per JobEvent that commits responses or changes
 // the response cache) arrive on every host in one stream order, numbered 1, 2, ...; this class
-// holds them until a round releases them. A round r is one commutative combine over every host's
-// RoundVote (CombineVotes: AND of ready bits, OR of to-coordinator bits, MAX of lists received):
+// holds them until a round releases them (a tensor that runs on this host's ranks alone with
+// only those ranks' entries and rank 0's, as an agreed one below: Compact). A round r is one
+// commutative combine over every host's RoundVote (CombineVotes: AND of ready bits, OR of
+// to-coordinator bits, MAX of lists received):
 // afterwards each host runs, in this order, (1) the lists up to the round's `lists` (waiting for
 // the ones still in flight to it), then (2) the tensors every host was ready for, in slot order:
 // the carried ones (below) in one response with their results, the others fused, then (3) sends
@@ -173,8 +175,9 @@ class SteadyRounds {
   std::vector<Response> TakePending();
 
   // Per-rank metadata entries the slot templates hold (memory accounting: each is one
-  // TensorRequest or std::optional<TensorRequest>, about 500 bytes): this host's ranks per slot,
-  // rank 0's, and every rank where the template keeps the committed tensor (see Slots above).
+  // TensorRequest, about 500 bytes, inline or, in every_rank, behind a present RankEntry): this
+  // host's ranks per slot, rank 0's, and every rank where the template keeps the committed
+  // tensor (see Slots above).
   size_t template_rank_entries() const;
 
  private:
@@ -191,8 +194,18 @@ class SteadyRounds {
       return !local.empty() ? local[0] : first ? *first : every_rank->first();
     }
   };
+  // A received list, and which of its tensors every rank took part in (without GPU memory or a
+  // group), as it arrived: Received drops the other hosts' entries of those this host runs on
+  // its own ranks alone (Compact), and Release makes templates of them.
+  struct PendingList {
+    CommittedList list;
+    std::map<std::string, bool> every_rank;  // by name; the last tensor of a name counts
+  };
+  // Drops the entries of `t` (every rank present) that this host's data plane never reads:
+  // other hosts' ranks' but rank 0's, whose metadata every rank shares (`first()`).
+  void Compact(ReadyTensor& t) const;
   // Applies a released list's cache decisions to the slot table.
-  void Release(const CommittedList& list, RoundOutcome* out);
+  void Release(const PendingList& pending, RoundOutcome* out);
   bool Matches(const Template& t, const ReadyTensor& tensor) const;
   // The slot `name` would be held in if offered now with its template's metadata, if any.
   std::optional<size_t> HoldableSlot(const std::string& name) const;
@@ -208,9 +221,9 @@ class SteadyRounds {
   uint64_t round_ = 0;
   bool changed_ = false;
   bool join_pending_ = false;
-  uint64_t received_ = 0;                            // lists received
-  uint64_t released_ = 0;                            // lists released by rounds
-  std::map<uint64_t, CommittedList> pending_lists_;  // received, not released; by number
+  uint64_t received_ = 0;                          // lists received
+  uint64_t released_ = 0;                          // lists released by rounds
+  std::map<uint64_t, PendingList> pending_lists_;  // received, not released; by number
   std::vector<std::optional<Template>> slots_;
   std::map<std::string, size_t> slot_of_;
   std::map<size_t, ReadyTensor> held_;         // slot -> this host's tensor (with inputs)

@@ -58,7 +58,7 @@ struct Job {
   // Host h's ranks submitted `name` (with `elements` elements of input[h]).
   ReadyTensor Local(int h, const std::string& name, int64_t elements = 1,
                     wire::Collective collective = wire::Collective::kAllreduce) const {
-    ReadyTensor t{name, std::vector<std::optional<TensorRequest>>(size())};
+    ReadyTensor t{name, std::vector<RankEntry>(size())};
     for (int r = 0; r < size(); ++r) {
       if (host_of_rank[r] != h) continue;
       t.ranks[r] = Request(r, name, elements);
@@ -71,7 +71,7 @@ struct Job {
   }
   // Host h's ranks submitted `request`'s tensor (its metadata; input as given).
   ReadyTensor Local(int h, TensorRequest request, const void* data) const {
-    ReadyTensor t{request.name(), std::vector<std::optional<TensorRequest>>(size())};
+    ReadyTensor t{request.name(), std::vector<RankEntry>(size())};
     request.rank = h;
     request.input.data = static_cast<const uint8_t*>(data);
     request.input.bytes = request.meta.bytes;
@@ -83,7 +83,7 @@ struct Job {
     CommittedList list;
     for (const TensorRequest& request : requests) {
       Response r;
-      ReadyTensor t{request.name(), std::vector<std::optional<TensorRequest>>(size())};
+      ReadyTensor t{request.name(), std::vector<RankEntry>(size())};
       for (int rank = 0; rank < size(); ++rank) {
         t.ranks[rank] = request;
         t.ranks[rank]->rank = rank;
@@ -103,7 +103,7 @@ struct Job {
     for (const std::string& name : names) {
       Response r;
       r.collective = collective;
-      ReadyTensor t{name, std::vector<std::optional<TensorRequest>>(size())};
+      ReadyTensor t{name, std::vector<RankEntry>(size())};
       for (int rank = 0; rank < size(); ++rank) {
         t.ranks[rank] = Request(rank, name, elements);
         t.ranks[rank]->meta.collective = static_cast<uint32_t>(collective);
@@ -410,6 +410,48 @@ TEST_CASE("a host's templates and agreed allreduces hold only its own ranks' ent
         }
       }
     }
+  }
+}
+
+// A committed list is held until a round releases it: an allreduce keeps only this host's
+// ranks' entries and rank 0's from its arrival on (what this host runs); an allgather, which
+// reads every rank's rows, keeps every rank's; a tensor a rank joined keeps what it has.
+TEST_CASE("a received list's tensors hold only what this host runs until a round releases them") {
+  const int size = 64;
+  std::vector<int> host_of_rank(size, 1);
+  host_of_rank[0] = host_of_rank[1] = 0;
+  Job job(host_of_rank);
+  for (auto& h : job.host) {
+    CommittedList list = job.List({"a", "j"}, {{1, "a"}, {3, "j"}});
+    list.responses[1].tensors[0].ranks[5].reset();  // rank 5 joined
+    CommittedList gather = job.List({"g"}, {{2, "g"}}, {}, 1, wire::Collective::kAllgather);
+    list.responses.push_back(std::move(gather.responses[0]));
+    list.cache_put.push_back(gather.cache_put[0]);
+    h.Received(std::move(list));
+  }
+  job.Round();
+  for (int h = 0; h < 2; ++h) {
+    auto out = job.host[h].TakeOutcome();
+    REQUIRE(out);
+    REQUIRE(Names(out->run) == "a|j|g");
+    const ReadyTensor& a = out->run[0].tensors[0];
+    const ReadyTensor& j = out->run[1].tensors[0];
+    const ReadyTensor& g = out->run[2].tensors[0];
+    REQUIRE(a.ranks.size() == static_cast<size_t>(size));
+    for (int r = 0; r < size; ++r) {
+      CHECK(a.ranks[r].has_value() == (job.host_of_rank[r] == h || r == 0));
+      CHECK(j.ranks[r].has_value() == (r != 5));
+      CHECK(g.ranks[r].has_value());
+    }
+    CHECK(a.first().rank == 0);
+  }
+  // "a" and "g" are cached as before; "j" (a rank joined) is not.
+  CHECK(job.host[0].template_rank_entries() == static_cast<size_t>(2 + 2 + size));
+  for (int h = 0; h < 2; ++h) {
+    ReadyTensor a = job.Local(h, "a");
+    ReadyTensor j = job.Local(h, "j");
+    CHECK(job.host[h].Offer(a));
+    CHECK_FALSE(job.host[h].Offer(j));
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "client/local_wire.h"
+#include "daemon/common/heap_optional.h"
 #include "daemon/shm/input_arena.h"
 
 namespace ard::negotiation {
@@ -27,10 +28,17 @@ struct TensorRequest {
   wire::Collective collective() const { return static_cast<wire::Collective>(meta.collective); }
 };
 
+// One rank's request in a ReadyTensor, or none (std::nullopt). Held on the heap, so that an
+// absent rank costs a pointer, not a TensorRequest (about 500 bytes): a host-ready tensor of a
+// large job has an entry for every rank of the job but only this host's ranks present.
+using RankEntry = HeapOptional<TensorRequest>;
+
 struct ReadyTensor {
   std::string name;
-  // One entry per rank of the job; nullopt for a rank that has joined (contributes the identity).
-  std::vector<std::optional<TensorRequest>> ranks;
+  // One entry per rank of the job, indexed by rank; absent for a rank that has joined
+  // (contributes the identity) or, in a host-ready tensor, for another host's rank (and in what
+  // the steady state runs, SteadyRounds, for another host's rank but rank 0).
+  std::vector<RankEntry> ranks;
 
   // The first rank's request (every present rank's metadata agrees once validated).
   const TensorRequest& first() const;
