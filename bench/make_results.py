@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Writes bench/RESULTS.md from the logs of bench/run_peers.sh.
 
-Each repeat k of a case left <case>.r<k>.out (an nccl-tests-style table: '#' comment lines, then
-rows whose columns 0, 4 and 6 are size (B), time (us) and busbw (GB/s)), <case>.r<k>.err and
-<case>.r<k>.rc in the log directory. Per size the report takes the median time over the repeats
+Each repeat k of a case left <case>.r<k>.out (nccl-tests-style tables, one per pass: '#' comment
+lines, then rows whose columns 0, 4 and 6 are size (B), time (us) and busbw (GB/s); a size of a
+later pass, the small sizes measured again with more iterations, replaces the earlier row),
+<case>.r<k>.err and <case>.r<k>.rc in the log directory. Per size the report takes the median time over the repeats
 that have that size (and that row's busbw). Ratios are computed from times (best peer time /
 daemon time at the same process count), which equals the busbw ratio and stays meaningful where
 busbw rounds to 0.00.
@@ -161,6 +162,8 @@ def main():
     for flag in ("--logs", "--out", "--sizes", "--cases", "--warmup", "--iters", "--repeat",
                  "--elapsed_s", "--source"):
         ap.add_argument(flag, required=True)
+    ap.add_argument("--small_sizes", default="")
+    ap.add_argument("--small_iters", type=int, default=0)
     a = ap.parse_args()
     names = a.cases.split(",")
     info = {n: case_info(n) for n in names}
@@ -180,7 +183,9 @@ def main():
     md = ["# allreduced vs. Gloo and Open MPI on one machine (bench/run_peers.sh)", "",
           f"- Run: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, {a.elapsed_s} s; "
           f"sizes {a.sizes} per rank, warmup {a.warmup}, iters {a.iters}, repeat {a.repeat} "
-          "(median time per size), --check everywhere; float32 sum, all on loopback",
+          "(median time per size), --check everywhere; float32 sum, all on loopback" +
+          (f"; sizes {a.small_sizes} measured again in each run with {a.small_iters} iterations "
+           "(those rows are theirs)" if a.small_iters > 0 else ""),
           machine_line(), f"- Source: {a.source}",
           "- time = the slowest rank's mean iteration; busbw = algbw * 2(n-1)/n (nccl-tests), "
           "GB/s = 1e9 B/s. Noisy: 2 vCPUs shared with other work, 4-8 processes oversubscribe "
@@ -188,7 +193,8 @@ def main():
           "## Cases", "", "| case | processes | what ran | exit | notes |", "|---|---|---|---|---|"]
     for n in names:
         c = cases[n]
-        notes = [l.lstrip("# ") for l in c["comments"] if "teardown" in l or "Out of bounds" in l]
+        notes = list(dict.fromkeys(l.lstrip("# ") for l in c["comments"]
+                                   if "teardown" in l or "Out of bounds" in l))
         if c["rc"] != "0" and c["err"]:
             notes.append("error below")
         if any(os.path.exists(os.path.join(a.logs, r + ".try1.rc")) for r in c["runs"]):

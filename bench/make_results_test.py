@@ -46,3 +46,14 @@ def test_targets_met_and_missed(tmp_path):
     assert "| daemon 4x1 4 B time <= 400 us | 500.0 us | missed by 25% |" in section
     # daemon_2x2 did not run: no verdict about it.
     assert "2x2" not in section
+
+
+def test_small_sizes_pass_replaces_first_pass_rows(tmp_path):
+    # run_peers.sh appends a second table (the small sizes, more iterations) to the same .out.
+    write_case(tmp_path, "daemon_2x1", {4: 400.0, MIB: 500.0})
+    with open(tmp_path / "daemon_2x1.r1.out", "a") as f:
+        f.write("# synthetic\n" f"{4:12d} {1:12d}  float32    sum {200.0:10.1f}   0.00   0.00      0\n")
+    write_case(tmp_path, "gloo_2", {4: 80.0, MIB: 1000.0})
+    text = run(tmp_path, ["daemon_2x1", "gloo_2"])
+    assert "| daemon 2x1 4 B time <= 250 us | 200.0 us | met |" in text
+    assert "| daemon 2x1 busbw at 1 MiB >= best TCP peer | 2.00x | met |" in text

@@ -7,6 +7,8 @@
 #     loopback, best of its algorithm classes) and Open MPI TCP (btl tcp,self on lo); at 4 also
 #     Open MPI shared memory (btl vader,self).
 # Each case runs --repeat times; the report takes, per size, the median time of the repeats.
+# Small sizes are noisy over --iters (15) iterations: each run of a case measures
+# --small_sizes again with --small_iters iterations (its rows replace the first pass's; 0: off).
 # Prints every table, keeps them in a log directory, and writes bench/RESULTS.md (side-by-side
 # busbw, daemon/best-peer ratios at the same process count, 4 B latency) with
 # bench/make_results.py, and COST_MODEL.md beside it (bench/cost_model.py: an alpha-beta model
@@ -15,6 +17,7 @@
 # See bench/README.md.
 #
 #   bench/run_peers.sh [--sizes 4:256M] [--warmup 3] [--iters 15] [--repeat 1]
+#       [--small_sizes 4,1K,16K,64K] [--small_iters 1000]
 #       [--cases daemon_2x1,gloo_2,...] [--out FILE] [--logs DIR]
 #
 # Binaries: $ARD_BIN_DIR (a Bazel bin directory) or the runfiles of `bazel run //bench:run_peers`
@@ -27,6 +30,8 @@ SIZES=4:256M
 WARMUP=3
 ITERS=15
 REPEAT=1
+SMALL_SIZES=4,1K,16K,64K
+SMALL_ITERS=1000
 # Every case, in run order: daemon_<hosts>x<per host>, gloo_<np>, mpi_tcp_<np>, mpi_vader_<np>.
 ALL_CASES=daemon_1x4,daemon_2x1,daemon_2x2,daemon_4x1,daemon_8x1,gloo_2,gloo_4,gloo_8,mpi_tcp_2,mpi_tcp_4,mpi_tcp_8,mpi_vader_4
 CASES=$ALL_CASES
@@ -34,8 +39,9 @@ REPO=${BUILD_WORKSPACE_DIRECTORY:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=$REPO/bench/RESULTS.md
 LOGS=""
 usage() {
-  echo "usage: $0 [--sizes 4:256M] [--warmup 3] [--iters 15] [--repeat 1] [--cases LIST]" \
-       "[--out FILE] [--logs DIR]; cases: $ALL_CASES" >&2
+  echo "usage: $0 [--sizes 4:256M] [--warmup 3] [--iters 15] [--repeat 1]" \
+       "[--small_sizes 4,1K,16K,64K] [--small_iters 1000] [--cases LIST] [--out FILE]" \
+       "[--logs DIR]; cases: $ALL_CASES" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -44,6 +50,8 @@ while [ $# -gt 0 ]; do
     --warmup) WARMUP=$2; shift 2 ;;
     --iters) ITERS=$2; shift 2 ;;
     --repeat) REPEAT=$2; shift 2 ;;
+    --small_sizes) SMALL_SIZES=$2; shift 2 ;;
+    --small_iters) SMALL_ITERS=$2; shift 2 ;;
     --cases) CASES=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --logs) LOGS=$2; shift 2 ;;
@@ -51,6 +59,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || usage
+[[ "$SMALL_ITERS" =~ ^[0-9]+$ ]] || usage
 for c in ${CASES//,/ }; do
   [[ ",$ALL_CASES," == *",$c,"* ]] || { echo "run_peers: unknown case '$c'" >&2; usage; }
 done
@@ -148,16 +157,25 @@ start_daemons() {
 }
 
 # Runs one repeat of a case: its table goes to the terminal and $LOGS/<run>.out, stderr to
-# <run>.err, its exit status to <run>.rc (<run> = <case>.r<repeat>).
+# <run>.err, its exit status to <run>.rc (<run> = <case>.r<repeat>). The command is run once per
+# pass (PASSES: "sizes iters" pairs), with --sizes and --iters of that pass appended; the passes'
+# tables follow each other in <run>.out, and the first failing pass's status is the run's.
+PASSES=("$SIZES $ITERS")
+[ "$SMALL_ITERS" -gt 0 ] && PASSES+=("$SMALL_SIZES $SMALL_ITERS")
 run_case() {
-  local run=$1
+  local run=$1 pass rc=0 start=$SECONDS
   shift
-  echo
-  echo "=== $run: $*"
-  local start=$SECONDS
-  timeout -k 5 "${CASE_TIMEOUT_S:-420}" "$@" 2> >(tee "$LOGS/$run.err" >&2) \
-      | tee "$LOGS/$run.out"
-  local rc=$?
+  : >"$LOGS/$run.out"
+  : >"$LOGS/$run.err"
+  for pass in "${PASSES[@]}"; do
+    local pass_args=(--sizes "${pass% *}" --iters "${pass#* }")
+    echo
+    echo "=== $run: $* ${pass_args[*]}"
+    timeout -k 5 "${CASE_TIMEOUT_S:-420}" "$@" "${pass_args[@]}" \
+        2> >(tee -a "$LOGS/$run.err" >&2) | tee -a "$LOGS/$run.out"
+    rc=${PIPESTATUS[0]}
+    [ "$rc" = 0 ] || break
+  done
   echo "$rc" >"$LOGS/$run.rc"
   echo "=== $run: exit status $rc, $((SECONDS - start)) s"
 }
@@ -169,8 +187,8 @@ run_daemon_case() {
   local hosts=$1 per_host=$2 run=daemon_${1}x${2}.r$3 attempt f
   for attempt in 1 2; do
     if start_daemons "$hosts" "$run" 2>"$LOGS/$run.err"; then
-      run_case "$run" "$CTL" bench --sockets "$SOCKETS" --np "$per_host" --sizes "$SIZES" \
-          --warmup "$WARMUP" --iters "$ITERS" --check
+      run_case "$run" "$CTL" bench --sockets "$SOCKETS" --np "$per_host" --warmup "$WARMUP" \
+          --check
     else
       cat "$LOGS/$run.err" >&2
       : >"$LOGS/$run.out"
@@ -188,7 +206,7 @@ run_daemon_case() {
 # One repeat ($2) of case $1.
 run_named_case() {
   local c=$1 r=$2 np=${1##*_}
-  local common=(--sizes "$SIZES" --warmup "$WARMUP" --iters "$ITERS" --check)
+  local common=(--warmup "$WARMUP" --check)
   local mpirun=(mpirun --allow-run-as-root --oversubscribe -np "$np")
   case "$c" in
     daemon_*x*)
@@ -203,7 +221,7 @@ run_named_case() {
 }
 
 echo "# run_peers: cases $CASES; sizes $SIZES, warmup $WARMUP, iters $ITERS, repeat $REPEAT;" \
-     "logs in $LOGS"
+     "small sizes $SMALL_SIZES with $SMALL_ITERS iters; logs in $LOGS"
 # What is measured, recorded before the run (others may commit or rebuild meanwhile).
 SOURCE="commit $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')"
 # --no-optional-locks: a read-only status, not even an index refresh.
@@ -224,6 +242,7 @@ MAKE_RESULTS=$(dirname "$0")/make_results.py
 [ -f "$MAKE_RESULTS" ] || MAKE_RESULTS=$REPO/bench/make_results.py
 python3 "$MAKE_RESULTS" --logs "$LOGS" --out "$OUT" --sizes "$SIZES" --cases "$CASES" \
     --warmup "$WARMUP" --iters "$ITERS" --repeat "$REPEAT" --elapsed_s "$ELAPSED" \
+    --small_sizes "$SMALL_SIZES" --small_iters "$SMALL_ITERS" \
     --source "$SOURCE"
 echo
 cat "$OUT"
