@@ -143,15 +143,24 @@ void SteadyRounds::Received(CommittedList list) {
   // Held until a round releases it, on every host at once: a tensor of a large job keeps only
   // what this host runs (otherwise about 500 bytes per rank of the job per tensor, decoded).
   PendingList& pending = pending_lists_[++received_];
-  for (Response& r : list.responses) {
+  for (size_t ri = 0; ri < list.responses.size(); ++ri) {
+    Response& r = list.responses[ri];
+    // Only single tensors of successful non-join responses, every rank taking part, host
+    // memory, not grouped, can be cached for the rounds: those whose response the metadata
+    // alone decides. The last tensor of a name counts.
     if (!r.error.ok() || r.collective == wire::Collective::kJoin) continue;
-    for (ReadyTensor& t : r.tensors) {
+    for (size_t ti = 0; ti < r.tensors.size(); ++ti) {
+      ReadyTensor& t = r.tensors[ti];
       const bool every_rank = !t.ranks.empty() && t.ranks.size() == here_.size() &&
                               std::all_of(t.ranks.begin(), t.ranks.end(), [](const auto& q) {
                                 return q && !q->gpu && q->meta.group_id < 0;
                               });
-      pending.every_rank[t.name] = every_rank;
-      if (every_rank && !ReadsEveryRank(r.collective)) Compact(t);
+      if (!every_rank) {
+        pending.cacheable.erase(t.name);
+        continue;
+      }
+      pending.cacheable[t.name] = {ri, ti};
+      if (!ReadsEveryRank(r.collective)) Compact(t);
     }
   }
   pending.list = std::move(list);
@@ -390,22 +399,11 @@ void SteadyRounds::Release(const PendingList& pending, RoundOutcome* out) {
     }
   }
   for (const auto& [id, name] : list.cache_put) {
-    const ReadyTensor* found = nullptr;
-    wire::Collective collective = wire::Collective::kAllreduce;
-    for (const Response& r : list.responses) {
-      // Only single tensors of successful non-join responses, every rank taking part, host
-      // memory, not grouped: those whose response the metadata alone decides.
-      if (!r.error.ok() || r.collective == wire::Collective::kJoin) continue;
-      for (const ReadyTensor& t : r.tensors) {
-        if (t.name == name) {
-          found = &t;
-          collective = r.collective;
-        }
-      }
-    }
-    if (found == nullptr || slot_of_.count(name)) continue;
-    // As the list arrived (Received may have dropped other hosts' entries since).
-    if (!pending.every_rank.at(name)) continue;
+    auto at = pending.cacheable.find(name);
+    if (at == pending.cacheable.end() || slot_of_.count(name)) continue;
+    const Response& r = list.responses[at->second.first];
+    const wire::Collective collective = r.collective;
+    const ReadyTensor* found = &r.tensors[at->second.second];
     Template t{id, name, collective, {}, std::nullopt, nullptr};
     for (int rank : local_ranks_) t.local.push_back(*found->ranks[rank]);
     if (ReadsEveryRank(collective)) {

@@ -199,7 +199,9 @@ class SteadyRounds {
   // its own ranks alone (Compact), and Release makes templates of them.
   struct PendingList {
     CommittedList list;
-    std::map<std::string, bool> every_rank;  // by name; the last tensor of a name counts
+    // The tensors a cache put may make a template of (every rank taking part, as the list
+    // arrived: Received drops other hosts' entries since): name -> (response, tensor) index.
+    std::map<std::string, std::pair<size_t, size_t>> cacheable;
   };
   // Drops the entries of `t` (every rank present) that this host's data plane never reads:
   // other hosts' ranks' but rank 0's, whose metadata every rank shares (`first()`).
