@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::bench {
 

@@ -1,6 +1,6 @@
 /* allreduced client library: the C API a training process (TensorFlow op, CLI bench, tests) uses
  * to hand tensors to its host's allreduced daemon (DESIGN.md "Processes and channels", "Shared
- * memory"). Protocol: client/local_wire.h; enum values below (collective, dtype, reduce_op, codes)
+ * memory"). Protocol: proto/local_wire.h; enum values below (collective, dtype, reduce_op, codes)
  * are those of that header.
  *
  * Dependencies: libc, libstdc++, pthread only. libard_client.so exports exactly the ard_* symbols
@@ -36,7 +36,7 @@ extern "C" {
 typedef struct ard_client ard_client;
 
 /* The numbers a caller passes in ard_request or reads in results. Each list is the wire's enum of
- * the same meaning (client/local_wire.h; client.cc checks at compile time that they agree). */
+ * the same meaning (proto/local_wire.h; client.cc checks at compile time that they agree). */
 
 /* Status codes (wire::Code, i.e. absl::StatusCode's numbering). */
 enum {

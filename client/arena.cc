@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::client {
 namespace {

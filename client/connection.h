@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 #include "client/shm.h"
 #include "client/status.h"
 

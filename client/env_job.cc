@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <initializer_list>
 
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::client {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "client/allreduced_client.h"
 #include "client/arena.h"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 #include "client/status.h"
 
 namespace ard::client {

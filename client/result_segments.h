@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 #include "client/shm.h"
 #include "client/status.h"
 

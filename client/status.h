@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::client {
 

@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "catch2/catch.hpp"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 #include "daemon/daemon.h"
 #include "daemon/gpu/testing/fake_process.h"
 #include "daemon/gpu/testing/host_device.h"

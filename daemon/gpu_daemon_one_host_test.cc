@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "catch2/catch.hpp"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 #include "daemon/gpu/testing/fake_process.h"
 #include "daemon/gpu_daemon_fixtures.h"
 #include "daemon/gpu_wire_client.h"

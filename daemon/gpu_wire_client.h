@@ -1,5 +1,5 @@
 // TEST HELPER: a simulated training process's local connection to a real Daemon, speaking the
-// wire protocol (client/local_wire.h) directly: HELLO with a staging segment, GPU_REGISTER,
+// wire protocol (proto/local_wire.h) directly: HELLO with a staging segment, GPU_REGISTER,
 // GPU_SUBMIT and host SUBMIT, and the daemon's replies. Tests only (gpu_daemon_*_test); one
 // WireClient is used from one test thread.
 #pragma once
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 #include "daemon/gpu/gpu_job.h"
 
 namespace ard::testing {

@@ -20,7 +20,7 @@
 #include "client/cli/bench_worker_lines.h"
 #include "client/launch/rank_group.h"
 #include "client/launch/socket_ranks.h"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::cli {
 namespace {

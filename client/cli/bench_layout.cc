@@ -1,6 +1,6 @@
 #include "client/cli/bench_layout.h"
 
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::cli {
 

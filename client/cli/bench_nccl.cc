@@ -17,7 +17,7 @@
 #include "client/cli/bench_layout.h"
 #include "client/cli/bench_pattern.h"
 #include "client/cli/bench_worker_lines.h"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::cli {
 namespace {

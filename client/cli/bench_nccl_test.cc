@@ -4,7 +4,7 @@
 #include <string>
 
 #include "catch2/catch.hpp"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::cli {
 namespace {

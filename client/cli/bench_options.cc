@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::cli {
 

@@ -1,6 +1,6 @@
 // Options of `allreducectl bench` and its hidden `bench-worker` subcommand: parsing (sizes with
 // K/M/G suffixes, ranges that double), the names of collectives, dtypes and reduce ops (values of
-// client/local_wire.h), and the argument list the parent hands to each worker it re-executes.
+// proto/local_wire.h), and the argument list the parent hands to each worker it re-executes.
 // Pure functions over value types; any thread.
 #pragma once
 

@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "client/cli/bench_options.h"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::cli {
 namespace {

@@ -1,5 +1,5 @@
 // A fake allreduced for the client library's tests: a real SOCK_SEQPACKET Unix socket under /tmp
-// served by one thread that speaks client/local_wire.h like the daemon's local server, but with
+// served by one thread that speaks proto/local_wire.h like the daemon's local server, but with
 // no job logic. It checks what a real daemon relies on (HELLO/ADD_SEGMENT fds are sealed memfds,
 // dense segment indexes, SUBMITs name announced segments with aligned, in-bounds offsets, RELEASEs
 // name outstanding results) and records violations instead of crashing.
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::client::testing {
 

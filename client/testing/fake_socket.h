@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::client::testing {
 

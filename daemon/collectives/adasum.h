@@ -29,7 +29,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::collectives {
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 #include "daemon/collectives/reduce_reference.h"
 
 namespace ard::collectives::reference {

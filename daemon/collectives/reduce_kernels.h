@@ -27,7 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 #include "daemon/collectives/half_float.h"  // HalfToFloat, FloatToHalf, Bfloat16ToFloat, ...
 
 namespace ard::collectives {

@@ -12,7 +12,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::collectives::reference {
 

@@ -28,7 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::gpu {
 

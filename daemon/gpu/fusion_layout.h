@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::gpu {
 

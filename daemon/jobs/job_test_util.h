@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 #include "daemon/common/event_loop.h"
 #include "daemon/jobs/fake_negotiator.h"
 #include "daemon/jobs/job.h"

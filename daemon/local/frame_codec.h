@@ -1,5 +1,5 @@
 // Decoding and validation of frames from local clients, and encoding of the daemon's replies
-// (protocol: client/local_wire.h). Every field a client sets is checked here, so code behind this
+// (protocol: proto/local_wire.h). Every field a client sets is checked here, so code behind this
 // seam can trust a DecodedFrame's layout (not yet its meaning: arena bounds and job rules are
 // checked where the arena and job are known). Pure functions; any thread.
 #pragma once
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::local {
 

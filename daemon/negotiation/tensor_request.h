@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 #include "daemon/common/heap_optional.h"
 #include "daemon/shm/input_arena.h"
 

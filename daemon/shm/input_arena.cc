@@ -3,7 +3,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::shm {
 

@@ -1,7 +1,7 @@
 #include "daemon/shm/result_arena.h"
 
 #include "absl/strings/str_cat.h"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 
 namespace ard::shm {
 namespace {

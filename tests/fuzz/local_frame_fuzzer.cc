@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 #include "daemon/common/host_name.h"
 #include "daemon/local/frame_codec.h"
 #include "daemon/negotiation/readiness_table.h"

@@ -1,4 +1,4 @@
-"""The local wire protocol (client/local_wire.h) spoken by hand from Python, for tests that play
+"""The local wire protocol (proto/local_wire.h) spoken by hand from Python, for tests that play
 hostile or broken clients: frame builders and a raw SOCK_SEQPACKET client."""
 import fcntl
 import os

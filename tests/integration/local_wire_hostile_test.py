@@ -1,4 +1,4 @@
-"""Hostile and broken local clients, speaking the wire protocol (client/local_wire.h) by hand:
+"""Hostile and broken local clients, speaking the wire protocol (proto/local_wire.h) by hand:
 every bad frame gets a clear error to that client, nothing else is affected, the daemon never
 crashes. A well-behaved job runs alongside the abuse and must finish correctly."""
 import os

@@ -1,6 +1,6 @@
 // The scenario tables of collective_worker: what "every collective x reduce op x dtype" means.
 #include "absl/strings/str_cat.h"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 #include "tests/integration/worker_reference.h"
 
 namespace ard::testing {

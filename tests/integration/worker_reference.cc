@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 #include "daemon/collectives/adasum_reference.h"
 #include "daemon/collectives/reduce_reference.h"
 

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "client/local_wire.h"
+#include "proto/local_wire.h"
 #include "daemon/dataplane/tcp/algorithms.h"
 #include "daemon/dataplane/tcp/tcp_mesh.h"
 
