@@ -105,7 +105,7 @@ def _discoverer(args):
             return hosts_lib.with_view_sockets([h for h in found if h.name in up], view)
         return from_script
     return lambda: hosts_lib.discover(args.hosts, args.hostfile, args.slots, args.socket,
-                                      args.daemon, args.allreducectl, tls)
+                                      args.daemon, args.allreducectl, tls, np=args.max_np)
 
 
 def _run_elastic(name, command, args):
@@ -178,8 +178,8 @@ def plan(args):
     tls = [x for flag in ("tls_cert", "tls_key", "tls_ca") if getattr(args, flag)
            for x in (f"--{flag}", getattr(args, flag))]
     return hosts_lib.assign(hosts_lib.discover(
-        args.hosts, args.hostfile, args.slots, args.socket, args.daemon, args.allreducectl, tls),
-        args.np)
+        args.hosts, args.hostfile, args.slots, args.socket, args.daemon, args.allreducectl, tls,
+        np=args.np), args.np)
 
 
 def _missing(command):
