@@ -268,3 +268,27 @@ def test_a_signal_to_the_launcher_stops_every_rank(tmp_path, signo, ignore_term)
         for pid in pids:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_discovery_interval_is_a_flag(tmp_path):
+    """Elastic mode asks its discovery script again every --discovery-interval seconds (horovodrun
+    asks every second; tests want it shorter)."""
+    calls = tmp_path / "calls"
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\necho x >> {calls}\necho localhost:2\n")
+    script.chmod(0o755)
+    done = tmp_path / "done"
+    # The one worker runs until the script was asked 6 times (the start counts once), then exits 0.
+    worker = (f'while [ $(wc -l < {calls}) -lt 6 ]; do sleep 0.05; done; touch {done}')
+    r = subprocess.run([sys.executable, "-m", "allreduced.launch", "--min-np", "1", "-np", "1",
+                        "--host-discovery-script", str(script), "--socket", "/x.sock",
+                        "--discovery-interval", "0.1", "--", "sh", "-c", worker],
+                       env=dict(os.environ, PYTHONPATH=PACKAGE_DIR), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert done.exists()
+    bad = subprocess.run([sys.executable, "-m", "allreduced.launch", "--min-np", "1",
+                          "--discovery-interval", "0", "--", "true"],
+                         env=dict(os.environ, PYTHONPATH=PACKAGE_DIR), capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "--discovery-interval takes a number of seconds > 0" in bad.stderr
