@@ -104,3 +104,17 @@ class Registry:
         if not process_set.included():
             raise ValueError(f"rank {self.rank()} is not a member of {process_set}")
         return process_set.process_set_id
+
+    def op_root(self, process_set, root_rank):
+        """The root a broadcast on `process_set` carries, for a root given as a global rank (as
+        in Horovod): its place in the set, whose sub-job numbers the members 0..k-1. A root
+        outside the set is refused; the global set's roots pass through (the daemon checks
+        their range)."""
+        if process_set is None or process_set is self.global_set:
+            return root_rank
+        process_set._require_registered()
+        if root_rank not in process_set.ranks:
+            raise ValueError(f"root_rank {root_rank} is not a member of {process_set} (root_rank "
+                             "is a global rank)")
+        return process_set.ranks.index(root_rank)
+

@@ -9,7 +9,7 @@ from allreduced.tensorflow import basics
 from allreduced.tensorflow.basics import Average, Sum
 from allreduced.tensorflow.compression import Compression
 from allreduced.tensorflow.ops_library import ops
-from allreduced.tensorflow.process_sets import _id, global_process_set
+from allreduced.tensorflow.process_sets import _id, _root, global_process_set
 
 
 def _resolve_op(average, op):
@@ -137,9 +137,12 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set,
 
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
               process_set=global_process_set):
-    """Every rank gets `root_rank`'s `tensor` (root_rank counts within the process set)."""
-    return ops().allreduced_broadcast(tf.convert_to_tensor(tensor), root_rank=root_rank,
-                                      tensor_name=name or "", process_set_id=_id(process_set))
+    """Every rank gets `root_rank`'s `tensor` (root_rank is a global rank, as in Horovod, also
+    with a process set)."""
+    ps = _id(process_set)
+    return ops().allreduced_broadcast(tf.convert_to_tensor(tensor),
+                                      root_rank=_root(process_set, root_rank),
+                                      tensor_name=name or "", process_set_id=ps)
 
 
 def _on_gpu(variable):
@@ -160,6 +163,7 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     ps = _id(process_set)
     if not variables:
         return variables
+    root_rank = _root(process_set, root_rank)
     if any(_on_gpu(v) or not hasattr(v, "handle") for v in variables):
         out = [tf.compat.v1.assign(v, ops().allreduced_broadcast(
                    tf.convert_to_tensor(v), root_rank=root_rank,

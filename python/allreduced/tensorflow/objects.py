@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import tensorflow as tf
 
-from allreduced.tensorflow.basics import evaluate_now
+from allreduced.tensorflow.basics import evaluate_now, rank
 from allreduced.tensorflow.collectives import allgather, broadcast
 from allreduced.tensorflow.process_sets import global_process_set
 
@@ -23,11 +23,12 @@ def broadcast_object(obj, root_rank=0, session=None, name=None,
     """Every rank gets `root_rank`'s `obj` (any picklable object; others pass anything, so the
     default name does not depend on `obj`)."""
     name = name or "object"
-    data = _to_bytes(obj) if process_set.rank() == root_rank else np.zeros([0], np.uint8)
+    is_root = rank() == root_rank  # a global rank, also with a process set (as in Horovod)
+    data = _to_bytes(obj) if is_root else np.zeros([0], np.uint8)
     length = evaluate_now(lambda: broadcast(
         tf.constant([data.shape[0]], tf.int64), root_rank, name=f"broadcast_object.{name}.size",
         process_set=process_set))
-    if process_set.rank() != root_rank:
+    if not is_root:
         data = np.zeros([int(length[0])], np.uint8)
     data = evaluate_now(lambda: broadcast(tf.constant(data), root_rank,
                                           name=f"broadcast_object.{name}.data",

@@ -20,3 +20,9 @@ def process_set_included_op(process_set_id=0):
 def _id(process_set):
     """The op attribute for `process_set`; raises when this rank is not a member."""
     return process_set_registry.op_id(process_set)
+
+
+def _root(process_set, root_rank):
+    """The op attribute for a broadcast root, given as a global rank as in Horovod."""
+    return process_set_registry.op_root(process_set, root_rank)
+
