@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 
+import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
@@ -129,13 +130,15 @@ def test_a_lost_host_shrinks_the_job_to_the_other_hosts():
         cluster.close()
 
 
-def test_the_keras_idiom_survives_a_killed_worker():
+@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
+def test_the_keras_idiom_survives_a_killed_worker(legacy):
+    """Also under TF_USE_LEGACY_KERAS=1: the elastic callbacks are tf_keras callbacks there."""
     cluster = Cluster(host_timeout_ms=10000)
     try:
         daemon = cluster.add("el-k", extra_flags=[f"--job_form_timeout_ms={FORM_TIMEOUT_MS}"])
-        job = Job([daemon.socket], 3, 2, "elastic-keras",
+        job = Job([daemon.socket], 3, 2, f"elastic-keras-{legacy}",
                   {"ELASTIC_MODE": "keras", "ELASTIC_DIE_AT": "2:6", "ELASTIC_STEPS": "12",
-                   "ELASTIC_COMMIT": "4"})
+                   "ELASTIC_COMMIT": "4", "TF_USE_LEGACY_KERAS": legacy})
         codes = job.wait()
         assert codes[:2] == [0, 0] and codes[2] == -signal.SIGKILL, job.output() + cluster.logs()
         assert_finished_alike(job, [0, 1], 2)

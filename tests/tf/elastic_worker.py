@@ -93,7 +93,7 @@ def tape_idiom():
 
 
 def keras_idiom():
-    import keras
+    keras = tf.keras  # Keras 3, or tf_keras under TF_USE_LEGACY_KERAS=1, as Horovod scripts use it
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, use_bias=False,
                                                                      kernel_initializer="zeros")])
     optimizer = keras.optimizers.SGD(0.1)

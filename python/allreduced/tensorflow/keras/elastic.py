@@ -1,7 +1,9 @@
 """Elastic training with Keras (Horovod's hvd.elastic under horovod.tensorflow.keras): KerasState
 and the callbacks that keep it current during model.fit; `run` is allreduced.tensorflow.elastic's.
+The callbacks subclass the Callback of the Keras that `tf.keras` names, as the other callbacks do:
+Keras 3, or tf_keras with TF_USE_LEGACY_KERAS=1 (model.fit refuses another Keras's callbacks).
 """
-import keras
+import tensorflow as tf
 
 from allreduced.tensorflow.elastic import (HorovodInternalError, HostsUpdatedInterrupt,
                                            TensorFlowKerasState, run)
@@ -11,10 +13,10 @@ class KerasState(TensorFlowKerasState):
     """State of a built Keras model and its optimizer, plus keyword objects (e.g. epoch, batch)."""
 
     def __init__(self, model, optimizer=None, **kwargs):
-        super().__init__(model, optimizer=optimizer, backend=keras.backend, **kwargs)
+        super().__init__(model, optimizer=optimizer, backend=tf.keras.backend, **kwargs)
 
 
-class CommitStateCallback(keras.callbacks.Callback):
+class CommitStateCallback(tf.keras.callbacks.Callback):
     """Commits `state` every `batches_per_commit` batches and at the end of each epoch."""
 
     def __init__(self, state, batches_per_commit=1):
@@ -36,7 +38,7 @@ class CommitStateCallback(keras.callbacks.Callback):
         self.state.commit()
 
 
-class UpdateBatchStateCallback(keras.callbacks.Callback):
+class UpdateBatchStateCallback(tf.keras.callbacks.Callback):
     """Keeps `state.batch` at the last finished batch of the epoch (0 after an epoch). With
     `steps_per_epoch`, the first epoch after a reset runs only the batches not done yet."""
 
@@ -62,7 +64,7 @@ class UpdateBatchStateCallback(keras.callbacks.Callback):
         self.state.batch = 0
 
 
-class UpdateEpochStateCallback(keras.callbacks.Callback):
+class UpdateEpochStateCallback(tf.keras.callbacks.Callback):
     """Keeps `state.epoch` as the number of epochs finished, counted across resets."""
 
     def __init__(self, state):
