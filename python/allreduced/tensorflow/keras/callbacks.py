@@ -16,17 +16,32 @@ def _optimizer_variables(optimizer):
 
 class BroadcastGlobalVariablesCallback(tf.keras.callbacks.Callback):
     """Broadcasts the model's (and optimizer's) variables from `root_rank` before the first
-    training batch, so every rank starts from the same state."""
+    training batch, so every rank starts from the same state. `local_variables` (a variable or a
+    collection of them) and variables given to register_local_var() stay as each rank has them
+    (a partial distributed optimizer's local layers)."""
 
-    def __init__(self, root_rank=0, device=""):
+    def __init__(self, root_rank=0, device="", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self._done = False
+        if local_variables is None:
+            local_variables = []
+        elif isinstance(local_variables, tf.Variable):
+            local_variables = [local_variables]
+        local_variables = list(local_variables)
+        if not all(isinstance(v, tf.Variable) for v in local_variables):
+            raise ValueError("local_variables must be a tf.Variable or a collection of them")
+        self._local = {v.ref() for v in local_variables}
+
+    def register_local_var(self, var):
+        """Keeps `var` out of the broadcast."""
+        self._local.add(var.ref())
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._done:
             return
-        broadcast_variables(self.model.variables, self.root_rank)
+        broadcast_variables([v for v in self.model.variables if v.ref() not in self._local],
+                            self.root_rank)
         optimizer = getattr(self.model, "optimizer", None)
         # tf_keras builds an optimizer's slots in the first step: then only what exists now (its
         # step counter) is sent; the slots start equal everywhere and see reduced gradients.
