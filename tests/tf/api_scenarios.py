@@ -116,6 +116,16 @@ def process_sets_scenario():
             check(False, "a non-member used a process set")
         except ValueError as e:
             check("not a member" in str(e), str(e))
+        # Outside the set, as in Horovod: gradients stay local, objects stay as given.
+        w = tf.Variable([float(r)])
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(w * w)
+        grad, = hvd.DistributedGradientTape(tape, process_set=evens).gradient(loss, [w])
+        check(list(grad.numpy()) == [2.0 * r], f"a non-member's gradient {grad.numpy()}")
+        check(hvd.broadcast_object({"mine": r}, root_rank=0, process_set=evens) == {"mine": r},
+              "broadcast_object outside the set")
+    check(int(hvd.size_op(process_set_id=evens.process_set_id).numpy()) == 2,
+          "size_op of a process set, on members and others")
     if first_host.included():
         s = hvd.allreduce(tf.constant([float(r + 1)]), op=hvd.Sum, process_set=first_host)
         check(np.allclose(s.numpy(), 3.0), f"allreduce in a one-host set {s.numpy()}")

@@ -144,8 +144,16 @@ def rank_op(name=None):
     return _topology_op(0, name or "rank_op")
 
 
-def size_op(name=None):
-    return _topology_op(1, name or "size_op")
+def size_op(process_set_id=0, name=None):
+    """The job's size as an op, or a registered process set's (on every rank, member or not, as
+    in Horovod)."""
+    if process_set_id == 0:
+        return _topology_op(1, name or "size_op")
+    from allreduced.tensorflow import process_sets as _ps
+    ps = _ps._registered.get(process_set_id)
+    if ps is None:
+        raise ValueError(f"no process set with id {process_set_id} is registered")
+    return tf.constant(ps.size(), tf.int32, name=name or "size_op")
 
 
 def local_rank_op(name=None):

@@ -11,11 +11,14 @@ from allreduced.tensorflow.collectives import allreduce, grouped_allreduce
 def reduce_gradients(grads, variables=None, compression=None, op=Average,
                      gradient_predivide_factor=1.0, sparse_as_dense=False, process_set=None,
                      local_variables=(), scale_local_gradients=True, name="gradients"):
-    """Returns `grads` (a list; None entries stay None) reduced over `process_set`. Gradients of
+    """Returns `grads` (a list; None entries stay None) reduced over `process_set` (unchanged on a
+    rank outside it). Gradients of
     `local_variables` (by identity with `variables`) are not reduced; with scale_local_gradients
     they are divided by the set's size, so they keep the scale of the averaged ones."""
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor requires op=Average")
+    if process_set is not None and not process_set.included():
+        return list(grads)  # a rank outside the set keeps its own gradients, as in Horovod
     size = process_set.size()
     local_ids = {id(v) for v in local_variables}
     out = list(grads)

@@ -23,6 +23,8 @@ def broadcast_object(obj, root_rank=0, session=None, name=None,
     """Every rank gets `root_rank`'s `obj` (any picklable object; others pass anything, so the
     default name does not depend on `obj`)."""
     name = name or "object"
+    if process_set is not global_process_set and not process_set.included():
+        return obj  # nothing to receive outside the set
     is_root = rank() == root_rank  # a global rank, also with a process set (as in Horovod)
     data = _to_bytes(obj) if is_root else np.zeros([0], np.uint8)
     length = evaluate_now(lambda: broadcast(
