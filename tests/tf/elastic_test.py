@@ -130,6 +130,24 @@ def test_a_lost_host_shrinks_the_job_to_the_other_hosts():
         cluster.close()
 
 
+def test_a_host_update_queued_on_the_state_interrupts_every_rank():
+    """Horovod's semi-private State API that elastic scripts use: a host update queued with
+    state.on_hosts_updated() on one rank makes the next commit raise HostsUpdatedInterrupt on
+    every rank (agreed in one allreduce); the job re-forms and ends on the reference path."""
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        daemon = cluster.add("el-m", extra_flags=[f"--job_form_timeout_ms={FORM_TIMEOUT_MS}"])
+        job = Job([daemon.socket], 2, 2, "elastic-host-message",
+                  {"ELASTIC_STEPS": "8", "ELASTIC_COMMIT": "2", "ELASTIC_HOST_MESSAGE_AT": "1:3"})
+        codes = job.wait()
+        assert codes == [0, 0], job.output() + cluster.logs()
+        assert all(any(l.startswith("RESUMED ") for l in lines) for lines in job.lines), (
+            job.output())
+        assert_finished_alike(job, [0, 1], 2)
+    finally:
+        cluster.close()
+
+
 @pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
 def test_the_keras_idiom_survives_a_killed_worker(legacy):
     """Also under TF_USE_LEGACY_KERAS=1: the elastic callbacks are tf_keras callbacks there."""

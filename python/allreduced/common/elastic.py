@@ -6,6 +6,7 @@ $ALLREDUCED_ELASTIC_RESET_LIMIT bounds the resets (0 or unset: no bound).
 """
 import functools
 import os
+import queue
 
 from allreduced.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
@@ -13,23 +14,35 @@ from allreduced.common.exceptions import HorovodInternalError, HostsUpdatedInter
 class State:
     """Training state kept in memory on every rank: `commit` saves it (and checks for joining
     ranks), `restore` goes back to the last commit, `sync` gives every rank rank 0's state.
-    `hosts_updated`: a function that returns True on every rank at once when ranks wait to join
-    (a collective); None: never."""
+    `hosts_updated(local)`: a function that returns True on every rank at once (a collective)
+    when ranks wait to join or some rank passed local=True; None: never.
+
+    Horovod's semi-private parts that elastic scripts use are here too: on_hosts_updated(timestamp,
+    result) queues a host update in `_host_messages` (Horovod's driver calls it; scripts and
+    tests do too), which interrupts the next commit or check_host_updates() on every rank;
+    `_last_updated_timestamp` is the newest one seen."""
 
     def __init__(self, bcast_object, get_rank, hosts_updated=None):
         self._bcast_object = bcast_object
         self._rank = get_rank
         self._hosts_updated = hosts_updated
         self._reset_callbacks = []
+        self._host_messages = queue.Queue()
+        self._last_updated_timestamp = 0
 
     def register_reset_callbacks(self, callbacks):
         """Functions to call after each reset (e.g. to scale the learning rate to the new size)."""
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
+        self._host_messages = queue.Queue()
         self.reset()
         for callback in self._reset_callbacks:
             callback()
+
+    def on_hosts_updated(self, timestamp, update_res):
+        """Queues a host update: the next commit or check_host_updates() interrupts."""
+        self._host_messages.put((timestamp, update_res))
 
     def commit(self):
         """Saves the state, then raises HostsUpdatedInterrupt if ranks wait to join."""
@@ -37,8 +50,15 @@ class State:
         self.check_host_updates()
 
     def check_host_updates(self):
-        """Raises HostsUpdatedInterrupt on every rank at once when ranks wait to join."""
-        if self._hosts_updated is not None and self._hosts_updated():
+        """Raises HostsUpdatedInterrupt on every rank at once when ranks wait to join or a host
+        update was queued on some rank."""
+        local = False
+        while not self._host_messages.empty():
+            timestamp, _ = self._host_messages.get()
+            if timestamp > self._last_updated_timestamp:
+                self._last_updated_timestamp = timestamp
+                local = True
+        if self._hosts_updated is not None and self._hosts_updated(local):
             raise HostsUpdatedInterrupt(False)
 
     def save(self):

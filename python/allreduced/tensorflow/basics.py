@@ -149,10 +149,7 @@ def size_op(process_set_id=0, name=None):
     in Horovod)."""
     if process_set_id == 0:
         return _topology_op(1, name or "size_op")
-    from allreduced.tensorflow import process_sets as _ps
-    ps = _ps._registered.get(process_set_id)
-    if ps is None:
-        raise ValueError(f"no process set with id {process_set_id} is registered")
+    ps = process_set_registry.get(process_set_id)
     return tf.constant(ps.size(), tf.int32, name=name or "size_op")
 
 

@@ -29,12 +29,12 @@ def _recoverable(error):
     return isinstance(error, tf.errors.OpError) and _REFORM_MARK in (error.message or "")
 
 
-def _hosts_updated():
-    """True on every rank at once when any rank's daemon said that ranks wait to join (one small
-    allreduce, so that all ranks decide alike)."""
+def _hosts_updated(local=False):
+    """True on every rank at once when any rank's daemon said that ranks wait to join, or some
+    rank had a host update queued (`local`): one small allreduce, so that all ranks decide alike."""
     if not basics.is_initialized():
         return False
-    mine = int(library().allreduced_tf_hosts_updated())
+    mine = int(library().allreduced_tf_hosts_updated()) or int(bool(local))
     agreed = allreduce(tf.constant([mine], tf.int32), op=basics.Max,
                        name="elastic.check_host_updates")
     return int(agreed.numpy()[0]) > 0
