@@ -14,6 +14,12 @@ def _optimizer_variables(optimizer):
     return list(variables() if callable(variables) else variables)
 
 
+def _is_variable(value):
+    """A tf.Variable, or a Keras 3 variable (which is not one)."""
+    return isinstance(value, tf.Variable) or (hasattr(value, "assign") and hasattr(value, "dtype")
+                                              and hasattr(value, "shape"))
+
+
 class BroadcastGlobalVariablesCallback(tf.keras.callbacks.Callback):
     """Broadcasts the model's (and optimizer's) variables from `root_rank` before the first
     training batch, so every rank starts from the same state. `local_variables` (a variable or a
@@ -26,21 +32,22 @@ class BroadcastGlobalVariablesCallback(tf.keras.callbacks.Callback):
         self._done = False
         if local_variables is None:
             local_variables = []
-        elif isinstance(local_variables, tf.Variable):
+        elif _is_variable(local_variables):
             local_variables = [local_variables]
         local_variables = list(local_variables)
-        if not all(isinstance(v, tf.Variable) for v in local_variables):
-            raise ValueError("local_variables must be a tf.Variable or a collection of them")
-        self._local = {v.ref() for v in local_variables}
+        if not all(_is_variable(v) for v in local_variables):
+            raise ValueError("local_variables must be a variable or a collection of them")
+        # By identity: Keras 3's variables are not tf.Variables and have no ref().
+        self._local = {id(v) for v in local_variables}
 
     def register_local_var(self, var):
         """Keeps `var` out of the broadcast."""
-        self._local.add(var.ref())
+        self._local.add(id(var))
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._done:
             return
-        broadcast_variables([v for v in self.model.variables if v.ref() not in self._local],
+        broadcast_variables([v for v in self.model.variables if id(v) not in self._local],
                             self.root_rank)
         optimizer = getattr(self.model, "optimizer", None)
         # tf_keras builds an optimizer's slots in the first step: then only what exists now (its
