@@ -26,3 +26,7 @@ from allreduced.torch.collectives import (allgather_async, allreduce_async, allr
 from allreduced.torch.compression import Compression
 from allreduced.torch.process_sets import (ProcessSet, add_process_set, global_process_set,
                                            remove_process_set)
+from allreduced.torch.functions import (allgather_object, broadcast_object,
+                                        broadcast_optimizer_state, broadcast_parameters)
+from allreduced.torch.optimizer import DistributedOptimizer
+from allreduced.torch.sync_batch_norm import SyncBatchNorm
