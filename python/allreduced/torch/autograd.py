@@ -130,7 +130,7 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         reduced = allreduce(grad, op=basics.Average, process_set=ctx.process_set)
-        if ctx.process_set.rank() != ctx.root_rank:
+        if basics.rank() != ctx.root_rank:
             reduced = reduced * 0
         return reduced, None, None, None
 

@@ -124,15 +124,24 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
                   process_set, _into, collective=ALLGATHER)
 
 
+def _root_in_set(root_rank, process_set):
+    """Horovod's root_rank is a rank of the job; the daemon's counts within the set's sub-job."""
+    if process_set is global_process_set or process_set is None:
+        return root_rank
+    if root_rank not in process_set.ranks:
+        raise ValueError(f"broadcast root rank {root_rank} is not a member of {process_set}")
+    return process_set.ranks.index(root_rank)
+
+
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    """Every rank gets `root_rank`'s `tensor` (root_rank counts within the process set)."""
+    """Every rank gets `root_rank`'s `tensor` (root_rank: a rank of the job, as in Horovod)."""
     return _start("broadcast", [tensor], [tensor.new(tensor.shape)], name, process_set, _into,
-                  collective=BROADCAST, root_rank=root_rank)
+                  collective=BROADCAST, root_rank=_root_in_set(root_rank, process_set))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     return _start("broadcast", [tensor], [tensor], name, process_set, _into,
-                  collective=BROADCAST, root_rank=root_rank)
+                  collective=BROADCAST, root_rank=_root_in_set(root_rank, process_set))
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):

@@ -45,7 +45,7 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """`root_rank`'s `obj` on every rank (any picklable object)."""
     name = name or type(obj).__name__
-    is_root = process_set.rank() == root_rank
+    is_root = basics.rank() == root_rank  # a rank of the job, as in Horovod
     data = _to_tensor(obj) if is_root else None
     length = torch.tensor([data.numel() if is_root else 0], dtype=torch.int64)
     broadcast_(length, root_rank, f"{name}.sz", process_set)
