@@ -62,14 +62,14 @@ class _DistributedMixin:
 
     def _setup(self, named, compression, backward_passes_per_step, op,
                gradient_predivide_factor, groups, sparse_as_dense, process_set):
-        self._names = {p: name for name, p in sorted(named, key=lambda item: item[0])}
+        self._parameter_names = {p: name for name, p in sorted(named, key=lambda item: item[0])}
         self._compression = compression
         self.backward_passes_per_step = backward_passes_per_step
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
-        self._delay = {p: backward_passes_per_step for p in self._names}
+        self._delay = {p: backward_passes_per_step for p in self._parameter_names}
         self._handles = {}  # parameter or tuple of parameters (a group) -> (handle, ctx)
         self._requires_update = set()
         self._group_of, self._group_ready = {}, {}
@@ -107,10 +107,10 @@ class _DistributedMixin:
 
     def _form_groups(self, trainable):
         # Rank 0's parameter order, so that every rank forms the same groups.
-        order = broadcast_object([self._names[p] for p in trainable], root_rank=0,
+        order = broadcast_object([self._parameter_names[p] for p in trainable], root_rank=0,
                                  name="DistributedOptimizer.groups",
                                  process_set=self.process_set)
-        ordered = sorted(trainable, key=lambda p: order.index(self._names[p]))
+        ordered = sorted(trainable, key=lambda p: order.index(self._parameter_names[p]))
         if isinstance(self._groups, list):
             listed = [[p for p in group if any(p is q for q in ordered)] for group in self._groups]
             in_groups = {id(p) for group in listed for p in group}
@@ -155,7 +155,7 @@ class _DistributedMixin:
     def _reduce_async(self, p):
         if p.grad is None:
             p.grad = torch.zeros_like(p.data)
-        name = self._names[p]
+        name = self._parameter_names[p]
         grad = p.grad
         if grad.is_sparse:
             if not self.sparse_as_dense:
@@ -170,7 +170,7 @@ class _DistributedMixin:
     def _reduce_group_async(self, group):
         pairs = [self._compression.compress(p.grad) for p in group]
         prescale, postscale = self._scales()
-        handle = grouped_allreduce_async_([c for c, _ in pairs], name=self._names[group[0]],
+        handle = grouped_allreduce_async_([c for c, _ in pairs], name=self._parameter_names[group[0]],
                                           op=self.op, prescale_factor=prescale,
                                           postscale_factor=postscale,
                                           process_set=self.process_set)
