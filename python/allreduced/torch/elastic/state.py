@@ -38,6 +38,16 @@ class _Handler:
         self.save()
 
 
+def hosts_updated_everywhere():
+    """True on every rank at once when any rank's daemon said that ranks wait to join (one small
+    allreduce, so that all ranks decide alike)."""
+    from allreduced.torch.autograd import allreduce
+    if not basics.is_initialized():
+        return False
+    mine = torch.tensor([1 if basics.hosts_updated() else 0], dtype=torch.int32)
+    return int(allreduce(mine, op=basics.Max, name="elastic.check_host_updates")[0]) > 0
+
+
 def _tracked(value):
     return isinstance(value, (torch.nn.Module, torch.optim.Optimizer, ElasticSampler))
 
@@ -51,7 +61,8 @@ class TorchState(_elastic.ObjectState):
         for name, handler in self._handlers.items():
             setattr(self, name, handler.value)
         plain = {k: v for k, v in kwargs.items() if k not in self._handlers}
-        super().__init__(bcast_object=broadcast_object, get_rank=basics.rank, **plain)
+        super().__init__(bcast_object=broadcast_object, get_rank=basics.rank,
+                         hosts_updated=hosts_updated_everywhere, **plain)
 
     def save(self):
         for handler in self._handlers.values():
