@@ -9,6 +9,7 @@ shared memory; their gradients are registered as Horovod defines them.
 # First: refuses a TensorFlow other than the one a wheel's op library was built for.
 from allreduced.tensorflow import built_for as _built_for  # noqa: F401
 from allreduced.tensorflow import gradients as _gradients  # noqa: F401 (registers gradients)
+from allreduced.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 from allreduced.tensorflow.basics import (Adasum, Average, Max, Min, Product, Sum, ccl_built,
                                           cross_rank, cross_size, cuda_built, gloo_built,
                                           gloo_enabled, init, is_homogeneous, is_initialized,

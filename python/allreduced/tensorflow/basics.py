@@ -4,7 +4,8 @@ import ctypes
 
 import tensorflow as tf
 
-from allreduced import timeline as _timeline
+from allreduced.common import timeline as _timeline
+from allreduced.common.process_sets import Registry
 from allreduced.tensorflow.ops_library import constants, library, ops
 
 # Horovod's reduce-op objects: the client library's ARD_* reduce ops (read from the op library).
@@ -46,16 +47,13 @@ def init(comm=None, process_sets=None):
         _homogeneous[0] = len(set(sizes.tolist())) == 1
     _initialized[0] = True
     _timeline.start_from_env(rank(), _job_name())
-    if process_sets:
-        from allreduced.tensorflow import process_sets as _ps
-        for ps in process_sets:
-            _ps.add_process_set(ps)
+    for ps in process_sets or []:
+        add_process_set(ps)
 
 
 def shutdown():
-    from allreduced.tensorflow import process_sets as _ps
     library().allreduced_tf_shutdown()
-    _ps._forget_all()
+    process_set_registry.forget_all()
     _initialized[0] = False
 
 
@@ -123,7 +121,7 @@ def _job_name():
 
 def start_timeline(file_path, mark_cycles=False):
     """Horovod's timeline: on rank 0, records the whole job (every rank, every host) into
-    `file_path` as a Chrome trace until stop_timeline() or exit (allreduced.timeline; README
+    `file_path` as a Chrome trace until stop_timeline() or exit (allreduced.common.timeline; README
     "Timeline"). Other ranks do nothing, as in Horovod. `mark_cycles` has no equivalent: fused
     groups are always shown."""
     if not _initialized[0]:
@@ -196,3 +194,39 @@ def gloo_enabled():
 
 def mpi_threads_supported():
     return False
+
+
+# This binding's process sets (allreduced.tensorflow.process_sets has the rest of their API).
+process_set_registry = Registry(rank=rank, size=size)
+
+
+def add_process_set(process_set):
+    """Registers a ProcessSet (or a list of ranks); every rank of the job must call this, in the
+    same order. Returns the ProcessSet.
+
+    Each set is registered collectively; its members open one more connection to their daemon and
+    form a sub-job "<job>.ps<id>", so the daemon negotiates, fuses and reduces among the members
+    only (Average divides by the set's size). Non-members keep no state for it beyond the
+    ProcessSet object."""
+    ps, ps_id = process_set_registry.prepare(process_set)
+    # Which host holds each rank, so members know their local rank and size within the set.
+    hosts = evaluate_now(lambda: ops().allreduced_allgather(
+        tf.constant([cross_rank()], tf.int32), tensor_name=f"process_set.{ps_id}.hosts"))
+    me = rank()
+    if me in ps.ranks:
+        local = [r for r in ps.ranks if hosts[r] == hosts[me]]
+        err = ctypes.create_string_buffer(512)
+        code = library().allreduced_tf_add_process_set(
+            ps_id, ps.ranks.index(me), len(ps.ranks), local.index(me), len(local), err,
+            ctypes.c_size_t(len(err)))
+        _check_call(code, err, f"add_process_set({ps.ranks})")
+    return process_set_registry.record(ps, ps_id)
+
+
+def remove_process_set(process_set):
+    """Unregisters a process set (collectively). Returns True when it was registered."""
+    if not process_set_registry.is_registered(process_set):
+        return False
+    library().allreduced_tf_remove_process_set(process_set.process_set_id)
+    process_set_registry.forget(process_set)
+    return True

@@ -9,30 +9,17 @@ and syncs rank 0's state to everyone. When ranks wait to join, the next `commit(
 larger, the new ranks receiving rank 0's committed state. rank()/size() report the new topology
 after each reset. $ALLREDUCED_ELASTIC_RESET_LIMIT bounds the resets (0 or unset: no bound).
 """
-import functools
 import os
 
 import tensorflow as tf
 
+from allreduced.common import elastic as _common
+from allreduced.common.elastic import State  # noqa: F401 (hvd.elastic.State)
+from allreduced.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 from allreduced.tensorflow import basics
 from allreduced.tensorflow.collectives import allreduce, broadcast_variables
 from allreduced.tensorflow.objects import broadcast_object
 from allreduced.tensorflow.ops_library import library
-
-
-class HorovodInternalError(RuntimeError):
-    """A collective failed because the job lost a rank or host: recoverable in `run` (the state
-    is restored to its last commit and the job re-forms)."""
-
-
-class HostsUpdatedInterrupt(RuntimeError):
-    """Ranks wait to join the job: `run` re-forms it without restoring the state.
-    `skip_sync`: the state need not be synced afterwards (never here: joiners need it)."""
-
-    def __init__(self, skip_sync=False):
-        super().__init__("allreduced: ranks wait to join the elastic job; re-forming")
-        self.skip_sync = skip_sync
-
 
 # Text the daemon puts in every error of an elastic job's generation that ended (daemon/jobs).
 _REFORM_MARK = " re-forms: "
@@ -42,75 +29,23 @@ def _recoverable(error):
     return isinstance(error, tf.errors.OpError) and _REFORM_MARK in (error.message or "")
 
 
-class State:
-    """Training state kept in memory on every rank: `commit` saves it (and checks for joining
-    ranks), `restore` goes back to the last commit, `sync` gives every rank rank 0's state."""
-
-    def __init__(self, bcast_object, get_rank):
-        self._bcast_object = bcast_object
-        self._rank = get_rank
-        self._reset_callbacks = []
-
-    def register_reset_callbacks(self, callbacks):
-        """Functions to call after each reset (e.g. to scale the learning rate to the new size)."""
-        self._reset_callbacks.extend(callbacks)
-
-    def on_reset(self):
-        self.reset()
-        for callback in self._reset_callbacks:
-            callback()
-
-    def commit(self):
-        """Saves the state, then raises HostsUpdatedInterrupt if ranks wait to join."""
-        self.save()
-        self.check_host_updates()
-
-    def check_host_updates(self):
-        """Raises HostsUpdatedInterrupt on every rank at once when any rank's daemon said that
-        ranks wait to join (one small allreduce, so that all ranks decide alike)."""
-        if not basics.is_initialized():
-            return
-        mine = int(library().allreduced_tf_hosts_updated())
-        agreed = allreduce(tf.constant([mine], tf.int32), op=basics.Max,
-                           name="elastic.check_host_updates")
-        if int(agreed.numpy()[0]) > 0:
-            raise HostsUpdatedInterrupt(False)
-
-    def save(self):
-        raise NotImplementedError()
-
-    def restore(self):
-        raise NotImplementedError()
-
-    def sync(self):
-        raise NotImplementedError()
-
-    def reset(self):
-        """Called after a reset, before the state is synced."""
+def _hosts_updated():
+    """True on every rank at once when any rank's daemon said that ranks wait to join (one small
+    allreduce, so that all ranks decide alike)."""
+    if not basics.is_initialized():
+        return False
+    mine = int(library().allreduced_tf_hosts_updated())
+    agreed = allreduce(tf.constant([mine], tf.int32), op=basics.Max,
+                       name="elastic.check_host_updates")
+    return int(agreed.numpy()[0]) > 0
 
 
-class ObjectState(State):
+class ObjectState(_common.ObjectState):
     """State of plain Python objects, given as keyword arguments and exposed as attributes."""
 
     def __init__(self, bcast_object=broadcast_object, get_rank=basics.rank, **kwargs):
-        self._saved_state = dict(kwargs)
-        self._set_attrs()
-        super().__init__(bcast_object=bcast_object, get_rank=get_rank)
-
-    def save(self):
-        self._saved_state = {name: getattr(self, name) for name in self._saved_state}
-
-    def restore(self):
-        self._set_attrs()
-
-    def sync(self):
-        if self._saved_state:
-            self._saved_state = self._bcast_object(self._saved_state)
-            self._set_attrs()
-
-    def _set_attrs(self):
-        for name, value in self._saved_state.items():
-            setattr(self, name, value)
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank,
+                         hosts_updated=_hosts_updated, **kwargs)
 
 
 class TensorFlowState(ObjectState):
@@ -197,46 +132,13 @@ def _reset():
     basics.init()
 
 
-def _reset_limit():
-    value = os.environ.get("ALLREDUCED_ELASTIC_RESET_LIMIT", "")
-    return int(value) if value else 0
-
-
 def run(func):
     """Decorator of the training function `func(state, ...)`: syncs `state` from rank 0, runs
-    `func`, and on a lost rank (HorovodInternalError) restores the last commit, re-forms and runs
-    it again; on joining ranks (HostsUpdatedInterrupt) re-forms and runs it again. Collectives
-    must happen inside `func`, not around the call. Stops with RuntimeError after
-    $ALLREDUCED_ELASTIC_RESET_LIMIT resets."""
-
-    @functools.wraps(func)
-    def wrapper(state, *args, **kwargs):
-        resets = 0
-        skip_sync = False
-        while True:
-            try:
-                if not skip_sync:
-                    state.sync()
-                return func(state, *args, **kwargs)
-            except HorovodInternalError:
-                state.restore()
-                skip_sync = False
-            except HostsUpdatedInterrupt as interrupt:
-                skip_sync = interrupt.skip_sync
-            except tf.errors.OpError as error:
-                if not _recoverable(error):
-                    raise
-                state.restore()
-                skip_sync = False
-            resets += 1
-            limit = _reset_limit()
-            if limit and resets > limit:
-                raise RuntimeError(f"allreduced: elastic job reached its reset limit of {limit} "
-                                   "(ALLREDUCED_ELASTIC_RESET_LIMIT); stopping")
-            _reset()
-            state.on_reset()
-
-    return wrapper
+    `func`, and on a lost rank (HorovodInternalError, or an op error of a generation that ended)
+    restores the last commit, re-forms and runs it again; on joining ranks
+    (HostsUpdatedInterrupt) re-forms and runs it again. Collectives must happen inside `func`,
+    not around the call. Stops with RuntimeError after $ALLREDUCED_ELASTIC_RESET_LIMIT resets."""
+    return _common.run_fn(func, _reset, _recoverable)
 
 
 __all__ = ["HorovodInternalError", "HostsUpdatedInterrupt", "State", "ObjectState",

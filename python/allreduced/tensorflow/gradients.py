@@ -8,14 +8,12 @@ import tensorflow as tf
 from allreduced.tensorflow import basics
 from allreduced.tensorflow.basics import Average, Sum
 from allreduced.tensorflow.ops_library import ops
-from allreduced.tensorflow.process_sets import _registered
 
 
 def _set_rank_and_size(op):
     ps = op.get_attr("process_set_id")
-    if ps == 0:
-        return basics.rank(), basics.size(), ps
-    return _registered[ps].rank(), _registered[ps].size(), ps
+    process_set = basics.process_set_registry.get(ps)
+    return process_set.rank(), process_set.size(), ps
 
 
 def _grad_name(op, part):
