@@ -1,7 +1,8 @@
 """allreduced.torch on real processes over real daemons: 2 daemons x 2 PyTorch processes (and
 1 x 2), every op family's numerics checked on every rank against values computed locally
 (torch_worker.py), gradients of the autograd forms, and DistributedOptimizer training that ends
-with identical parameters on every rank, equal to one process training on the whole batch."""
+with identical parameters on every rank, equal to one process training on the whole batch;
+hvd.elastic.run with TorchState and ElasticSampler (each sample once per epoch)."""
 import os
 import sys
 
@@ -32,7 +33,7 @@ def run_workers(sockets, per_host, scenario):
             for rank, p in enumerate(group.procs)]
 
 
-@pytest.mark.parametrize("scenario", ["ops", "gradients", "train"])
+@pytest.mark.parametrize("scenario", ["ops", "gradients", "train", "elastic"])
 @pytest.mark.parametrize("hosts,per_host", [(1, 2), (2, 2)], ids=["1x2", "2x2"])
 def test_torch(hosts, per_host, scenario):
     cluster = Cluster(host_timeout_ms=10000)

@@ -151,6 +151,42 @@ def train_scenario():
     print("OK train", flush=True)
 
 
+def elastic_scenario():
+    """hvd.elastic.run with TorchState and ElasticSampler over 2 epochs, committing every batch:
+    every sample of every epoch is processed exactly once across the ranks, parameters agree.
+    (The lost-host case is the elastic launcher's; see README "Elastic training".)"""
+    from allreduced.torch import elastic
+    hvd.init()
+    model = torch.nn.Linear(3, 1)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+    sampler = elastic.ElasticSampler(list(range(10)), shuffle=True, seed=3)
+    state = elastic.TorchState(model=model, optimizer=opt, sampler=sampler, epoch=0, seen=[])
+
+    @elastic.run
+    def train(state):
+        for epoch in range(state.epoch, 2):
+            for i, idx in enumerate(state.sampler):
+                opt.zero_grad()
+                model(torch.ones(1, 3) * idx).sum().backward()
+                opt.step()
+                state.seen.append((epoch, idx))
+                state.sampler.record_batch(i, 1)
+                state.commit()
+            state.epoch = epoch + 1
+            state.sampler.set_epoch(epoch + 1)
+            state.commit()
+        return state.seen
+
+    seen = sorted(x for part in hvd.allgather_object(train(state)) for x in part)
+    check(seen == sorted((e, i) for e in range(2) for i in range(10)), f"samples {seen}")
+    weights = hvd.allgather(model.weight.detach())
+    check(all(torch.equal(weights[0], w) for w in weights), "identical parameters")
+    hvd.shutdown()
+    print("OK elastic", flush=True)
+
+
 if __name__ == "__main__":
     {"ops": ops_scenario, "gradients": gradients_scenario,
-     "train": train_scenario}[sys.argv[1]]()
+     "train": train_scenario, "elastic": elastic_scenario}[sys.argv[1]]()

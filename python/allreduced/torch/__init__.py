@@ -7,6 +7,7 @@ loaded with ctypes: nothing is compiled against torch, so torch upgrades cannot 
 """
 from allreduced.torch import version_check as _version_check  # noqa: F401 (first)
 from allreduced.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+from allreduced.torch import elastic  # noqa: F401 (hvd.elastic)
 from allreduced.torch.autograd import (allgather, allreduce, allreduce_, alltoall, broadcast,
                                        broadcast_, grouped_allgather, grouped_allreduce,
                                        grouped_allreduce_, grouped_reducescatter, reducescatter)

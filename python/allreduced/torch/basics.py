@@ -8,7 +8,7 @@ rank of the set repeats alike, and refuses a name already in flight (Horovod's V
 """
 import atexit
 
-from allreduced import timeline as _timeline
+from allreduced.common import timeline as _timeline
 from allreduced.common.client_library import Client, ClientError, constants
 
 _C = constants()
