@@ -161,7 +161,7 @@ def elastic_scenario():
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
                                    named_parameters=model.named_parameters())
-    sampler = elastic.ElasticSampler(list(range(10)), shuffle=True, seed=3)
+    sampler = elastic.ElasticSampler(list(range(12)), shuffle=True, seed=3)  # 12: no padding
     state = elastic.TorchState(model=model, optimizer=opt, sampler=sampler, epoch=0, seen=[])
 
     @elastic.run
@@ -180,7 +180,7 @@ def elastic_scenario():
         return state.seen
 
     seen = sorted(x for part in hvd.allgather_object(train(state)) for x in part)
-    check(seen == sorted((e, i) for e in range(2) for i in range(10)), f"samples {seen}")
+    check(seen == sorted((e, i) for e in range(2) for i in range(12)), f"samples {seen}")
     weights = hvd.allgather(model.weight.detach())
     check(all(torch.equal(weights[0], w) for w in weights), "identical parameters")
     hvd.shutdown()

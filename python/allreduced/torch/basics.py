@@ -48,6 +48,9 @@ class Connection:
 
 
 _connections = {}  # process set id -> Connection
+# What init/shutdown need from the modules built on this one (no import circle): set by
+# collectives.py (allgather_sizes) and process_sets.py (add_process_set, forget_process_sets).
+_hooks = {}
 _state = {"homogeneous": True, "at_exit": False}
 
 
@@ -82,24 +85,20 @@ def init(comm=None, process_sets=None):
             # exit as the job's end rather than a crash; the timeline stops first (LIFO).
             atexit.register(_shutdown_at_exit)
             atexit.register(_timeline.stop)
-        from allreduced.torch import collectives
-        sizes = collectives.allgather_sizes(local_size(), "init.local_sizes")
+        sizes = _hooks["allgather_sizes"](local_size(), "init.local_sizes")
         _state["homogeneous"] = len(set(sizes)) == 1
         _timeline.start_from_env(rank(), _connections[0].client.job)
-    if process_sets:
-        from allreduced.torch import process_sets as _ps
-        for ps in process_sets:
-            _ps.add_process_set(ps)
+    for ps in process_sets or []:
+        _hooks["add_process_set"](ps)
 
 
 def shutdown():
     """Closes every connection (process sets first, while the global job still stands)."""
-    from allreduced.torch import process_sets as _ps
     from allreduced.torch.requests import handles
     for ps_id in sorted(_connections, reverse=True):
         _connections.pop(ps_id).client.close()
     handles.clear()
-    _ps.forget_all()
+    _hooks["forget_process_sets"]()
 
 
 def _shutdown_at_exit():

@@ -40,6 +40,9 @@ def remove_process_set(process_set):
     return True
 
 
+basics._hooks.update(add_process_set=add_process_set, forget_process_sets=forget_all)
+
+
 def process_set_id(process_set):
     """The id of `process_set`; raises ValueError when this rank is not a member."""
     return registry.op_id(process_set)
