@@ -19,10 +19,9 @@ def forget_all():
 def add_process_set(process_set):
     """Adds a ProcessSet (or a list of ranks); every rank of the job must call this, in the same
     order. Returns the ProcessSet."""
-    from allreduced.torch.collectives import allgather_sizes
     ps, ps_id = registry.prepare(process_set)
     # Which host holds each rank, so members know their local rank and size within the set.
-    hosts = allgather_sizes(basics.cross_rank(), f"process_set.{ps_id}.hosts")
+    hosts = basics._hooks["allgather_sizes"](basics.cross_rank(), f"process_set.{ps_id}.hosts")
     me = basics.rank()
     if me in ps.ranks:
         local = [r for r in ps.ranks if hosts[r] == hosts[me]]
