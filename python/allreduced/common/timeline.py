@@ -71,9 +71,11 @@ def stop():
 
 
 def start_from_env(rank, job):
-    """HOROVOD_TIMELINE=path: rank 0 records the job from here until stop() or exit."""
+    """HOROVOD_TIMELINE=path: rank 0 records the job from here until stop() or exit.
+    HOROVOD_TIMELINE=DYNAMIC (Horovod: recorded only between start_timeline and stop_timeline)
+    records nothing here."""
     path = os.environ.get("HOROVOD_TIMELINE")
-    if not path or rank != 0 or _active[0] is not None:
+    if not path or path == "DYNAMIC" or rank != 0 or _active[0] is not None:
         return False
     start(path, job)
     return True

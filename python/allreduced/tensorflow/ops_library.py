@@ -6,23 +6,14 @@ import os
 
 import tensorflow as tf
 
+from allreduced.common import native_library
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _path():
-    candidates = [
-        os.environ.get("ALLREDUCED_TF_OPS", ""),
-        os.path.join(_HERE, "_allreduced_ops.so"),
-        # Bazel runfiles: python/allreduced/tensorflow -> the workspace root's tfplugin/
-        os.path.join(_HERE, "..", "..", "..", "tfplugin", "_allreduced_ops.so"),
-        # Source tree on PYTHONPATH after `bazel build //tfplugin:_allreduced_ops.so`.
-        os.path.join(_HERE, "..", "..", "..", "bazel-bin", "tfplugin", "_allreduced_ops.so"),
-    ]
-    for candidate in candidates:
-        if candidate and os.path.exists(candidate):
-            return os.path.abspath(candidate)
-    raise ImportError("allreduced: _allreduced_ops.so not found (set ALLREDUCED_TF_OPS); looked in "
-                      + ", ".join(c for c in candidates if c))
+    """$ALLREDUCED_TF_OPS, beside this module (the wheel), or Bazel's (common.native_library)."""
+    return native_library.find("_allreduced_ops.so", "ALLREDUCED_TF_OPS", _HERE, "tfplugin")
 
 
 @functools.lru_cache(maxsize=None)
