@@ -38,13 +38,13 @@ class _Handler:
         self.save()
 
 
-def hosts_updated_everywhere():
-    """True on every rank at once when any rank's daemon said that ranks wait to join (one small
-    allreduce, so that all ranks decide alike)."""
+def hosts_updated_everywhere(local=False):
+    """True on every rank at once when any rank's daemon said that ranks wait to join, or some
+    rank had a host update queued (`local`): one small allreduce, so that all ranks decide alike."""
     from allreduced.torch.autograd import allreduce
     if not basics.is_initialized():
         return False
-    mine = torch.tensor([1 if basics.hosts_updated() else 0], dtype=torch.int32)
+    mine = torch.tensor([1 if basics.hosts_updated() or local else 0], dtype=torch.int32)
     return int(allreduce(mine, op=basics.Max, name="elastic.check_host_updates")[0]) > 0
 
 
