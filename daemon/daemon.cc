@@ -333,6 +333,11 @@ void Daemon::CollectMetrics() {
   });
   const std::shared_ptr<dataplane::tcp::DataTraffic>& traffic = data_listener_->traffic();
   metrics_->SetDataPlaneBytes(traffic->sent_bytes.load(), traffic->received_bytes.load());
+  for (int r = 0; r < dataplane::tcp::kRejectReasons; ++r) {
+    const auto reason = static_cast<dataplane::tcp::RejectReason>(r);
+    metrics_->SetDataPlaneRejected(dataplane::tcp::RejectReasonName(reason),
+                                   data_listener_->rejected(reason));
+  }
   if (coordinator_ != nullptr) {
     auto view_done = std::make_shared<absl::Notification>();
     coordinator_->HandleGetClusterStatus(

@@ -10,9 +10,10 @@
 //
 // Threads: Exchange/Transfer from one thread at a time (the job's executor). Abort() from any
 // thread, concurrently with a transfer, but not concurrently with the destructor.
-// Lifecycle: 1. Connect(): host i dials every peer j > i and sends a DataHandshake, then takes
-// the connections of peers j < i from the DataListener (this order cannot deadlock: the listener
-// accepts on its own thread), then checks with every peer that both use the same
+// Lifecycle: 1. Connect(): host i dials every peer j > i and runs the handshake's first half
+// (handshake.h), then takes the connections of peers j < i from the DataListener, which checks
+// their proofs, then checks the proofs of peers j > i (this order cannot deadlock: listeners
+// answer the first half on their own thread), then checks with every peer that both use the same
 // AlgorithmOptions (the listener's); 2. transfers; 3. optionally Abort(why) (or an error) poisons
 // the mesh; 4. the destructor closes every socket (peers blocked on this host see Unavailable).
 #pragma once
@@ -49,6 +50,14 @@ struct TcpMeshOptions {
   absl::Duration busy_poll = absl::ZeroDuration();
 };
 
+// The job a mesh serves, as the coordinator formed it: its id and the data-plane credentials of
+// one generation (JobLayout.generation, JobLayout.data_secret).
+struct MeshJob {
+  uint64_t job_id = 0;
+  uint64_t generation = 1;
+  std::string secret;  // kJobSecretBytes (data_auth.h); never logged
+};
+
 class TcpMesh {
  public:
   // One contiguous byte range to send to / receive from `peer` (a host index other than self).
@@ -65,12 +74,14 @@ class TcpMesh {
 
   // Builds the mesh of host `self` in a job of data_addresses.size() hosts; data_addresses[j] is
   // host j's DataListener "HOST:PORT" (own entry unused; only MeshPeers' are dialed). Dials retry
-  // while refused until `timeout`, which bounds the whole call. The collectives on the mesh use
-  // listener.options().algorithms. InvalidArgument for bad arguments, DeadlineExceeded /
-  // Unavailable naming the job and the host that could not be reached, FailedPrecondition when a
+  // while refused until `timeout`, which bounds the whole call. Every connection proves the
+  // job's secret both ways (handshake.h). The collectives on the mesh use
+  // listener.options().algorithms. InvalidArgument for bad arguments (a secret of the wrong
+  // size), DeadlineExceeded / Unavailable naming the job and the host that could not be reached,
+  // Unauthenticated naming a host that did not prove the secret, FailedPrecondition when a
   // peer's AlgorithmOptions differ.
   static absl::StatusOr<std::unique_ptr<TcpMesh>> Connect(
-      uint64_t job_id, int self, const std::vector<std::string>& data_addresses,
+      const MeshJob& job, int self, const std::vector<std::string>& data_addresses,
       DataListener& listener, absl::Duration timeout, TcpMeshOptions options = {});
 
   ~TcpMesh();

@@ -283,12 +283,38 @@ TEST_CASE("TcpMesh Connect fails when a peer runs other algorithm settings") {
   REQUIRE(Contains(meshes.status(), "different algorithm settings"));
 }
 
+MeshJob Job(uint64_t job_id) { return MeshJob{job_id, 1, *NewJobSecret()}; }
+
+TEST_CASE("TcpMesh Connect fails naming the host when the hosts hold different job secrets") {
+  LocalHosts hosts(2);
+  REQUIRE(hosts.start_status().ok());
+  const MeshJob mine = Job(14);
+  MeshJob theirs = mine;
+  SECTION("another secret") { theirs.secret = *NewJobSecret(); }
+  SECTION("another generation") { theirs.generation = 2; }
+  absl::Status dialer, acceptor;
+  std::thread host1([&] {
+    acceptor = TcpMesh::Connect(theirs, 1, hosts.addresses(), hosts.listener(1), absl::Seconds(3))
+                   .status();
+  });
+  dialer =
+      TcpMesh::Connect(mine, 0, hosts.addresses(), hosts.listener(0), absl::Seconds(10)).status();
+  host1.join();
+  REQUIRE(dialer.code() == absl::StatusCode::kUnauthenticated);
+  REQUIRE(Contains(dialer, "host 0 cannot connect to host 1"));
+  REQUIRE(acceptor.code() == absl::StatusCode::kDeadlineExceeded);
+  REQUIRE(Contains(acceptor, "host 0"));
+  REQUIRE(hosts.listener(1).rejected(RejectReason::kBadProof) +
+              hosts.listener(1).rejected(RejectReason::kWrongGeneration) ==
+          1);
+}
+
 TEST_CASE("TcpMesh Connect fails with a deadline naming a host that never connects") {
   LocalHosts hosts(2);
   REQUIRE(hosts.start_status().ok());
   SECTION("the dialing peer never comes") {
     auto mesh =
-        TcpMesh::Connect(13, 1, hosts.addresses(), hosts.listener(1), absl::Milliseconds(200));
+        TcpMesh::Connect(Job(13), 1, hosts.addresses(), hosts.listener(1), absl::Milliseconds(200));
     REQUIRE(mesh.status().code() == absl::StatusCode::kDeadlineExceeded);
     REQUIRE(Contains(mesh.status(), "host 0"));
   }
@@ -297,12 +323,19 @@ TEST_CASE("TcpMesh Connect fails with a deadline naming a host that never connec
     const int closed_port = hosts.listener(1).port();
     hosts.listener(1).Stop();
     addresses[1] = "127.0.0.1:" + std::to_string(closed_port);
-    auto mesh = TcpMesh::Connect(13, 0, addresses, hosts.listener(0), absl::Milliseconds(300));
+    auto mesh = TcpMesh::Connect(Job(13), 0, addresses, hosts.listener(0), absl::Milliseconds(300));
     REQUIRE(mesh.status().code() == absl::StatusCode::kDeadlineExceeded);
     REQUIRE(Contains(mesh.status(), "host 1"));
   }
+  SECTION("no secret") {
+    MeshJob job = Job(13);
+    job.secret.clear();
+    REQUIRE(TcpMesh::Connect(job, 0, hosts.addresses(), hosts.listener(0), absl::Seconds(1))
+                .status()
+                .code() == absl::StatusCode::kInvalidArgument);
+  }
   SECTION("bad arguments") {
-    REQUIRE(TcpMesh::Connect(13, 2, hosts.addresses(), hosts.listener(0), absl::Seconds(1))
+    REQUIRE(TcpMesh::Connect(Job(13), 2, hosts.addresses(), hosts.listener(0), absl::Seconds(1))
                 .status()
                 .code() == absl::StatusCode::kInvalidArgument);
   }
