@@ -15,6 +15,7 @@
 #include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/dataplane/tcp/crc32c.h"
 #include "daemon/dataplane/tcp/dial_handshake.h"
 #include "daemon/dataplane/tcp/handshake.h"
 
@@ -191,6 +192,10 @@ absl::Status TcpMesh::Transfer(absl::Span<const Send> sends, absl::Span<const Re
   }
   for (const Send& s : sends) ARD_RETURN_IF_ERROR(Enqueue(s.peer, true, s.data, s.bytes));
   for (const Recv& r : recvs) ARD_RETURN_IF_ERROR(Enqueue(r.peer, false, r.data, r.bytes));
+  for (int peer : peers_) {
+    Seal(io_[peer].out, true);
+    Seal(io_[peer].in, false);
+  }
   absl::Status status = Pump();
   if (!status.ok()) return Fail(std::move(status));
   return absl::OkStatus();
@@ -261,6 +266,28 @@ absl::Status TcpMesh::Enqueue(int peer, bool send, const void* data, size_t byte
   return absl::OkStatus();
 }
 
+void TcpMesh::Seal(Queue& q, bool send) {
+  if (q.iov.empty()) return;
+  q.data_iovs = q.iov.size();
+  q.crc = Crc32cExtend(0, &q.transfers, sizeof q.transfers);
+  if (send) {
+    for (const iovec& v : q.iov) q.crc = Crc32cExtend(q.crc, v.iov_base, v.iov_len);
+    q.trailer = q.crc;
+    ++q.transfers;
+  }
+  static_assert(sizeof q.trailer == kChecksumBytes);
+  q.iov.push_back(iovec{&q.trailer, sizeof q.trailer});
+}
+
+absl::Status TcpMesh::CheckReceived(int peer, Queue& q) {
+  const uint64_t transfer = q.transfers++;
+  if (q.crc == q.trailer) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      "job ", job_id_, ": host ", self_, " received a corrupt stream from host ", peer,
+      " (checksum mismatch in transfer ", transfer,
+      "): its bytes were changed, cut short or shifted on the way; nothing of it was used"));
+}
+
 absl::Status TcpMesh::Pump() {
   absl::Time last_progress = absl::Now();
   for (;;) {
@@ -315,12 +342,14 @@ absl::Status TcpMesh::PumpPeer(int peer, bool* progressed) {
     for (size_t left = static_cast<size_t>(n); left > 0;) {
       iovec& v = q.iov[q.next];
       const size_t step = std::min(left, v.iov_len);
+      if (!send && q.next < q.data_iovs) q.crc = Crc32cExtend(q.crc, v.iov_base, step);
       v.iov_base = static_cast<char*>(v.iov_base) + step;
       v.iov_len -= step;
       left -= step;
       if (v.iov_len == 0) ++q.next;
     }
     while (!q.done() && q.iov[q.next].iov_len == 0) ++q.next;
+    if (!send && q.done()) ARD_RETURN_IF_ERROR(CheckReceived(peer, q));
   }
   return absl::OkStatus();
 }

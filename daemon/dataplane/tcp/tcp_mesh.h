@@ -3,10 +3,14 @@
 // hypercube and fold partners), and a poll()-driven engine that moves bytes on many of them at
 // once. HostCollectives (host_collectives.h) builds the collectives on top, over those edges only.
 //
-// Streams carry raw bytes without framing: every host runs the same collectives in the same
-// order, so both ends of a connection always agree on the sizes. A transfer that fails leaves the
-// byte streams out of step, so after any error the mesh is poisoned (every later call fails) and
-// its sockets are shut down, which makes the peers' pending transfers fail promptly too.
+// Streams carry the transfers' bytes, each transfer's bytes to one peer followed by their
+// CRC32C (crc32c.h, seeded with the count of earlier transfers in that direction): every host
+// runs the same collectives in the same order, so both ends of a connection agree on the sizes,
+// and what one host sends to a peer in one transfer that peer receives in one transfer. A corrupt,
+// shifted or truncated stream, or bytes past a transfer's end, fails the transfer that reads them
+// with DataLoss naming the host. A transfer that fails leaves the byte streams out of step, so
+// after any error the mesh is poisoned (every later call fails) and its sockets are shut down,
+// which makes the peers' pending transfers fail promptly too.
 //
 // Threads: Exchange/Transfer from one thread at a time (the job's executor). Abort() from any
 // thread, concurrently with a transfer, but not concurrently with the destructor.
@@ -60,6 +64,9 @@ struct MeshJob {
 
 class TcpMesh {
  public:
+  // What each transfer adds to its bytes on each connection it moves bytes on: the CRC32C.
+  static constexpr size_t kChecksumBytes = sizeof(uint32_t);
+
   // One contiguous byte range to send to / receive from `peer` (a host index other than self).
   struct Send {
     int peer;
@@ -129,6 +136,11 @@ class TcpMesh {
   struct Queue {
     std::vector<iovec> iov;
     size_t next = 0;  // first iovec not yet done (iov[next] may be partly done)
+    // iov[data_iovs] is the checksum (`trailer`) when the transfer moves any bytes this way.
+    size_t data_iovs = 0;
+    uint32_t crc = 0;        // receiving: the CRC32C of what arrived so far
+    uint32_t trailer = 0;    // the checksum sent, or received
+    uint64_t transfers = 0;  // transfers with bytes in this direction so far (the CRC's seed)
     bool done() const { return next == iov.size(); }
   };
   struct PeerIo {
@@ -145,6 +157,10 @@ class TcpMesh {
 
   absl::Status CheckUsable() const;
   absl::Status Enqueue(int peer, bool send, const void* data, size_t bytes);
+  // Appends the checksum trailer to a queue that moves any bytes (after Enqueue).
+  static void Seal(Queue& q, bool send);
+  // A receiving queue just completed: its checksum must match.
+  absl::Status CheckReceived(int peer, Queue& q);
   absl::Status Pump();
   absl::Status PumpPeer(int peer, bool* progressed);
   absl::Status StalledError() const;

@@ -77,10 +77,12 @@ TEST_CASE("TcpMesh Exchange with the same peer both ways does not deadlock on la
   REQUIRE(AllOk(statuses));
   REQUIRE(got[0] == Pattern(1, 0, bytes));
   REQUIRE(got[1] == Pattern(0, 1, bytes));
-  // Each host's listener counts its meshes' traffic (the daemon's data-plane metrics).
+  // Each host's listener counts its meshes' traffic (the daemon's data-plane metrics), checksum
+  // included.
+  const size_t wire = bytes + TcpMesh::kChecksumBytes;
   for (int h = 0; h < 2; ++h) {
-    CHECK(hosts.listener(h).traffic()->sent_bytes.load() - sent_before[h] == bytes);
-    CHECK(hosts.listener(h).traffic()->received_bytes.load() - received_before[h] == bytes);
+    CHECK(hosts.listener(h).traffic()->sent_bytes.load() - sent_before[h] == wire);
+    CHECK(hosts.listener(h).traffic()->received_bytes.load() - received_before[h] == wire);
   }
 }
 
@@ -281,6 +283,28 @@ TEST_CASE("TcpMesh Connect fails when a peer runs other algorithm settings") {
   absl::StatusOr<Meshes> meshes = hosts.ConnectAll(15);
   REQUIRE(meshes.status().code() == absl::StatusCode::kFailedPrecondition);
   REQUIRE(Contains(meshes.status(), "different algorithm settings"));
+}
+
+TEST_CASE("TcpMesh fails a transfer with DataLoss naming the host when the stream is off") {
+  LocalHosts hosts(2);
+  Meshes meshes = ConnectOrDie(hosts, 16);
+  const size_t bytes = 1000;
+  size_t sent = bytes;
+  SECTION("bytes past the transfer's end") { sent = bytes + 8; }
+  SECTION("a transfer cut short") { sent = bytes - 8; }
+  std::vector<uint8_t> out = Pattern(0, 1, sent), in(bytes);
+  absl::Status receiver;
+  std::thread host1([&] { receiver = meshes[1]->Exchange(-1, nullptr, 0, 0, in.data(), bytes); });
+  // The sender's transfer completes (its bytes fit the socket buffers); what follows it (a
+  // second transfer) is read by the receiver as the rest of the first.
+  REQUIRE(meshes[0]->Exchange(1, out.data(), sent, -1, nullptr, 0).ok());
+  REQUIRE(meshes[0]->Exchange(1, out.data(), sent, -1, nullptr, 0).ok());
+  host1.join();
+  REQUIRE(receiver.code() == absl::StatusCode::kDataLoss);
+  REQUIRE(Contains(receiver, "host 1 received a corrupt stream from host 0"));
+  // The mesh is poisoned: nothing of the stream is used again.
+  REQUIRE(meshes[1]->Exchange(-1, nullptr, 0, 0, in.data(), bytes).code() ==
+          absl::StatusCode::kFailedPrecondition);
 }
 
 MeshJob Job(uint64_t job_id) { return MeshJob{job_id, 1, *NewJobSecret()}; }
