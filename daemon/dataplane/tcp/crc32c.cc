@@ -41,7 +41,14 @@ __attribute__((target("sse4.2"))) uint32_t HardwareCrc(uint32_t crc, const uint8
   return c32;
 }
 
-const bool kHasSse42 = __builtin_cpu_supports("sse4.2");
+bool HasSse42() {
+  // __builtin_cpu_init first: this may run before the runtime's own initialization of the flags.
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("sse4.2") != 0;
+  }();
+  return has;
+}
 #endif
 
 }  // namespace
@@ -50,7 +57,7 @@ uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t bytes) {
   const uint8_t* p = static_cast<const uint8_t*>(data);
   crc = ~crc;
 #if defined(__x86_64__)
-  if (kHasSse42) return ~HardwareCrc(crc, p, bytes);
+  if (HasSse42()) return ~HardwareCrc(crc, p, bytes);
 #endif
   return ~TableCrc(crc, p, bytes);
 }
