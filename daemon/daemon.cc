@@ -93,6 +93,7 @@ absl::Status Daemon::Start() {
   self_.set_name(config_.host_name());
   self_.set_version(kVersion);
   self_.set_protocol_version(kProtocolVersion);
+  self_.set_data_plane_security("authenticated");  // handshake.h; no encryption (not built)
   self_.set_instance_id(NewInstanceId());
   self_.set_start_time_unix_ms(absl::ToUnixMillis(absl::Now()));
   self_.set_pid(getpid());
