@@ -168,17 +168,18 @@ std::string FormatStatusTable(const GetClusterStatusResponse& status) {
   const ClusterView& view = status.view();
   int up = 0;
   for (const Host& h : view.hosts()) up += h.state() == UP;
-  std::string out =
-      absl::StrFormat("Cluster: coordinator %s (%s), membership epoch %d, %d of %d hosts UP%s\n\n",
-                      view.coordinator(), view.coordinator_address(), view.membership_epoch(), up,
-                      view.hosts_size(),
-                      status.forwarded() ? absl::StrCat(" (via ", status.answered_by(), ")") : "");
-  std::vector<Row> rows = {{"HOST", "ADDRESS", "STATE", "INC", "UPTIME", "LAST-HB", "GPUS", "NCCL",
-                            "DATA-PLANE", "VERSION", "NOTE"}};
+  std::string out = absl::StrFormat(
+      "Cluster: coordinator %s (%s), membership epoch %d, %d of %d hosts UP%s\n\n",
+      view.coordinator(), view.coordinator_address(), view.membership_epoch(), up,
+      view.hosts_size(),
+      status.forwarded() ? absl::StrCat(" (via ", status.answered_by(), ")") : "");
+  std::vector<Row> rows = {{"HOST", "ADDRESS", "STATE", "INC", "UPTIME", "LAST-HB", "GPUS",
+                            "NCCL", "DATA-PLANE", "VERSION", "NOTE"}};
   for (const Host& h : view.hosts()) {
     std::string note = h.coordinator() ? "coordinator" : "";
     if (h.state() == DOWN) note = h.down_reason();
-    rows.push_back({h.name(), h.address(), HostState_Name(h.state()), absl::StrCat(h.incarnation()),
+    rows.push_back({h.name(), h.address(), HostState_Name(h.state()),
+                    absl::StrCat(h.incarnation()),
                     h.state() == UP ? FormatDuration(h.uptime_s()) : "-",
                     FormatDuration(h.last_heartbeat_age_s()) + " ago", GpuSummary(h),
                     h.nccl_version().empty() ? "-" : h.nccl_version(),

@@ -31,8 +31,8 @@ void MergeJob(JobSummary* into, const JobSummary& from) {
   std::sort(into->mutable_hosts()->begin(), into->mutable_hosts()->end());
   std::sort(into->mutable_ranks()->begin(), into->mutable_ranks()->end(),
             [](const auto& a, const auto& b) { return a.host() < b.host(); });
-  into->set_collectives_completed(
-      std::max(into->collectives_completed(), from.collectives_completed()));
+  into->set_collectives_completed(std::max(into->collectives_completed(),
+                                           from.collectives_completed()));
   into->set_bytes_reduced(std::max(into->bytes_reduced(), from.bytes_reduced()));
   into->set_generation(std::max(into->generation(), from.generation()));
   into->set_pending_tensors(std::max(into->pending_tensors(), from.pending_tensors()));
@@ -72,8 +72,8 @@ void MergeJob(JobSummary* into, const JobSummary& from) {
          std::initializer_list<const JobSummary::StalledTensor*>{same, &t}) {
       for (int i = 0; i < report->missing_ranks_size(); ++i) {
         const int r = report->missing_ranks(i);
-        if (submitted.count(r) ||
-            std::count(both.missing_ranks().begin(), both.missing_ranks().end(), r)) {
+        if (submitted.count(r) || std::count(both.missing_ranks().begin(),
+                                             both.missing_ranks().end(), r)) {
           continue;
         }
         both.add_missing_ranks(r);
@@ -98,7 +98,8 @@ absl::Status NameHeldError(const HostInfo& holder, const char* holder_role,
       "): give each daemon its own host_name"));
 }
 
-MembershipTable::MembershipTable(const HostInfo& self, absl::Duration host_timeout, absl::Time now)
+MembershipTable::MembershipTable(const HostInfo& self, absl::Duration host_timeout,
+                                 absl::Time now)
     : self_name_(self.name()), host_timeout_(host_timeout) {
   Entry& e = hosts_[self.name()];
   e.info = self;
@@ -123,9 +124,9 @@ std::optional<HostInfo> MembershipTable::OtherLiveHolder(const HostInfo& host) c
 
 absl::StatusOr<uint32_t> MembershipTable::Join(const HostInfo& host, absl::Time now) {
   if (!ValidHostName(host.name())) {
-    return absl::InvalidArgumentError(absl::StrCat("Join with invalid host name '",
-                                                   absl::CHexEscape(host.name().substr(0, 64)),
-                                                   "' (1-64 of letters, digits, '-', '_', '.')"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Join with invalid host name '", absl::CHexEscape(host.name().substr(0, 64)),
+        "' (1-64 of letters, digits, '-', '_', '.')"));
   }
   if (host.address().empty() || host.address().size() > 300 || host.instance_id().empty()) {
     return absl::InvalidArgumentError(
@@ -270,8 +271,7 @@ ClusterView MembershipTable::View(absl::Time now, const std::vector<JobSummary>&
     const absl::Time seen = name == self_name_ ? now : e.last_heartbeat;
     h->set_last_heartbeat_age_s(absl::ToDoubleSeconds(now - seen));
     if (e.state == UP) {
-      h->set_uptime_s(
-          absl::ToDoubleSeconds(now - absl::FromUnixMillis(e.info.start_time_unix_ms())));
+      h->set_uptime_s(absl::ToDoubleSeconds(now - absl::FromUnixMillis(e.info.start_time_unix_ms())));
     }
     if (name == self_name_) {
       view.set_coordinator(name);
