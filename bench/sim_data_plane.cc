@@ -116,11 +116,11 @@ absl::Status SimDataPlane::Connect(const JobLayout& layout, const std::vector<st
       host->requests.push_back(std::move(request));
     }
   }
-  const uint64_t job_id = layout.job_id();
+  const dataplane::tcp::MeshJob job{layout.job_id(), layout.generation(), layout.data_secret()};
   absl::StatusOr<DataPlaneCounts> connected =
       OnEveryHost([&](Host& host, DataPlaneCounts&) -> absl::Status {
         ARD_ASSIGN_OR_RETURN(host.mesh, dataplane::tcp::TcpMesh::Connect(
-                                            job_id, host.cross_rank, data_addresses, *host.listener,
+                                            job, host.cross_rank, data_addresses, *host.listener,
                                             options_.connect_timeout, options_.mesh));
         return absl::OkStatus();
       });

@@ -93,6 +93,7 @@ absl::Status Daemon::Start() {
   self_.set_name(config_.host_name());
   self_.set_version(kVersion);
   self_.set_protocol_version(kProtocolVersion);
+  self_.set_data_plane_security("authenticated");  // handshake.h; no encryption (not built)
   self_.set_instance_id(NewInstanceId());
   self_.set_start_time_unix_ms(absl::ToUnixMillis(absl::Now()));
   self_.set_pid(getpid());
@@ -333,6 +334,11 @@ void Daemon::CollectMetrics() {
   });
   const std::shared_ptr<dataplane::tcp::DataTraffic>& traffic = data_listener_->traffic();
   metrics_->SetDataPlaneBytes(traffic->sent_bytes.load(), traffic->received_bytes.load());
+  for (int r = 0; r < dataplane::tcp::kRejectReasons; ++r) {
+    const auto reason = static_cast<dataplane::tcp::RejectReason>(r);
+    metrics_->SetDataPlaneRejected(dataplane::tcp::RejectReasonName(reason),
+                                   data_listener_->rejected(reason));
+  }
   if (coordinator_ != nullptr) {
     auto view_done = std::make_shared<absl::Notification>();
     coordinator_->HandleGetClusterStatus(

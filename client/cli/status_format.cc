@@ -174,7 +174,7 @@ std::string FormatStatusTable(const GetClusterStatusResponse& status) {
       view.hosts_size(),
       status.forwarded() ? absl::StrCat(" (via ", status.answered_by(), ")") : "");
   std::vector<Row> rows = {{"HOST", "ADDRESS", "STATE", "INC", "UPTIME", "LAST-HB", "GPUS",
-                            "NCCL", "VERSION", "NOTE"}};
+                            "NCCL", "DATA-PLANE", "VERSION", "NOTE"}};
   for (const Host& h : view.hosts()) {
     std::string note = h.coordinator() ? "coordinator" : "";
     if (h.state() == DOWN) note = h.down_reason();
@@ -182,7 +182,9 @@ std::string FormatStatusTable(const GetClusterStatusResponse& status) {
                     absl::StrCat(h.incarnation()),
                     h.state() == UP ? FormatDuration(h.uptime_s()) : "-",
                     FormatDuration(h.last_heartbeat_age_s()) + " ago", GpuSummary(h),
-                    h.nccl_version().empty() ? "-" : h.nccl_version(), h.version(), note});
+                    h.nccl_version().empty() ? "-" : h.nccl_version(),
+                    h.data_plane_security().empty() ? "-" : h.data_plane_security(), h.version(),
+                    note});
   }
   absl::StrAppend(&out, RenderTable(rows));
   // GPU details: model, memory and PCI bus of every GPU, with the host's NCCL/CUDA versions.

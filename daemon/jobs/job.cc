@@ -249,10 +249,11 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
   if (cross_host()) {
     const dataplane::HostLayout& hosts = formation->hosts;
     auto tcp = std::make_unique<dataplane::TcpCollective>(
-        hosts,
-        [job_id = formation->job_id, me = hosts.cross_rank, addresses = formation->data_addresses,
-         listener = listener_, timeout = options_.form_timeout] {
-          return dataplane::tcp::TcpMesh::Connect(job_id, me, addresses, *listener, timeout);
+        hosts, [job = dataplane::tcp::MeshJob{formation->job_id, formation->generation,
+                                              formation->data_secret},
+                me = hosts.cross_rank, addresses = formation->data_addresses, listener = listener_,
+                timeout = options_.form_timeout] {
+          return dataplane::tcp::TcpMesh::Connect(job, me, addresses, *listener, timeout);
         });
     tcp_ = tcp.get();
     host = std::move(tcp);
