@@ -13,18 +13,17 @@
 #include "daemon/admin/admin_mutations.h"
 #include "daemon/cluster/cluster_agent.h"
 #include "daemon/cluster/coordinator.h"
+#include "daemon/cluster/job_coordinator.h"
+#include "daemon/cluster/loopback_negotiation.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/make_dirs.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/common/version.h"
 #include "daemon/config/config_loader.h"
+#include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/gpu/cuda_device.h"
 #include "daemon/gpu/device_query.h"
-#include "daemon/cluster/job_coordinator.h"
-#include "daemon/cluster/loopback_negotiation.h"
-#include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/jobs/job_registry.h"
-#include "daemon/rpc/negotiation_service.h"
 #include "daemon/local/local_socket_server.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/metrics/metrics_server.h"
@@ -33,9 +32,10 @@
 #include "daemon/rpc/cluster_service.h"
 #include "daemon/rpc/grpc_peer_client.h"
 #include "daemon/rpc/grpc_server.h"
-#include "daemon/rpc/tls.h"
+#include "daemon/rpc/negotiation_service.h"
 #include "daemon/timeline/hub.h"
 #include "daemon/timeline/timeline_admin.h"
+#include "tls/credentials.h"
 
 namespace ard {
 namespace {
@@ -86,10 +86,11 @@ Daemon::~Daemon() { Shutdown(); }
 
 absl::Status Daemon::Start() {
   ARD_CHECK(!started_);
-  const rpc::TlsFiles tls{config_.tls_cert_file(), config_.tls_key_file(), config_.tls_ca_file()};
+  const tls::CredentialFiles tls_files{config_.tls_cert_file(), config_.tls_key_file(),
+                                       config_.tls_ca_file()};
   ARD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> server_credentials,
-                       rpc::MakeServerCredentials(tls));
-  ARD_ASSIGN_OR_RETURN(channel_credentials_, rpc::MakeChannelCredentials(tls));
+                       tls::MakeServerCredentials(tls_files));
+  ARD_ASSIGN_OR_RETURN(channel_credentials_, tls::MakeChannelCredentials(tls_files));
   self_.set_name(config_.host_name());
   self_.set_version(kVersion);
   self_.set_protocol_version(kProtocolVersion);
@@ -167,9 +168,8 @@ absl::Status Daemon::Start() {
     cluster_handler = coordinator_.get();
     admin_handler = coordinator_.get();
   } else {
-    peer_ = std::make_unique<rpc::GrpcPeerClient>(config_.coordinator(),
-                                                  absl::Milliseconds(config_.rpc_timeout_ms()),
-                                                  channel_credentials_);
+    peer_ = std::make_unique<rpc::GrpcPeerClient>(
+        config_.coordinator(), absl::Milliseconds(config_.rpc_timeout_ms()), channel_credentials_);
     agent_ = std::make_unique<cluster::ClusterAgent>(
         *loop_, *peer_, config_.host_name(),
         cluster::AgentOptions{
@@ -193,20 +193,17 @@ absl::Status Daemon::Start() {
   admin_socket_ = std::make_unique<rpc::AdminSocket>();
   admin_service_ = std::make_unique<rpc::AdminService>(*admin_handler, *timeline_admin_,
                                                        *admin_mutations_, admin_socket_.get());
-  negotiation_service_ = std::make_unique<rpc::NegotiationService>(
-      *loop_, job_coordinator_.get(), config_.coordinator());
+  negotiation_service_ = std::make_unique<rpc::NegotiationService>(*loop_, job_coordinator_.get(),
+                                                                   config_.coordinator());
 
   absl::Status status = [&]() -> absl::Status {
     local_ = std::make_unique<local::LocalSocketServer>(
         *loop_,
-        local::LocalSocketOptions{config_.local_socket(),
-                                  config_.socket_group(),
-                                  config_.max_input_arena_bytes(),
-                                  static_cast<int>(config_.max_clients()),
-                                  absl::Milliseconds(config_.hello_timeout_ms()),
-                                  static_cast<size_t>(config_.max_client_outbox_bytes()),
-                                  config_.peer_policy(),
-                                  config_.allowed_group()},
+        local::LocalSocketOptions{
+            config_.local_socket(), config_.socket_group(), config_.max_input_arena_bytes(),
+            static_cast<int>(config_.max_clients()), absl::Milliseconds(config_.hello_timeout_ms()),
+            static_cast<size_t>(config_.max_client_outbox_bytes()), config_.peer_policy(),
+            config_.allowed_group()},
         *jobs_);
     ARD_RETURN_IF_ERROR(local_->Start());  // before the loop runs: it registers fds
     loop_->Start();
@@ -251,9 +248,9 @@ absl::Status Daemon::Start() {
 absl::Status Daemon::StartDataPlane() {
   std::string host;
   int port = 0;
-  config::SplitHostPort(config_.data_address().empty() ? config_.cluster_address()
-                                                      : config_.data_address(),
-                        &host, &port)
+  config::SplitHostPort(
+      config_.data_address().empty() ? config_.cluster_address() : config_.data_address(), &host,
+      &port)
       .IgnoreError();
   dataplane::tcp::DataListenerOptions options;
   options.address = absl::StrCat(host, ":", config_.data_address().empty() ? 0 : port);
@@ -268,8 +265,8 @@ absl::Status Daemon::StartDataPlane() {
       config_.steady_state() ? config_.steady_round_data_max_bytes() : 0;
   data_listener_ = std::make_unique<dataplane::tcp::DataListener>(options);
   if (auto s = data_listener_->Start(); !s.ok()) {
-    return absl::UnavailableError(absl::StrCat("data plane: cannot listen on ", options.address,
-                                               ": ", s.message()));
+    return absl::UnavailableError(
+        absl::StrCat("data plane: cannot listen on ", options.address, ": ", s.message()));
   }
   // Peers dial the advertised host with the data port.
   std::string advertised_host;
@@ -410,9 +407,9 @@ void Daemon::Teardown() {
   if (loop_ != nullptr) loop_->Stop();  // drops pending tasks; nothing touches the roles after this
   // The loop has stopped: what it owned is now touched only from this thread.
   if (jobs_ != nullptr) jobs_->EnableCrossHost(nullptr, nullptr, "");
-  if (local_ != nullptr) local_->Stop();  // closes every client (their jobs fail)
+  if (local_ != nullptr) local_->Stop();    // closes every client (their jobs fail)
   if (jobs_ != nullptr) jobs_->Shutdown();  // joins the executors
-  negotiation_client_.reset();  // waits for calls in flight (their posts are dropped)
+  negotiation_client_.reset();              // waits for calls in flight (their posts are dropped)
   identify_clients_.clear();
   peer_.reset();
   metrics_server_.reset();

@@ -18,7 +18,7 @@ namespace ard::rpc {
 
 class GrpcPeerClient : public cluster::PeerClient {
  public:
-  // `credentials`: plaintext when null (see rpc/tls.h for mutual TLS).
+  // `credentials`: plaintext when null (see tls/credentials.h for mutual TLS).
   GrpcPeerClient(const std::string& address, absl::Duration timeout,
                  std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   ~GrpcPeerClient() override;
