@@ -279,7 +279,7 @@ absl::Status Daemon::StartDataPlane() {
     negotiation_client_ = std::make_unique<rpc::GrpcPeerClient>(
         config_.coordinator(), absl::Milliseconds(config_.rpc_timeout_ms()), channel_credentials_);
   }
-  cluster::PeerClient* client = negotiation_client_.get();
+  cluster::NegotiationClient* client = negotiation_client_.get();
   dataplane::tcp::DataListener* listener = data_listener_.get();
   const std::string data_address = self_.data_address();
   loop_->Post([this, client, listener, data_address] {

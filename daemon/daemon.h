@@ -33,7 +33,7 @@ namespace admin {
 class AdminMutations;
 }  // namespace admin
 namespace cluster {
-class PeerClient;
+class NegotiationClient;
 class ClusterAgent;
 class Coordinator;
 class JobCoordinator;
@@ -136,7 +136,7 @@ class Daemon {
   std::unique_ptr<rpc::NegotiationService> negotiation_service_;
   // Cross-host jobs reach the Negotiation service through this: gRPC to the coordinator, or the
   // JobCoordinator directly on the coordinator itself.
-  std::unique_ptr<cluster::PeerClient> negotiation_client_;
+  std::unique_ptr<cluster::NegotiationClient> negotiation_client_;
   std::unique_ptr<local::LocalSocketServer> local_;
   std::unique_ptr<rpc::GrpcServer> server_;
   std::unique_ptr<metrics::MetricsServer> metrics_server_;

@@ -6,7 +6,6 @@
 #include "daemon/collectives/reduce_kernels.h"
 #include "daemon/collectives/row_split.h"
 #include "daemon/dataplane/adasum_ranks.h"
-#include "daemon/local/frame_codec.h"
 
 namespace ard::dataplane {
 namespace {
