@@ -36,10 +36,6 @@ void Copy(uint8_t* dst, const uint8_t* src, uint64_t n) {
   if (n > 0) memcpy(dst, src, n);
 }
 
-std::vector<int64_t> Shape(const wire::Submit& m) {
-  return std::vector<int64_t>(m.shape, m.shape + m.ndims);
-}
-
 // Reduces elements [first, first + count) of every present rank's input into `dst`, applying
 // prescale to each input, then postscale (and 1/size for Average) to the result.
 void ReduceRange(const ReadyTensor& t, int size, uint64_t first, uint64_t count, uint8_t* dst) {
@@ -94,7 +90,7 @@ absl::Status Allreduce(const ReadyTensor& t, int size, const SlotAllocator& allo
     ReduceRange(t, size, 0, count, (*slot)->data);
   }
   for (int r = 0; r < size; ++r) {
-    if (t.ranks[r]) (*out)[r] = RankResult{*slot, Shape(m), {}};
+    if (t.ranks[r]) (*out)[r] = RankResult{*slot, ShapeOf(m), {}};
   }
   return absl::OkStatus();
 }
@@ -127,7 +123,7 @@ absl::Status Broadcast(const ReadyTensor& t, int size, const SlotAllocator& allo
   auto slot = Allocate(allocate, root.input.bytes);
   if (!slot.ok()) return slot.status();
   if (*slot) Copy((*slot)->data, root.input.data, root.input.bytes);
-  for (int r = 0; r < size; ++r) (*out)[r] = RankResult{*slot, Shape(root.meta), {}};
+  for (int r = 0; r < size; ++r) (*out)[r] = RankResult{*slot, ShapeOf(root.meta), {}};
   return absl::OkStatus();
 }
 
