@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-import harness  # noqa: F401  (puts tfplugin/python on sys.path)
+import harness  # noqa: F401  (puts python/ on sys.path)
 from allreduced import launch
 from allreduced.launch import hosts, remote
 from harness import wait_until
