@@ -12,10 +12,10 @@ cd "$(dirname "$0")/.."
 tools/bootstrap.sh
 
 trap 'bazel shutdown >/dev/null 2>&1 || true' EXIT
-bazel build //daemon:allreduced //client/cli:allreducectl //tfplugin:_allreduced_ops.so
+bazel build //daemon:allreduced //ctl:allreducectl //tfplugin:_allreduced_ops.so
 bin=$(bazel info bazel-bin 2>/dev/null)
 daemon="$bin/daemon/allreduced"
-ctl="$bin/client/cli/allreducectl"
+ctl="$bin/ctl/allreducectl"
 
 work=$(mktemp -d /tmp/ard-main.XXXXXX)
 pids=()

@@ -14,7 +14,7 @@ using negotiation::ReadyTensor;
 using negotiation::Response;
 using negotiation::TensorRequest;
 
-CoordinatedNegotiator::CoordinatedNegotiator(EventLoop& loop, cluster::PeerClient& coordinator,
+CoordinatedNegotiator::CoordinatedNegotiator(EventLoop& loop, cluster::NegotiationClient& coordinator,
                                              const JobOptions& options, std::string data_address,
                                              std::string job, int size, int local_size,
                                              ElasticSpec elastic)

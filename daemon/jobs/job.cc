@@ -9,6 +9,7 @@
 #include "daemon/common/logging.h"
 #include "daemon/dataplane/local_collective.h"
 #include "daemon/dataplane/tcp/data_listener.h"
+#include "daemon/local/rank_sessions.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/negotiation/elastic_settle.h"
 #include "daemon/shm/result_arena.h"
@@ -236,7 +237,7 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
   context_->name = name_;
   context_->id = id_;
   context_->size = size_;
-  context_->ranks = members_;
+  context_->sink = std::make_shared<local::RankSessions>(members_);
   context_->results = *arena;
   context_->metrics = options_.metrics;
   context_->timeline = timeline_;
@@ -382,7 +383,7 @@ void Job::Fail(const absl::Status& failure, bool tell_others) {
   std::vector<TensorRequest> waiting = table_->TakeAll();
   for (TensorRequest& r : negotiator_->TakeUncommitted()) waiting.push_back(std::move(r));
   for (const TensorRequest& r : waiting) {
-    if (members_[r.rank] != nullptr) Executor::SendComplete(*members_[r.rank], r, status, nullptr);
+    if (members_[r.rank] != nullptr) local::SendComplete(*members_[r.rank], r, status, nullptr);
   }
 }
 

@@ -22,7 +22,7 @@ JobRegistry::~JobRegistry() { Shutdown(); }
 
 void JobRegistry::Start() { ScheduleStallInspection(); }
 
-void JobRegistry::EnableCrossHost(cluster::PeerClient* coordinator,
+void JobRegistry::EnableCrossHost(cluster::NegotiationClient* coordinator,
                                   dataplane::tcp::DataListener* listener,
                                   std::string data_address) {
   coordinator_ = coordinator;

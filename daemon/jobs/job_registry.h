@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/cluster/peer_client.h"
+#include "daemon/cluster/negotiation_client.h"
 #include "daemon/common/event_loop.h"
 #include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/jobs/job.h"
@@ -37,7 +37,7 @@ class JobRegistry : public local::SessionHandler {
   // Enables cross-host jobs: `coordinator` reaches the coordinator's Negotiation service (this
   // daemon's own JobCoordinator on the coordinator), `listener` accepts other hosts' data
   // connections.
-  void EnableCrossHost(cluster::PeerClient* coordinator, dataplane::tcp::DataListener* listener,
+  void EnableCrossHost(cluster::NegotiationClient* coordinator, dataplane::tcp::DataListener* listener,
                        std::string data_address);
 
   void OnFrame(const std::shared_ptr<local::Session>& session, local::DecodedFrame frame,
@@ -89,7 +89,7 @@ class JobRegistry : public local::SessionHandler {
   };
   std::map<std::string, Handoff> handoffs_;
   uint32_t next_job_id_ = 1;
-  cluster::PeerClient* coordinator_ = nullptr;        // Not owned; null: single-host jobs only.
+  cluster::NegotiationClient* coordinator_ = nullptr;        // Not owned; null: single-host jobs only.
   dataplane::tcp::DataListener* listener_ = nullptr;  // Not owned.
   std::string data_address_;
   bool shut_down_ = false;

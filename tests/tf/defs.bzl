@@ -34,11 +34,11 @@ def tf_test(name, size = "large", srcs = [], data = [], args = [], shard_count =
         ],
         args = [
             "allreduced=$(location //daemon:allreduced)",
-            "allreducectl=$(location //client/cli:allreducectl)",
+            "allreducectl=$(location //ctl:allreducectl)",
             "tf_ops=$(location //tfplugin:_allreduced_ops.so)",
         ] + args + ["$(location %s)" % test_file],
         data = data + [
-            "//client/cli:allreducectl",
+            "//ctl:allreducectl",
             "//daemon:allreduced",
             "//tfplugin:_allreduced_ops.so",
             "//python:allreduced_py",

@@ -1,5 +1,5 @@
 """RankGroup: the processes of one launch, one per rank, local or over ssh; the launcher's core,
-also used by the repository's tests to start a job's ranks (client/launch/ is its C++ twin for
+also used by the repository's tests to start a job's ranks (ctl/launch/ is its C++ twin for
 `allreducectl bench`). Methods belong to one thread; output callbacks run on reader threads.
 Standard library only.
 """
