@@ -1,5 +1,5 @@
 // `allreducectl run ...`: horovodrun's command line, by handing over to the Python launcher
-// (`python -m allreduced.launch`, tfplugin/python/allreduced/launch/) rather than a second
+// (`python -m allreduced.launch`, python/allreduced/launch/) rather than a second
 // implementation in C++: the process exec()s $ALLREDUCED_PYTHON (default python3) with the
 // arguments after `run`, telling the launcher this allreducectl's path, --daemon and TLS files
 // so that it reads the cluster view the same way. Called once from CtlMain on the main thread.

@@ -41,10 +41,10 @@ def tf_test(name, size = "large", srcs = [], data = [], args = [], shard_count =
             "//client/cli:allreducectl",
             "//daemon:allreduced",
             "//tfplugin:_allreduced_ops.so",
-            "//tfplugin:allreduced_py",
+            "//python:allreduced_py",
         ],
         main = "//tests:pytest_main.py",
         python_version = "PY3",
         tags = [] if TF_ENABLED else ["manual"],
-        deps = ["//tfplugin:launch_py"],
+        deps = ["//python:launch_py"],
     )

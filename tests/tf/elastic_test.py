@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 from harness import Cluster, ctl, host_states, status_json, wait_until  # noqa: E402
 from allreduced.launch import RankGroup  # noqa: E402
 
-PACKAGE_DIR = os.path.join(HERE, "..", "..", "tfplugin", "python")
+PACKAGE_DIR = os.path.join(HERE, "..", "..", "python")
 WORKER = os.path.join(HERE, "elastic_worker.py")
 # Formation waits this long for a generation's ranks: generous, as TensorFlow workers started
 # together can reach their daemon tens of seconds apart on a loaded machine; the min_np case

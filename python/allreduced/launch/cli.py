@@ -28,7 +28,7 @@ SIGTERM stops every rank and exits 130 or 143.
 Elastic (--min-np/--max-np): -np workers start (default --min-np) with
 ALLREDUCED_ELASTIC_MIN_NP/MAX_NP; a worker that fails frees its slot and a new worker starts in a
 free one, up to --max-np, on the hosts of the cluster view or --host-discovery-script (asked
-again every few seconds); a host with 3 failures within a minute gets no worker for 2 minutes.
+again every --discovery-interval seconds); a host with 3 failures within a minute gets no worker for 2 minutes.
 The launcher ends when every worker has: 0 if the last succeeded."""
 
 
@@ -68,7 +68,10 @@ def parser(prog="python -m allreduced.launch"):
     where.add_argument("--sockets", help="daemons on this machine, one host each, by their "
                        "sockets (PATH,PATH...); ranks spread evenly unless --slots")
     where.add_argument("--host-discovery-script", help="elastic: prints the available hosts, "
-                       "'host:slots' per line; run again every few seconds")
+                       "'host:slots' per line; run again every --discovery-interval")
+    p.add_argument("--discovery-interval", type=float, default=elastic.DISCOVERY_INTERVAL_S,
+                   metavar="SECONDS", help="elastic: how often the hosts are asked for again "
+                   f"(the discovery script or the cluster view; default {elastic.DISCOVERY_INTERVAL_S:g})")
     p.add_argument("--slots", type=int, help="ranks per host (cluster view: instead of its GPU "
                    "count)")
     p.add_argument("--socket", help="every host's daemon socket; the cluster view is not asked")
@@ -105,7 +108,7 @@ def _discoverer(args):
             return hosts_lib.with_view_sockets([h for h in found if h.name in up], view)
         return from_script
     return lambda: hosts_lib.discover(args.hosts, args.hostfile, args.slots, args.socket,
-                                      args.daemon, args.allreducectl, tls)
+                                      args.daemon, args.allreducectl, tls, np=args.max_np)
 
 
 def _run_elastic(name, command, args):
@@ -154,7 +157,7 @@ def _run_elastic(name, command, args):
             signal.signal(signo, on_signal)
     try:
         return elastic.run(table, discover, command, args.np, args.max_np, env, options, log,
-                           workers, signals)
+                           workers, signals, interval_s=args.discovery_interval)
     except hosts_lib.HostError as e:
         sys.stderr.write(f"{name}: {e}\n")
         _stop_all([w.group for w in workers])
@@ -178,8 +181,8 @@ def plan(args):
     tls = [x for flag in ("tls_cert", "tls_key", "tls_ca") if getattr(args, flag)
            for x in (f"--{flag}", getattr(args, flag))]
     return hosts_lib.assign(hosts_lib.discover(
-        args.hosts, args.hostfile, args.slots, args.socket, args.daemon, args.allreducectl, tls),
-        args.np)
+        args.hosts, args.hostfile, args.slots, args.socket, args.daemon, args.allreducectl, tls,
+        np=args.np), args.np)
 
 
 def _missing(command):
@@ -213,6 +216,8 @@ def main(argv=None, prog="python -m allreduced.launch"):
             p.error("elastic mode needs 1 <= --min-np <= -np <= --max-np")
         if args.reset_limit is not None and args.reset_limit < 0:
             p.error("--reset-limit takes a number >= 0")
+        if not args.discovery_interval > 0:
+            p.error("--discovery-interval takes a number of seconds > 0")
     if args.np is None:
         p.error("the following arguments are required: -np")
     if args.np < 1 or (args.slots is not None and args.slots < 1):

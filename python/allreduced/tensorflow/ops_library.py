@@ -13,10 +13,10 @@ def _path():
     candidates = [
         os.environ.get("ALLREDUCED_TF_OPS", ""),
         os.path.join(_HERE, "_allreduced_ops.so"),
-        # Bazel runfiles / source tree: tfplugin/python/allreduced/tensorflow -> tfplugin/
-        os.path.join(_HERE, "..", "..", "..", "_allreduced_ops.so"),
+        # Bazel runfiles: python/allreduced/tensorflow -> the workspace root's tfplugin/
+        os.path.join(_HERE, "..", "..", "..", "tfplugin", "_allreduced_ops.so"),
         # Source tree on PYTHONPATH after `bazel build //tfplugin:_allreduced_ops.so`.
-        os.path.join(_HERE, "..", "..", "..", "..", "bazel-bin", "tfplugin", "_allreduced_ops.so"),
+        os.path.join(_HERE, "..", "..", "..", "bazel-bin", "tfplugin", "_allreduced_ops.so"),
     ]
     for candidate in candidates:
         if candidate and os.path.exists(candidate):

@@ -19,9 +19,12 @@ Host = collections.namedtuple("Host", "name slots socket local")
 
 
 class Slot(collections.namedtuple(
-        "Slot", "rank size host_index host socket local_rank local_size local")):
+        "Slot", "rank size host_index host socket local_rank local_size local cross_rank "
+        "cross_size", defaults=(None, None))):
     """One rank of a launch: host_index-th host used (in rank order), named `host`, whose daemon
-    listens on `socket`; `local` as Host.local."""
+    listens on `socket`; `local` as Host.local. cross_rank/cross_size as Horovod defines them:
+    this host's place among, and the number of, the launch's hosts that have a rank of this
+    local_rank (None: not known, e.g. an elastic replacement)."""
     __slots__ = ()
 
     @property
@@ -171,10 +174,11 @@ def with_view_sockets(hosts, view):
 
 
 def discover(hosts_text=None, hostfile=None, slots=None, socket_path=None, daemon=None,
-             allreducectl=None, tls=()):
+             allreducectl=None, tls=(), np=None):
     """The hosts of a launch, as the launcher's options give them: -H's `hosts_text` or
     `hostfile` (a host without a count has `slots`, default 1), else the cluster view's UP hosts
-    (`slots` each, else their GPU count). Sockets: `socket_path` for every host (then the
+    (`slots` each, else their GPU count; with neither `slots` nor any GPU, as horovodrun's
+    localhost:np, the answering daemon's host with `np` slots). Sockets: `socket_path` for every host (then the
     cluster view is not asked, and the hosts must be given), else the cluster view's. The
     cluster view comes from `daemon` through `allreducectl` (find_allreducectl) with `tls`."""
     if hosts_text:
@@ -188,7 +192,26 @@ def discover(hosts_text=None, hostfile=None, slots=None, socket_path=None, daemo
             raise HostError("--socket needs the hosts (-H or --hostfile)")
         return [h._replace(socket=socket_path) for h in hosts]
     view = cluster_view(find_allreducectl(allreducectl), daemon, tls)
-    return view_hosts(view, slots) if hosts is None else with_view_sockets(hosts, view)
+    if hosts is not None:
+        return with_view_sockets(hosts, view)
+    if slots is None and np is not None and not any(
+            h.get("gpus") for h in view.get("hosts", []) if h.get("state") == "UP"):
+        return answering_host(view, np, daemon)
+    return view_hosts(view, slots)
+
+
+def answering_host(view, np, daemon=None):
+    """horovodrun's `-np N` without hosts (localhost:N) on a cluster without GPUs: the host of
+    the daemon that answered the cluster view with `np` slots; local (no ssh) when its name is
+    this machine's or the daemon was asked on this machine (`daemon`, default DEFAULT_DAEMON)."""
+    name = view.get("answered_by", "")
+    address = daemon or os.environ.get("ALLREDUCED_DAEMON") or DEFAULT_DAEMON
+    local = is_local(name) or is_local(address.rsplit(":", 1)[0].strip("[]"))
+    for h in view.get("hosts", []):
+        if h.get("name") == name and h.get("state") == "UP":
+            return [Host(name, np, h.get("local_socket") or None, local)]
+    raise HostError(f"the daemon that answered ({name or 'unknown'}) is not an UP host of the "
+                    "cluster view: give the hosts with -H host:N")
 
 
 def assign(hosts, np):
@@ -199,16 +222,22 @@ def assign(hosts, np):
     if np < 1 or np > total:
         raise HostError(f"-np {np}: the hosts have {total} slot(s) ("
                         + ", ".join(f"{h.name}:{h.slots}" for h in hosts) + ")")
-    result = []
-    for index, h in enumerate(hosts):
-        count = min(h.slots, np - len(result))
+    counts = []
+    for h in hosts:
+        count = min(h.slots, np - sum(counts))
         if count == 0:
             break
         if not h.socket:
             raise HostError(f"host {h.name}: its daemon's socket is not known (a daemon "
                             "older than this launcher?): give it with --socket")
-        result += [Slot(len(result) + l, np, index, h.name, h.socket, l, count, h.local)
-                   for l in range(count)]
+        counts.append(count)
+    result = []
+    for index, (h, count) in enumerate(zip(hosts, counts)):
+        for l in range(count):
+            cross_rank = sum(1 for c in counts[:index] if c > l)
+            cross_size = sum(1 for c in counts if c > l)
+            result.append(Slot(len(result), np, index, h.name, h.socket, l, count, h.local,
+                               cross_rank, cross_size))
     return result
 
 

@@ -17,7 +17,7 @@ from allreduced.launch.rank_group import RankGroup
 FAILURE_LIMIT = 3
 FAILURE_WINDOW_S = 60.0
 COOL_DOWN_S = 120.0
-DISCOVERY_INTERVAL_S = 3.0
+DISCOVERY_INTERVAL_S = 1.0  # horovodrun asks its discovery script every second
 _POLL_S = 0.1
 
 HostError = hosts_lib.HostError

@@ -13,19 +13,31 @@ from allreduced.launch import hosts as hosts_lib
 from allreduced.launch import remote
 
 # The variables rank_env sets; inherited ones are dropped, so a launch never mixes in another's.
+# horovodrun's names ride along (scripts read them to pick a worker's role); the client library
+# reads the ALLREDUCED_* ones first, so they never override the daemons' numbering.
+HOROVOD_VARIABLES = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+                     "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME")
 RANK_VARIABLES = ("ALLREDUCED_SOCKET", "ALLREDUCED_JOB", "ALLREDUCED_RANK", "ALLREDUCED_SIZE",
-                  "ALLREDUCED_LOCAL_RANK", "ALLREDUCED_LOCAL_SIZE")
+                  "ALLREDUCED_LOCAL_RANK", "ALLREDUCED_LOCAL_SIZE") + HOROVOD_VARIABLES
 
 _POLL_S = 0.05
 
 
 def rank_env(slot, job=None, give_rank=True):
-    """The ALLREDUCED_* variables of one rank. job=None leaves ALLREDUCED_JOB out (the client
-    library then names the job from another launcher's variables); give_rank=False leaves
-    ALLREDUCED_RANK out (the daemons number the ranks, the same way)."""
+    """The ALLREDUCED_* variables of one rank, and horovodrun's HOROVOD_* ones (cross rank and
+    size where the slot knows them). job=None leaves ALLREDUCED_JOB out (the client library
+    then names the job from another launcher's variables); give_rank=False leaves
+    ALLREDUCED_RANK out (the daemons number the ranks, the same way; HOROVOD_RANK is then the
+    launcher's number for it, as horovodrun's elastic driver gives a worker it starts)."""
     env = {"ALLREDUCED_SOCKET": slot.socket, "ALLREDUCED_SIZE": str(slot.size),
            "ALLREDUCED_LOCAL_RANK": str(slot.local_rank),
-           "ALLREDUCED_LOCAL_SIZE": str(slot.local_size)}
+           "ALLREDUCED_LOCAL_SIZE": str(slot.local_size),
+           "HOROVOD_RANK": str(slot.rank), "HOROVOD_SIZE": str(slot.size),
+           "HOROVOD_LOCAL_RANK": str(slot.local_rank),
+           "HOROVOD_LOCAL_SIZE": str(slot.local_size), "HOROVOD_HOSTNAME": slot.host}
+    if slot.cross_rank is not None:
+        env["HOROVOD_CROSS_RANK"] = str(slot.cross_rank)
+        env["HOROVOD_CROSS_SIZE"] = str(slot.cross_size)
     if job is not None:
         env["ALLREDUCED_JOB"] = job
     if give_rank:
