@@ -27,9 +27,11 @@ double ThreadCpuSeconds() {
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-// Messages of `message_bytes` each that `bytes` make; Internal when they are not whole ones.
-absl::StatusOr<long> Messages(uint64_t bytes, size_t message_bytes, const char* what) {
-  if (message_bytes == 0 || bytes % message_bytes != 0) {
+// Messages of `payload_bytes` each that `bytes` make (every message, one transfer on one
+// connection, also carries the mesh's checksum); Internal when they are not whole ones.
+absl::StatusOr<long> Messages(uint64_t bytes, size_t payload_bytes, const char* what) {
+  const size_t message_bytes = payload_bytes + dataplane::tcp::TcpMesh::kChecksumBytes;
+  if (bytes % message_bytes != 0) {
     return absl::InternalError(absl::StrCat(
         what, " moved ", bytes, " bytes, not a whole number of ", message_bytes, "-byte messages"));
   }
