@@ -105,6 +105,17 @@ def reset_limit():
     return int(value) if value else 0
 
 
+def rejoin(basics):
+    """The reset every binding does: leaves the generation that ended and registers for the next
+    one, keeping this process's place in rank order. `basics`: the binding's module (rank,
+    is_initialized, shutdown, init)."""
+    order = basics.rank() if basics.is_initialized() else None
+    basics.shutdown()
+    if order is not None and order >= 0:
+        os.environ["ALLREDUCED_ELASTIC_ORDER"] = str(order)
+    basics.init()
+
+
 def run_fn(func, reset, recoverable=lambda error: False):
     """Wraps the training function `func(state, ...)`: syncs `state` from rank 0, runs `func`,
     and on a lost rank (HorovodInternalError, or an exception `recoverable` accepts: a framework's

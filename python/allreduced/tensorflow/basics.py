@@ -5,6 +5,9 @@ import ctypes
 import tensorflow as tf
 
 from allreduced.common import timeline as _timeline
+from allreduced.common.built import (ccl_built, ddl_built, gloo_built,  # noqa: F401
+                                     gloo_enabled, mpi_built, mpi_enabled,
+                                     mpi_threads_supported, rocm_built)
 from allreduced.common.process_sets import Registry
 from allreduced.tensorflow.ops_library import constants, library, ops
 
@@ -161,44 +164,15 @@ def local_size_op(name=None):
     return _topology_op(3, name or "local_size_op")
 
 
-# What this build has, answered truthfully for allreduced: collectives go through the daemon's
-# own TCP data plane and shared memory, not MPI, Gloo, NCCL (GPU path: the GPU issue) or oneCCL.
-def mpi_built():
-    return False
-
-
-def gloo_built():
-    return False
-
-
+# What this build has: allreduced.common.built, but for GPU tensors (this op library's kernels).
 def nccl_built():
     """True when GPU tensors are reduced by the daemon's NCCL communicators (a CUDA build)."""
     return cuda_built()
 
 
-def ccl_built():
-    return False
-
-
 def cuda_built():
-    """True when the op library has GPU kernels (built with CUDA; see README "TensorFlow")."""
+    """True when the op library has GPU kernels (built with CUDA; see docs/user-guide.md)."""
     return bool(library().allreduced_tf_gpu_kernels())
-
-
-def rocm_built():
-    return False
-
-
-def mpi_enabled():
-    return False
-
-
-def gloo_enabled():
-    return False
-
-
-def mpi_threads_supported():
-    return False
 
 
 # This binding's process sets (allreduced.tensorflow.process_sets has the rest of their API).

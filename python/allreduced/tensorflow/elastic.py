@@ -9,7 +9,6 @@ and syncs rank 0's state to everyone. When ranks wait to join, the next `commit(
 larger, the new ranks receiving rank 0's committed state. rank()/size() report the new topology
 after each reset. $ALLREDUCED_ELASTIC_RESET_LIMIT bounds the resets (0 or unset: no bound).
 """
-import os
 
 import tensorflow as tf
 
@@ -122,23 +121,13 @@ def _optimizer_variables(optimizer):
     return list(variables() if callable(variables) else variables)
 
 
-def _reset():
-    """Leaves the generation that ended and registers for the next one, keeping this process's
-    place in rank order."""
-    order = basics.rank() if basics.is_initialized() else None
-    basics.shutdown()
-    if order is not None and order >= 0:
-        os.environ["ALLREDUCED_ELASTIC_ORDER"] = str(order)
-    basics.init()
-
-
 def run(func):
     """Decorator of the training function `func(state, ...)`: syncs `state` from rank 0, runs
     `func`, and on a lost rank (HorovodInternalError, or an op error of a generation that ended)
     restores the last commit, re-forms and runs it again; on joining ranks
     (HostsUpdatedInterrupt) re-forms and runs it again. Collectives must happen inside `func`,
     not around the call. Stops with RuntimeError after $ALLREDUCED_ELASTIC_RESET_LIMIT resets."""
-    return _common.run_fn(func, _reset, _recoverable)
+    return _common.run_fn(func, lambda: _common.rejoin(basics), _recoverable)
 
 
 __all__ = ["HorovodInternalError", "HostsUpdatedInterrupt", "State", "ObjectState",

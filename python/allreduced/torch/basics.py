@@ -9,6 +9,9 @@ rank of the set repeats alike, and refuses a name already in flight (Horovod's V
 import atexit
 
 from allreduced.common import timeline as _timeline
+from allreduced.common.built import (ccl_built, ddl_built, gloo_built,  # noqa: F401
+                                     gloo_enabled, mpi_built, mpi_enabled,
+                                     mpi_threads_supported, rocm_built)
 from allreduced.common.client_library import Client, ClientError, constants
 
 _C = constants()
@@ -178,43 +181,11 @@ def stop_timeline():
     _timeline.stop()
 
 
-# What this build has, answered truthfully: collectives go through the daemon's own data plane.
-def mpi_built():
-    return False
-
-
-def gloo_built():
-    return False
-
-
+# What this build has: allreduced.common.built; GPU tensors are staged through host memory here.
 def nccl_built():
     return 0
 
 
-def ddl_built():
-    return False
-
-
-def ccl_built():
-    return False
-
-
 def cuda_built():
-    return False
-
-
-def rocm_built():
-    return False
-
-
-def mpi_enabled():
-    return False
-
-
-def gloo_enabled():
-    return False
-
-
-def mpi_threads_supported():
     return False
 

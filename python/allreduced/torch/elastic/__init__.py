@@ -5,9 +5,6 @@ daemon's job generations, as for TensorFlow. Run under the elastic launcher
 HorovodInternalError; `run` restores the last commit, re-registers (ranks renumbered densely in
 their old order) and syncs rank 0's state; joining ranks make commit()/check_host_updates() raise
 HostsUpdatedInterrupt everywhere at once."""
-import os
-
-
 from allreduced.common import elastic as _core
 from allreduced.common.elastic import State  # noqa: F401 (hvd.elastic.State)
 from allreduced.torch import basics
@@ -24,20 +21,10 @@ class ObjectState(_core.ObjectState):
                          hosts_updated=hosts_updated_everywhere, **kwargs)
 
 
-def _reset():
-    """Leaves the generation that ended and registers for the next one, keeping this process's
-    place in rank order."""
-    order = basics.rank() if basics.is_initialized() else None
-    basics.shutdown()
-    if order is not None and order >= 0:
-        os.environ["ALLREDUCED_ELASTIC_ORDER"] = str(order)
-    basics.init()
-
-
 def run(func):
     """Decorator of the training function `func(state, ...)` (see the module doc). Collectives
     must happen inside `func`, not around the call."""
-    return _core.run_fn(func, _reset)
+    return _core.run_fn(func, lambda: _core.rejoin(basics))
 
 
 __all__ = ["ElasticSampler", "ObjectState", "State", "TorchState", "run"]
