@@ -205,6 +205,17 @@ class Workers:
         self.group.kill()
 
 
+def group_outputs(group, timeout_s=180):
+    """(returncode, output text) of every process of a RankGroup started with text=True; one still
+    running after timeout_s is killed and its output ends with "KILLED: timed out"."""
+    chunks = [[] for _ in group.procs]
+    group.read_lines(lambda rank, line: chunks[rank].append(line))
+    group.wait(timeout_s=timeout_s)
+    return [(p.returncode, "".join(chunks[rank])
+             + ("\nKILLED: timed out" if rank in group.timed_out else ""))
+            for rank, p in enumerate(group.procs)]
+
+
 def lines_with(output_lines, prefix):
     return [line for line in output_lines if line.startswith(prefix)]
 

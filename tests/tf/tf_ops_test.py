@@ -13,7 +13,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-from harness import Cluster  # noqa: E402
+from harness import Cluster, group_outputs  # noqa: E402
 from allreduced.launch import RankGroup  # noqa: E402  (harness puts python/ first)
 
 # Four TensorFlow processes on a small machine can starve a daemon's heartbeat thread for a while;
@@ -43,12 +43,7 @@ def run_workers(sockets, per_host, scenario, extra_env=None, launcher=None, daem
                                           scenario],
                       job=f"tf-{scenario}-{size}", env=env, env_for_rank=hook, give_rank=False,
                       text=True)
-    chunks = [[] for _ in group.procs]
-    group.read_lines(lambda rank, line: chunks[rank].append(line))
-    group.wait(timeout_s=180)
-    return [(p.returncode, "".join(chunks[rank])
-             + ("\nKILLED: timed out" if rank in group.timed_out else ""))
-            for rank, p in enumerate(group.procs)]
+    return group_outputs(group, timeout_s=180)
 
 
 def run_on_two_hosts(scenario, extra_env=None, launcher=None):

@@ -10,7 +10,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-from harness import Cluster  # noqa: E402
+from harness import Cluster, group_outputs  # noqa: E402
 from allreduced.launch import RankGroup  # noqa: E402
 
 PACKAGE_DIR = os.path.join(HERE, "..", "..", "python")
@@ -25,12 +25,7 @@ def run_workers(sockets, per_host, scenario):
     group = RankGroup(sockets, per_host,
                       [sys.executable, os.path.join(HERE, "torch_worker.py"), scenario],
                       job=f"torch-{scenario}-{size}", env=env, give_rank=False, text=True)
-    chunks = [[] for _ in group.procs]
-    group.read_lines(lambda rank, line: chunks[rank].append(line))
-    group.wait(timeout_s=180)
-    return [(p.returncode, "".join(chunks[rank])
-             + ("\nKILLED: timed out" if rank in group.timed_out else ""))
-            for rank, p in enumerate(group.procs)]
+    return group_outputs(group, timeout_s=180)
 
 
 @pytest.mark.parametrize("scenario", ["ops", "gradients", "train", "elastic"])
