@@ -230,7 +230,7 @@ TEST_CASE("An elastic job the coordinator formed runs its generation and hears o
   TestClient& a = h.Add(/*rank=*/2);
   TestClient& b = h.Add(/*rank=*/3);
   h.OnLoop([&] {
-    h.job().MaybeFormElastic(false, absl::InfinitePast(), {}, absl::Milliseconds(500));
+    h.job().MaybeFormElastic(Predecessors{false, absl::InfinitePast(), {}, absl::Milliseconds(500)});
   });
   FakeNegotiator& n = h.negotiator();
   REQUIRE(n.forms.size() == 1);
@@ -267,7 +267,7 @@ TEST_CASE("An elastic generation takes at most max_np members; the ones after th
   TestClient& b = h.Add();
   TestClient& c = h.Add(/*rank=*/0);
   h.OnLoop(
-      [&] { h.job().MaybeFormElastic(false, absl::InfinitePast(), {}, absl::Milliseconds(500)); });
+      [&] { h.job().MaybeFormElastic(Predecessors{false, absl::InfinitePast(), {}, absl::Milliseconds(500)}); });
   REQUIRE(h.state() == JobState::kRunning);
   const std::vector<std::pair<TestClient*, int>> welcomed = {{&c, 0}, {&a, 1}};
   for (const auto& [client, rank] : welcomed) {

@@ -88,7 +88,7 @@ void Job::GpuRegister(const std::shared_ptr<Session>& s, const local::DecodedFra
   // A daemon without a GPU device refuses GPU frames before they reach a job (JobRegistry).
   if (state() != JobState::kRunning) {
     return s->Reject(
-        id, absl::AbortedError(lifecycle_.failed() ? lifecycle_.failure() : reform_reason_));
+        id, absl::AbortedError(lifecycle_.failed() ? lifecycle_.failure() : succession_.reform_reason()));
   }
   if (absl::Status st = Gpu().Register(*s, frame); !st.ok()) return s->Reject(id, st);
   if (gpu_->registered() < local_size_) return;
