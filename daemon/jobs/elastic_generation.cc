@@ -13,10 +13,9 @@ bool ElasticGeneration::FormsNow(const std::vector<uint32_t>& pids, uint64_t gen
   const int n = static_cast<int>(pids.size());
   negotiation::ElasticArrivals arrivals{n, spec_.max_np, false, last_arrival_, before.settle};
   if (generation > 0) {  // a successor: wait for the survivors, not for a timer
-    arrivals.expected_here =
-        std::all_of(before.returning.begin(), before.returning.end(), [&](uint32_t pid) {
-          return std::find(pids.begin(), pids.end(), pid) != pids.end();
-        });
+    arrivals.expected_here = std::all_of(
+        before.returning.begin(), before.returning.end(),
+        [&](uint32_t pid) { return std::find(pids.begin(), pids.end(), pid) != pids.end(); });
     // A survivor re-registers moments after it detached from the last generation, however long
     // after the first survivor it got there: count the settle time from both.
     arrivals.last_change = std::max(last_arrival_, before.left);

@@ -38,9 +38,7 @@ class ElasticGeneration {
   // A process registered at `at`.
   void Arrived(absl::Time at) { last_arrival_ = at; }
   // Fixed: `members` registered of `local_size` forms the job at once (elastic: FormsNow).
-  bool Complete(int members, int local_size) const {
-    return !elastic() && members == local_size;
-  }
+  bool Complete(int members, int local_size) const { return !elastic() && members == local_size; }
   // Elastic, forming, no formation in flight: whether the generation after `generation` forms
   // now with the processes `pids` registered (negotiation::ElasticSettled; a single-host job also
   // needs min_np). A successor waits for the returning processes, a first generation for the

@@ -17,8 +17,8 @@ TEST_CASE("A fixed job forms once every local rank registered, never by the sett
   CHECK(fixed.Complete(2, 2));
   CHECK_FALSE(fixed.FormsNow({1, 2}, 0, None(), kT0 + absl::Hours(1)));
   bool reform = true;
-  const absl::Status lost = fixed.OnLost(absl::AbortedError("rank 1 exited"), "j", 1, false,
-                                         &reform);
+  const absl::Status lost =
+      fixed.OnLost(absl::AbortedError("rank 1 exited"), "j", 1, false, &reform);
   CHECK_FALSE(reform);
   CHECK(lost.message() == "rank 1 exited");
 }
@@ -70,7 +70,8 @@ TEST_CASE("A lost member re-forms an elastic generation unless the daemon stops"
   g.Reformed(std::string(s.message()));
   CHECK(g.reform_pending());
   CHECK(g.reform_reason() == s.message());
-  g.OnLost(absl::UnavailableError("shutting down"), "j", 3, true, &reform);
+  CHECK(g.OnLost(absl::UnavailableError("shutting down"), "j", 3, true, &reform).message() ==
+        "shutting down");
   CHECK_FALSE(reform);
 }
 

@@ -24,21 +24,20 @@ absl::Status Admit(const wire::Hello& hello, uid_t uid, pid_t pid, const Job* jo
   if (!elastic) {
     const HelloShape shape = ShapeOf(hello);
     if (shape.local_size < shape.size && !limits.cross_host) {
-      return absl::UnimplementedError(absl::StrCat(
-          "job ", name, " spans hosts (size ", shape.size, ", local_size ", hello.local_size,
-          ") but cross-host jobs are not enabled here"));
+      return absl::UnimplementedError(absl::StrCat("job ", name, " spans hosts (size ", shape.size,
+                                                   ", local_size ", hello.local_size,
+                                                   ") but cross-host jobs are not enabled here"));
     }
     if (job == nullptr && limits.jobs >= limits.max_jobs) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot start job ", name, ": this daemon already has ", limits.jobs,
-                       " jobs (max_jobs ", limits.max_jobs, ")"));
+      return absl::ResourceExhaustedError(absl::StrCat("cannot start job ", name,
+                                                       ": this daemon already has ", limits.jobs,
+                                                       " jobs (max_jobs ", limits.max_jobs, ")"));
     }
   }
   if (job == nullptr) return absl::OkStatus();
   if (job->uid() != uid) {
     return absl::PermissionDeniedError(absl::StrCat("job ", name, " belongs to uid ", job->uid(),
-                                                    "; a process of uid ", uid,
-                                                    " cannot join it"));
+                                                    "; a process of uid ", uid, " cannot join it"));
   }
   if (!elastic) return absl::OkStatus();
   if (!job->elastic()) {

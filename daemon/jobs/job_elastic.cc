@@ -92,12 +92,12 @@ void Job::AdoptFormation(Formation& formation) {
 
 absl::Status Job::FormTimeoutStatus() const {
   if (elastic()) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "elastic job ", name_, " generation ", lifecycle_.generation() + 1, " did not form within ",
-        absl::FormatDuration(options_.form_timeout), ": ", members_.size(),
-        " rank(s) registered on host ", options_.host_name, ", fewer than min_np ",
-        succession_.spec().min_np, succession_.spec().coordinated ? " in the cluster" : "",
-        "; the job stops"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("elastic job ", name_, " generation ", lifecycle_.generation() + 1,
+                     " did not form within ", absl::FormatDuration(options_.form_timeout), ": ",
+                     members_.size(), " rank(s) registered on host ", options_.host_name,
+                     ", fewer than min_np ", succession_.spec().min_np,
+                     succession_.spec().coordinated ? " in the cluster" : "", "; the job stops"));
   }
   std::vector<int> have;
   for (const auto& m : members_) {

@@ -68,12 +68,11 @@ void JobRegistry::Drop(const std::string& name, uint32_t id) {
 Job* JobRegistry::NewJob(const std::string& name, int size, int local_size, uid_t uid,
                          ElasticSpec spec) {
   const uint32_t id = next_job_id_++;
-  auto job = std::make_unique<Job>(JobEnvironment{loop_, options_, listener_, gpu_.get()}, id, name,
-                                   size, local_size, uid,
-                                   ChooseNegotiator(NegotiatorDeps{loop_, options_, coordinator_,
-                                                                   data_address_},
-                                                    name, size, local_size, spec),
-                                   [this, name, id] { Drop(name, id); });
+  auto job = std::make_unique<Job>(
+      JobEnvironment{loop_, options_, listener_, gpu_.get()}, id, name, size, local_size, uid,
+      ChooseNegotiator(NegotiatorDeps{loop_, options_, coordinator_, data_address_}, name, size,
+                       local_size, spec),
+      [this, name, id] { Drop(name, id); });
   loop_.PostAfter(options_.form_timeout, [this, name, id] {
     auto j = jobs_.find(name);
     if (j != jobs_.end() && j->second->id() == id) j->second->FormTimeout();

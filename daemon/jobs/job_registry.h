@@ -79,7 +79,7 @@ class JobRegistry : public local::SessionHandler {
   EventLoop& loop_;
   const JobOptions options_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by name
-  Succession succession_;  // earlier generations of elastic jobs
+  Succession succession_;                             // earlier generations of elastic jobs
   uint32_t next_job_id_ = 1;
   cluster::PeerClient* coordinator_ = nullptr;        // Not owned; null: single-host jobs only.
   dataplane::tcp::DataListener* listener_ = nullptr;  // Not owned.

@@ -11,8 +11,7 @@ std::unique_ptr<Negotiator> ChooseNegotiator(const NegotiatorDeps& deps, const s
   if (spec.coordinated || local_size < size) {
     ARD_CHECK(deps.coordinator != nullptr);  // admission refused cross-host jobs without one
     return std::make_unique<CoordinatedNegotiator>(deps.loop, *deps.coordinator, deps.options,
-                                                   deps.data_address, name, size, local_size,
-                                                   spec);
+                                                   deps.data_address, name, size, local_size, spec);
   }
   return std::make_unique<LocalNegotiator>(deps.options, size, spec.max_np);
 }
