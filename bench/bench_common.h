@@ -1,5 +1,5 @@
 // What the peer benchmarks (gloo_allreduce_bench, mpi_allreduce_bench) share with
-// `allreducectl bench` (client/cli/README.md), so that their tables line up column for column:
+// `allreducectl bench` (ctl/README.md), so that their tables line up column for column:
 // options, nccl-tests size lists, the data pattern behind --check and the row format.
 // Plain C (the MPI benchmark is C); pure functions, no globals, any thread.
 #pragma once

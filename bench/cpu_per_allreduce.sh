@@ -13,7 +13,7 @@ set -u
 [ $# -ge 5 ] || { sed -n 2,12p "$0" >&2; exit 2; }
 BIN=$1 HOSTS=$2 PER_HOST=$3 SIZE=$4 ITERS=$5
 shift 5
-CTL=$BIN/client/cli/allreducectl
+CTL=$BIN/ctl/allreducectl
 WORK=$(mktemp -d /tmp/ardc.XXXXXX)
 PIDS=()
 cleanup() {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "client/launch/rank_group.h"
+#include "ctl/launch/rank_group.h"
 
 namespace ard::bench {
 namespace {

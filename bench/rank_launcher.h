@@ -5,7 +5,7 @@
 //   1. The launcher creates a private directory (the ranks' rendezvous store), then starts
 //      /proc/self/exe with the same arguments and ARD_BENCH_RANK, ARD_BENCH_SIZE, ARD_BENCH_STORE
 //      and ARD_BENCH_DONE_FD (the write end of a pipe of the rank's own) in the environment,
-//      through client/launch/rank_group.h. Ranks die with the launcher (PR_SET_PDEATHSIG). Ranks
+//      through ctl/launch/rank_group.h. Ranks die with the launcher (PR_SET_PDEATHSIG). Ranks
 //      share the launcher's stdout and stderr.
 //   2. A rank calls ReportDone once its output is complete (flushed), before tearing down.
 //   3. The launcher reaps every rank, reporting on stdout (as "#" lines) ranks that died after

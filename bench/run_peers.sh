@@ -76,13 +76,13 @@ find_bin_dir() {
 }
 BIN_DIR=$(find_bin_dir)
 ALLREDUCED=${ARD_BIN_ALLREDUCED:-$BIN_DIR/daemon/allreduced}
-CTL=${ARD_BIN_ALLREDUCECTL:-$BIN_DIR/client/cli/allreducectl}
+CTL=${ARD_BIN_ALLREDUCECTL:-$BIN_DIR/ctl/allreducectl}
 GLOO=${ARD_BIN_GLOO_BENCH:-$BIN_DIR/bench/gloo_allreduce_bench}
 MPI=${ARD_BIN_MPI_BENCH:-$BIN_DIR/bench/mpi_allreduce_bench}
 for b in "$ALLREDUCED" "$CTL" "$GLOO" "$MPI"; do
   if [ ! -x "$b" ]; then
     echo "run_peers: missing binary '$b': build //bench/... //daemon:allreduced" \
-         "//client/cli:allreducectl and set ARD_BIN_DIR" >&2
+         "//ctl:allreducectl and set ARD_BIN_DIR" >&2
     exit 2
   fi
 done

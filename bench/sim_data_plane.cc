@@ -27,9 +27,11 @@ double ThreadCpuSeconds() {
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-// Messages of `message_bytes` each that `bytes` make; Internal when they are not whole ones.
-absl::StatusOr<long> Messages(uint64_t bytes, size_t message_bytes, const char* what) {
-  if (message_bytes == 0 || bytes % message_bytes != 0) {
+// Messages of `payload_bytes` each that `bytes` make (every message, one transfer on one
+// connection, also carries the mesh's checksum); Internal when they are not whole ones.
+absl::StatusOr<long> Messages(uint64_t bytes, size_t payload_bytes, const char* what) {
+  const size_t message_bytes = payload_bytes + dataplane::tcp::TcpMesh::kChecksumBytes;
+  if (bytes % message_bytes != 0) {
     return absl::InternalError(absl::StrCat(
         what, " moved ", bytes, " bytes, not a whole number of ", message_bytes, "-byte messages"));
   }
@@ -116,11 +118,11 @@ absl::Status SimDataPlane::Connect(const JobLayout& layout, const std::vector<st
       host->requests.push_back(std::move(request));
     }
   }
-  const uint64_t job_id = layout.job_id();
+  const dataplane::tcp::MeshJob job{layout.job_id(), layout.generation(), layout.data_secret()};
   absl::StatusOr<DataPlaneCounts> connected =
       OnEveryHost([&](Host& host, DataPlaneCounts&) -> absl::Status {
         ARD_ASSIGN_OR_RETURN(host.mesh, dataplane::tcp::TcpMesh::Connect(
-                                            job_id, host.cross_rank, data_addresses, *host.listener,
+                                            job, host.cross_rank, data_addresses, *host.listener,
                                             options_.connect_timeout, options_.mesh));
         return absl::OkStatus();
       });

@@ -272,6 +272,12 @@ ARD_API void ard_client_destroy(ard_client* client);
  * is static. */
 ARD_API const char* ard_code_name(int code);
 
+/* Every ARD_* enumerator of this header by name ("ARD_SUM" and its value, ...): points *names and
+ * *values at parallel arrays of static storage and returns their length. For callers that cannot
+ * compile this header (the PyTorch package reads them through ctypes instead of keeping its own
+ * copy of the numbers). Any thread. */
+ARD_API int ard_constants(const char* const** names, const int** values);
+
 /* GPU path (issue 6): whether this process can use CUDA device `device` for the GPU path. Loads
  * the CUDA driver at run time (dlopen "libcuda.so.1"; the library never links CUDA), allocates a
  * small staging arena and one interprocess event and exports their IPC handles, then frees them.

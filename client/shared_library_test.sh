@@ -11,7 +11,8 @@ if [[ -n "$bad" ]]; then
   echo "non-API symbols exported:"; echo "$bad"; exit 1
 fi
 for sym in ard_options_init ard_client_create ard_client_job ard_client_topology ard_request_init \
-    ard_submit ard_wait ard_release ard_client_destroy ard_code_name ard_gpu_probe; do
+    ard_submit ard_wait ard_release ard_client_destroy ard_code_name ard_gpu_probe \
+    ard_constants; do
   grep -qx "$sym" <<<"$exports" || { echo "missing export $sym"; exit 1; }
 done
 

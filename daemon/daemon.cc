@@ -13,18 +13,18 @@
 #include "daemon/admin/admin_mutations.h"
 #include "daemon/cluster/cluster_agent.h"
 #include "daemon/cluster/coordinator.h"
+#include "daemon/cluster/job_coordinator.h"
+#include "daemon/cluster/loopback_negotiation.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/make_dirs.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/common/version.h"
 #include "daemon/config/config_loader.h"
+#include "daemon/daemon_options.h"
+#include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/gpu/cuda_device.h"
 #include "daemon/gpu/device_query.h"
-#include "daemon/cluster/job_coordinator.h"
-#include "daemon/cluster/loopback_negotiation.h"
-#include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/jobs/job_registry.h"
-#include "daemon/rpc/negotiation_service.h"
 #include "daemon/local/local_socket_server.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/metrics/metrics_server.h"
@@ -33,9 +33,10 @@
 #include "daemon/rpc/cluster_service.h"
 #include "daemon/rpc/grpc_peer_client.h"
 #include "daemon/rpc/grpc_server.h"
-#include "daemon/rpc/tls.h"
+#include "daemon/rpc/negotiation_service.h"
 #include "daemon/timeline/hub.h"
 #include "daemon/timeline/timeline_admin.h"
+#include "tls/credentials.h"
 
 namespace ard {
 namespace {
@@ -86,28 +87,12 @@ Daemon::~Daemon() { Shutdown(); }
 
 absl::Status Daemon::Start() {
   ARD_CHECK(!started_);
-  const rpc::TlsFiles tls{config_.tls_cert_file(), config_.tls_key_file(), config_.tls_ca_file()};
+  const tls::CredentialFiles tls_files{config_.tls_cert_file(), config_.tls_key_file(),
+                                       config_.tls_ca_file()};
   ARD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> server_credentials,
-                       rpc::MakeServerCredentials(tls));
-  ARD_ASSIGN_OR_RETURN(channel_credentials_, rpc::MakeChannelCredentials(tls));
-  self_.set_name(config_.host_name());
-  self_.set_version(kVersion);
-  self_.set_protocol_version(kProtocolVersion);
-  self_.set_instance_id(NewInstanceId());
-  self_.set_start_time_unix_ms(absl::ToUnixMillis(absl::Now()));
-  self_.set_pid(getpid());
-  self_.set_local_socket(AbsolutePath(config_.local_socket()));
-  gpu::DescribeDevices(&self_);
-  std::string gpu_unavailable;
-  if (gpu_ != nullptr) {
-    // Injected by the caller (tests: the host-memory double).
-  } else if (auto device = gpu::NewCudaDevice(); device.ok()) {
-    gpu_device_ = std::move(*device);
-    gpu_ = gpu_device_.get();
-  } else {
-    gpu_unavailable = std::string(device.status().message());
-  }
-
+                       tls::MakeServerCredentials(tls_files));
+  ARD_ASSIGN_OR_RETURN(channel_credentials_, tls::MakeChannelCredentials(tls_files));
+  const std::string gpu_unavailable = DescribeSelf();
   if (!config_.metrics_address().empty()) {
     metrics_ = std::make_unique<metrics::DaemonMetrics>(
         config_.host_name(), absl::Seconds(config_.metrics_job_retention_s()));
@@ -115,112 +100,16 @@ absl::Status Daemon::Start() {
   loop_ = std::make_unique<EventLoop>("ard-control");
   timeline_ = std::make_unique<timeline::Hub>(kTimelineMarksPerJob, kTimelineMaxDuration);
   jobs_ = std::make_unique<jobs::JobRegistry>(
-      *loop_, jobs::JobOptions{config_.host_name(),
-                               absl::Milliseconds(config_.job_form_timeout_ms()),
-                               absl::Milliseconds(config_.stall_warning_ms()),
-                               absl::Milliseconds(config_.stall_shutdown_ms()),
-                               config_.result_segment_bytes(),
-                               config_.max_result_arena_bytes(),
-                               absl::Milliseconds(config_.rpc_timeout_ms()),
-                               absl::Milliseconds(config_.cycle_time_ms()),
-                               static_cast<int>(config_.max_jobs()),
-                               static_cast<int>(config_.max_pending_tensors()),
-                               gpu_unavailable,
-                               gpu_,
-                               config_.gpu_mode(),
-                               config_.gpu_fusion_buffer_bytes(),
-                               absl::Milliseconds(config_.gpu_comm_init_timeout_ms()),
-                               config_.max_gpu_event_pool(),
-                               gpu::PhysicalIds(self_),
-                               gpu::PciBusIds(self_),
-                               metrics_.get(),
-                               config_.steady_state(),
-                               config_.fusion_threshold_bytes(),
-                               config_.steady_round_data_max_bytes(),
-                               absl::Microseconds(config_.steady_round_partial_wait_us()),
-                               timeline_.get()});
-  const cluster::LocalJobsSource local_jobs = [this] { return jobs_->Summaries(); };
-
-  const absl::Duration heartbeat = absl::Milliseconds(config_.heartbeat_ms());
-  cluster::ClusterHandler* cluster_handler;
-  cluster::AdminHandler* admin_handler;
+      *loop_, JobOptionsFrom(config_, self_,
+                             JobServices{gpu_, gpu_unavailable, metrics_.get(), timeline_.get()}));
   if (is_coordinator()) {
-    job_coordinator_ = std::make_unique<cluster::JobCoordinator>(
-        *loop_, cluster::JobCoordinatorOptions{
-                    config_.fusion_threshold_bytes(),
-                    static_cast<uint64_t>(absl::ToUnixSeconds(absl::Now())),
-                    absl::Milliseconds(config_.stall_warning_ms()), config_.cache_capacity(),
-                    absl::Milliseconds(config_.stall_shutdown_ms()),
-                    [this](const std::string& host) { return coordinator_->IsUp(host); }});
-    coordinator_ = std::make_unique<cluster::Coordinator>(
-        *loop_, config_.host_name(),
-        cluster::CoordinatorOptions{
-            heartbeat, absl::Milliseconds(config_.host_timeout_ms()), local_jobs,
-            [this] { return job_coordinator_->Summaries(); },
-            [this](const std::string& host, const std::string& reason) {
-              job_coordinator_->OnHostDown(host, reason);
-            },
-            [this](const std::string& address, const IdentifyRequest& request,
-                   cluster::Done<IdentifyResponse> done) {
-              IdentifyOnLoop(address, request, std::move(done));
-            }});
-    cluster_handler = coordinator_.get();
-    admin_handler = coordinator_.get();
+    BuildCoordinator();
   } else {
-    peer_ = std::make_unique<rpc::GrpcPeerClient>(config_.coordinator(),
-                                                  absl::Milliseconds(config_.rpc_timeout_ms()),
-                                                  channel_credentials_);
-    agent_ = std::make_unique<cluster::ClusterAgent>(
-        *loop_, *peer_, config_.host_name(),
-        cluster::AgentOptions{
-            config_.coordinator(), heartbeat, absl::Milliseconds(config_.join_backoff_initial_ms()),
-            absl::Milliseconds(config_.join_backoff_max_ms()), local_jobs,
-            absl::Milliseconds(config_.host_timeout_ms()),
-            [this](const absl::Status& status) { jobs_->FailCrossHostJobs(status); },
-            [this](const absl::Status& status) {
-              if (on_fatal_) on_fatal_(status);
-            }});
-    cluster_handler = agent_.get();
-    admin_handler = agent_.get();
+    BuildFollower();
   }
-  cluster_service_ = std::make_unique<rpc::ClusterService>(*cluster_handler);
-  timeline_admin_ = std::make_unique<timeline::TimelineAdmin>(
-      *loop_, *timeline_, config_.host_name(), [this]() -> const timeline::ClockOffset* {
-        return agent_ != nullptr ? &agent_->clock_offset() : nullptr;
-      });
-  admin_mutations_ = std::make_unique<admin::AdminMutations>(
-      *loop_, config_.host_name(), coordinator_.get(), config_.coordinator(), *jobs_);
-  admin_socket_ = std::make_unique<rpc::AdminSocket>();
-  admin_service_ = std::make_unique<rpc::AdminService>(*admin_handler, *timeline_admin_,
-                                                       *admin_mutations_, admin_socket_.get());
-  negotiation_service_ = std::make_unique<rpc::NegotiationService>(
-      *loop_, job_coordinator_.get(), config_.coordinator());
+  BuildServices();
 
-  absl::Status status = [&]() -> absl::Status {
-    local_ = std::make_unique<local::LocalSocketServer>(
-        *loop_,
-        local::LocalSocketOptions{config_.local_socket(),
-                                  config_.socket_group(),
-                                  config_.max_input_arena_bytes(),
-                                  static_cast<int>(config_.max_clients()),
-                                  absl::Milliseconds(config_.hello_timeout_ms()),
-                                  static_cast<size_t>(config_.max_client_outbox_bytes()),
-                                  config_.peer_policy(),
-                                  config_.allowed_group()},
-        *jobs_);
-    ARD_RETURN_IF_ERROR(local_->Start());  // before the loop runs: it registers fds
-    loop_->Start();
-    server_ = std::make_unique<rpc::GrpcServer>();
-    ARD_ASSIGN_OR_RETURN(port_, server_->Start(config_.cluster_address(),
-                                               {cluster_service_.get(), admin_service_.get(),
-                                                negotiation_service_.get()},
-                                               server_credentials));
-    ARD_RETURN_IF_ERROR(admin_socket_->Start(AdminSocketPath(config_), server_->server()));
-    self_.set_address(AdvertiseAddress(config_, port_));
-    ARD_RETURN_IF_ERROR(StartDataPlane());
-    ARD_RETURN_IF_ERROR(StartMetrics());
-    return WritePortFile();
-  }();
+  const absl::Status status = OpenEndpoints(std::move(server_credentials));
   started_ = true;
   if (!status.ok()) {
     Teardown();  // quietly: the caller prints the one error line
@@ -230,6 +119,7 @@ absl::Status Daemon::Start() {
   if (coordinator_ != nullptr) coordinator_->Start(self_);
   if (agent_ != nullptr) agent_->Start(self_);
 
+  const absl::Duration heartbeat = absl::Milliseconds(config_.heartbeat_ms());
   loop_->Post([this, heartbeat] { HealthOnLoop(heartbeat); });
   const absl::Duration watchdog = notifier_.WatchdogInterval();
   if (watchdog > absl::ZeroDuration()) {
@@ -248,28 +138,100 @@ absl::Status Daemon::Start() {
   return absl::OkStatus();
 }
 
+std::string Daemon::DescribeSelf() {
+  self_.set_name(config_.host_name());
+  self_.set_version(kVersion);
+  self_.set_protocol_version(kProtocolVersion);
+  self_.set_data_plane_security("authenticated");  // handshake.h; no encryption (not built)
+  self_.set_instance_id(NewInstanceId());
+  self_.set_start_time_unix_ms(absl::ToUnixMillis(absl::Now()));
+  self_.set_pid(getpid());
+  self_.set_local_socket(AbsolutePath(config_.local_socket()));
+  gpu::DescribeDevices(&self_);
+  if (gpu_ != nullptr) return "";  // injected by the caller (tests: the host-memory double)
+  auto device = gpu::NewCudaDevice();
+  if (!device.ok()) return std::string(device.status().message());
+  gpu_device_ = std::move(*device);
+  gpu_ = gpu_device_.get();
+  return "";
+}
+
+void Daemon::BuildCoordinator() {
+  cluster::JobCoordinatorOptions job_coordination =
+      JobCoordinatorFrom(config_, absl::ToUnixSeconds(absl::Now()));
+  job_coordination.is_up = [this](const std::string& host) { return coordinator_->IsUp(host); };
+  job_coordinator_ = std::make_unique<cluster::JobCoordinator>(*loop_, job_coordination);
+  cluster::CoordinatorOptions membership = CoordinatorFrom(config_);
+  membership.local_jobs = [this] { return jobs_->Summaries(); };
+  membership.cluster_jobs = [this] { return job_coordinator_->Summaries(); };
+  membership.on_host_down = [this](const std::string& host, const std::string& reason) {
+    job_coordinator_->OnHostDown(host, reason);
+  };
+  membership.identify = [this](const std::string& address, const IdentifyRequest& request,
+                               cluster::Done<IdentifyResponse> done) {
+    IdentifyOnLoop(address, request, std::move(done));
+  };
+  coordinator_ = std::make_unique<cluster::Coordinator>(*loop_, config_.host_name(), membership);
+}
+
+void Daemon::BuildFollower() {
+  peer_ = std::make_unique<rpc::GrpcPeerClient>(
+      config_.coordinator(), absl::Milliseconds(config_.rpc_timeout_ms()), channel_credentials_);
+  cluster::AgentOptions agent = AgentFrom(config_);
+  agent.local_jobs = [this] { return jobs_->Summaries(); };
+  agent.on_cut_off = [this](const absl::Status& status) { jobs_->FailCrossHostJobs(status); };
+  agent.on_refused = [this](const absl::Status& status) {
+    if (on_fatal_) on_fatal_(status);
+  };
+  agent_ = std::make_unique<cluster::ClusterAgent>(*loop_, *peer_, config_.host_name(), agent);
+}
+
+// The gRPC services over the role (coordinator or follower) built before them.
+void Daemon::BuildServices() {
+  cluster::ClusterHandler* cluster_handler = coordinator_.get();
+  cluster::AdminHandler* admin_handler = coordinator_.get();
+  if (agent_ != nullptr) {
+    cluster_handler = agent_.get();
+    admin_handler = agent_.get();
+  }
+  cluster_service_ = std::make_unique<rpc::ClusterService>(*cluster_handler);
+  timeline_admin_ = std::make_unique<timeline::TimelineAdmin>(
+      *loop_, *timeline_, config_.host_name(), [this]() -> const timeline::ClockOffset* {
+        return agent_ != nullptr ? &agent_->clock_offset() : nullptr;
+      });
+  admin_mutations_ = std::make_unique<admin::AdminMutations>(
+      *loop_, config_.host_name(), coordinator_.get(), config_.coordinator(), *jobs_);
+  admin_socket_ = std::make_unique<rpc::AdminSocket>();
+  admin_service_ = std::make_unique<rpc::AdminService>(*admin_handler, *timeline_admin_,
+                                                       *admin_mutations_, admin_socket_.get());
+  negotiation_service_ = std::make_unique<rpc::NegotiationService>(*loop_, job_coordinator_.get(),
+                                                                   config_.coordinator());
+}
+
+// The local socket, the control loop, the gRPC port and admin socket, the data plane, the
+// metrics endpoint and the port file; on error the caller tears down what was opened.
+absl::Status Daemon::OpenEndpoints(std::shared_ptr<grpc::ServerCredentials> server_credentials) {
+  local_ = std::make_unique<local::LocalSocketServer>(*loop_, LocalSocketFrom(config_), *jobs_);
+  ARD_RETURN_IF_ERROR(local_->Start());  // before the loop runs: it registers fds
+  loop_->Start();
+  server_ = std::make_unique<rpc::GrpcServer>();
+  ARD_ASSIGN_OR_RETURN(port_, server_->Start(config_.cluster_address(),
+                                             {cluster_service_.get(), admin_service_.get(),
+                                              negotiation_service_.get()},
+                                             std::move(server_credentials)));
+  ARD_RETURN_IF_ERROR(admin_socket_->Start(AdminSocketPath(config_), server_->server()));
+  self_.set_address(AdvertiseAddress(config_, port_));
+  ARD_RETURN_IF_ERROR(StartDataPlane());
+  ARD_RETURN_IF_ERROR(StartMetrics());
+  return WritePortFile();
+}
+
 absl::Status Daemon::StartDataPlane() {
-  std::string host;
-  int port = 0;
-  config::SplitHostPort(config_.data_address().empty() ? config_.cluster_address()
-                                                      : config_.data_address(),
-                        &host, &port)
-      .IgnoreError();
-  dataplane::tcp::DataListenerOptions options;
-  options.address = absl::StrCat(host, ":", config_.data_address().empty() ? 0 : port);
-  // Validated by the config loader.
-  options.algorithms.allreduce =
-      dataplane::tcp::ParseAllreduceAlgorithm(config_.cross_host_algorithm())
-          .value_or(dataplane::tcp::AllreduceAlgorithm::kAuto);
-  options.algorithms.ring_threshold_bytes = config_.cross_host_ring_threshold_bytes();
-  options.algorithms.chunk_bytes = config_.cross_host_chunk_bytes();
-  options.algorithms.steady_state = config_.steady_state();
-  options.algorithms.steady_round_data_max_bytes =
-      config_.steady_state() ? config_.steady_round_data_max_bytes() : 0;
+  const dataplane::tcp::DataListenerOptions options = DataListenerFrom(config_);
   data_listener_ = std::make_unique<dataplane::tcp::DataListener>(options);
   if (auto s = data_listener_->Start(); !s.ok()) {
-    return absl::UnavailableError(absl::StrCat("data plane: cannot listen on ", options.address,
-                                               ": ", s.message()));
+    return absl::UnavailableError(
+        absl::StrCat("data plane: cannot listen on ", options.address, ": ", s.message()));
   }
   // Peers dial the advertised host with the data port.
   std::string advertised_host;
@@ -282,7 +244,7 @@ absl::Status Daemon::StartDataPlane() {
     negotiation_client_ = std::make_unique<rpc::GrpcPeerClient>(
         config_.coordinator(), absl::Milliseconds(config_.rpc_timeout_ms()), channel_credentials_);
   }
-  cluster::PeerClient* client = negotiation_client_.get();
+  cluster::NegotiationClient* client = negotiation_client_.get();
   dataplane::tcp::DataListener* listener = data_listener_.get();
   const std::string data_address = self_.data_address();
   loop_->Post([this, client, listener, data_address] {
@@ -333,6 +295,11 @@ void Daemon::CollectMetrics() {
   });
   const std::shared_ptr<dataplane::tcp::DataTraffic>& traffic = data_listener_->traffic();
   metrics_->SetDataPlaneBytes(traffic->sent_bytes.load(), traffic->received_bytes.load());
+  for (int r = 0; r < dataplane::tcp::kRejectReasons; ++r) {
+    const auto reason = static_cast<dataplane::tcp::RejectReason>(r);
+    metrics_->SetDataPlaneRejected(dataplane::tcp::RejectReasonName(reason),
+                                   data_listener_->rejected(reason));
+  }
   if (coordinator_ != nullptr) {
     auto view_done = std::make_shared<absl::Notification>();
     coordinator_->HandleGetClusterStatus(
@@ -410,9 +377,9 @@ void Daemon::Teardown() {
   if (loop_ != nullptr) loop_->Stop();  // drops pending tasks; nothing touches the roles after this
   // The loop has stopped: what it owned is now touched only from this thread.
   if (jobs_ != nullptr) jobs_->EnableCrossHost(nullptr, nullptr, "");
-  if (local_ != nullptr) local_->Stop();  // closes every client (their jobs fail)
+  if (local_ != nullptr) local_->Stop();    // closes every client (their jobs fail)
   if (jobs_ != nullptr) jobs_->Shutdown();  // joins the executors
-  negotiation_client_.reset();  // waits for calls in flight (their posts are dropped)
+  negotiation_client_.reset();              // waits for calls in flight (their posts are dropped)
   identify_clients_.clear();
   peer_.reset();
   metrics_server_.reset();

@@ -25,6 +25,7 @@
 
 namespace grpc {
 class ChannelCredentials;
+class ServerCredentials;
 }  // namespace grpc
 
 namespace ard {
@@ -33,10 +34,10 @@ namespace admin {
 class AdminMutations;
 }  // namespace admin
 namespace cluster {
-class PeerClient;
 class ClusterAgent;
 class Coordinator;
 class JobCoordinator;
+class NegotiationClient;
 }  // namespace cluster
 namespace dataplane::tcp {
 class DataListener;
@@ -94,6 +95,12 @@ class Daemon {
   bool is_coordinator() const { return config_.coordinator().empty(); }
 
  private:
+  // Start's steps, in order.
+  std::string DescribeSelf();  // fills self_ and opens the GPU; returns why there is none ("")
+  void BuildCoordinator();     // the coordinator role: membership and job negotiation
+  void BuildFollower();        // the follower role: the agent and its client to the coordinator
+  void BuildServices();
+  absl::Status OpenEndpoints(std::shared_ptr<grpc::ServerCredentials> server_credentials);
   void Teardown();  // stops and destroys every component, in reverse order
   absl::Status StartDataPlane();
   absl::Status WritePortFile() const;
@@ -114,17 +121,17 @@ class Daemon {
 
   // Declared in construction order; destroyed in reverse.
   std::unique_ptr<metrics::DaemonMetrics> metrics_;  // null when metrics_address is empty
-  std::unique_ptr<gpu::Device> gpu_device_;  // GPU path: the CUDA device, when opened here
+  std::unique_ptr<gpu::Device> gpu_device_;          // GPU path: the CUDA device, when opened here
   gpu::Device* gpu_ = nullptr;  // the device in use (injected or gpu_device_); null: none
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<timeline::Hub> timeline_;  // jobs' timeline recorders (before the jobs)
   std::unique_ptr<jobs::JobRegistry> jobs_;
   std::unique_ptr<dataplane::tcp::DataListener> data_listener_;
-  std::unique_ptr<cluster::JobCoordinator> job_coordinator_;  // coordinator role only
-  std::unique_ptr<cluster::Coordinator> coordinator_;    // coordinator role only
-  std::unique_ptr<cluster::ClusterAgent> agent_;         // follower role only
+  std::unique_ptr<cluster::JobCoordinator> job_coordinator_;       // coordinator role only
+  std::unique_ptr<cluster::Coordinator> coordinator_;              // coordinator role only
+  std::unique_ptr<cluster::ClusterAgent> agent_;                   // follower role only
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;  // plaintext or mutual TLS
-  std::unique_ptr<rpc::GrpcPeerClient> peer_;            // to the coordinator; follower only
+  std::unique_ptr<rpc::GrpcPeerClient> peer_;  // to the coordinator; follower only
   // Coordinator only: clients that ask a host name's holder who it is (Identify), by address;
   // used on the loop only.
   std::map<std::string, std::unique_ptr<rpc::GrpcPeerClient>> identify_clients_;
@@ -136,7 +143,7 @@ class Daemon {
   std::unique_ptr<rpc::NegotiationService> negotiation_service_;
   // Cross-host jobs reach the Negotiation service through this: gRPC to the coordinator, or the
   // JobCoordinator directly on the coordinator itself.
-  std::unique_ptr<cluster::PeerClient> negotiation_client_;
+  std::unique_ptr<cluster::NegotiationClient> negotiation_client_;
   std::unique_ptr<local::LocalSocketServer> local_;
   std::unique_ptr<rpc::GrpcServer> server_;
   std::unique_ptr<metrics::MetricsServer> metrics_server_;

@@ -45,7 +45,11 @@ def main():
                 # Bazel adds __init__.py files to runfiles, which would make pytest import the
                 # test as a package member; put its own directory first so helpers import plainly.
                 sys.path.insert(0, os.path.dirname(os.path.abspath(arg)))
-    sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-rs"] + rest, plugins=shard_plugins()))
+    plugins = shard_plugins()
+    code = pytest.main(["-q", "-p", "no:cacheprovider", "-rs"] + rest, plugins=plugins)
+    if code == pytest.ExitCode.NO_TESTS_COLLECTED and plugins:
+        code = pytest.ExitCode.OK  # `--test_arg=-k --test_arg=NAME` selected none in this shard
+    sys.exit(code)
 
 
 if __name__ == "__main__":

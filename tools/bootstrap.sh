@@ -34,16 +34,34 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The Python virtual environment in the repository (.venv): TensorFlow (CPU) for the plugin and
-# the Python tests, and tf_keras without its dependencies (tools/requirements_nodeps.txt says
-# why). Re-installed only when either requirements file changes.
+# The Python virtual environment (.venv): TensorFlow (CPU) for the TF plugin, PyTorch for
+# allreduced.torch, and the test packages, from PyPI; tf_keras without its dependencies
+# (tools/requirements_nodeps.txt says why). torch's wheel from PyPI is the CUDA build (~3 GB with its
+# nvidia-* wheels), so the environment is made once per machine, not per checkout: it lives in
+# $ALLREDUCED_VENV_CACHE (default ~/.cache/allreduced) as venv-<hash of the requirements files>, and
+# .venv in the checkout is a symlink to it. A fresh clone with an unchanged list reuses it at once;
+# a changed list makes a new one beside it. A lock serialises two bootstraps on one machine; a venv
+# is marked complete only after every install succeeded, so an interrupted one is rebuilt.
 venv=.venv
 want=$(cat tools/requirements.txt tools/requirements_nodeps.txt | sha256sum | cut -d' ' -f1)
-if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$want" ]; then
-  echo "bootstrap: creating $venv (tensorflow-cpu and test packages from PyPI)" >&2
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q -r tools/requirements.txt
-  "$venv/bin/pip" install -q --no-deps -r tools/requirements_nodeps.txt
-  echo "$want" >"$venv/.requirements.sha256"
+cache=${ALLREDUCED_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/allreduced}
+shared="$cache/venv-${want:0:16}"
+mkdir -p "$cache"
+(
+  flock 9
+  if [ ! -f "$shared/.complete" ]; then
+    echo "bootstrap: creating $shared (tensorflow-cpu, torch and test packages from PyPI)" >&2
+    rm -rf "$shared"
+    python3 -m venv "$shared"
+    "$shared/bin/pip" install -q --upgrade pip
+    "$shared/bin/pip" install -q -r tools/requirements.txt
+    "$shared/bin/pip" install -q --no-deps -r tools/requirements_nodeps.txt
+    echo "$want" >"$shared/.requirements.sha256"
+    touch "$shared/.complete"
+  fi
+) 9>"$cache/.lock"
+if [ "$(readlink "$venv" 2>/dev/null)" != "$shared" ]; then
+  # An older checkout's .venv was a directory of its own: replace it with the shared one.
+  rm -rf "$venv"
+  ln -s "$shared" "$venv"
 fi

@@ -1,4 +1,4 @@
-"""Builds the allreduced wheel: the Python package (tfplugin/python/allreduced) and the op library
+"""Builds the allreduced wheel: the Python package (python/allreduced) and the op library
 built by Bazel, for the TensorFlow and Python it was built with.
 
     bazel build //tfplugin:_allreduced_ops.so
@@ -21,7 +21,7 @@ import sysconfig
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGE = os.path.join(ROOT, "tfplugin", "python", "allreduced")
+PACKAGE = os.path.join(ROOT, "python", "allreduced")
 
 
 def _version():

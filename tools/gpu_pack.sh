@@ -45,9 +45,9 @@ done | sort -u |
   while read -r lib; do cp -L "$lib" "$stage/ard/lib/"; done
 cp tests/gpu/*.py "$stage/ard/py/tests/gpu/"
 cp tests/integration/harness.py "$stage/ard/py/tests/integration/"
-mkdir -p "$stage/ard/py/tfplugin/python/allreduced"  # harness.py imports allreduced.launch
-cp -r tfplugin/python/allreduced/__init__.py tfplugin/python/allreduced/launch \
-  "$stage/ard/py/tfplugin/python/allreduced/"
+mkdir -p "$stage/ard/py/python/allreduced"  # harness.py imports allreduced.launch
+cp -r python/allreduced/__init__.py python/allreduced/launch \
+  "$stage/ard/py/python/allreduced/"
 cp tests/pytest_main.py "$stage/ard/py/tests/"
 {
   git rev-parse HEAD

@@ -29,7 +29,7 @@ cc_tests=(
   daemon/gpu/testing/host_device_test 30
   client/gpu_staging_test 30
   client/client_device_test 30
-  client/cli/bench_nccl_test 30
+  ctl/bench_nccl_test 30
   tests/gpu/real_device_test 90
   tests/gpu/ipc_end_to_end_test 60
   tests/gpu/daemon_device_submit_test 60
@@ -38,7 +38,7 @@ cc_tests=(
 # Then suite_bench (below), then the Python tests in tests/gpu (real daemons and allreducectl).
 bench_limit=150
 py_tests=(bench_device_test 200 two_daemons_hierarchical_test 150)
-tools=(daemon/allreduced client/cli/allreducectl)
+tools=(daemon/allreduced ctl/allreducectl)
 
 case "${1:-}" in
   --binaries)

@@ -12,10 +12,10 @@ cd "$(dirname "$0")/.."
 tools/bootstrap.sh
 
 trap 'bazel shutdown >/dev/null 2>&1 || true' EXIT
-bazel build //daemon:allreduced //client/cli:allreducectl //tfplugin:_allreduced_ops.so
+bazel build //daemon:allreduced //ctl:allreducectl //tfplugin:_allreduced_ops.so
 bin=$(bazel info bazel-bin 2>/dev/null)
 daemon="$bin/daemon/allreduced"
-ctl="$bin/client/cli/allreducectl"
+ctl="$bin/ctl/allreducectl"
 
 work=$(mktemp -d /tmp/ard-main.XXXXXX)
 pids=()
@@ -71,7 +71,7 @@ echo "== one job across all three hosts (2 processes per host, 6 ranks), results
   --op allreduce --sizes 4:16M --iters 10 --check --job main-cross-host || bench_status=1
 echo
 echo "== training: a Keras model with allreduced's DistributedOptimizer, 2 hosts x 2 processes"
-PYTHONPATH="$PWD/tfplugin/python" ALLREDUCED_TF_OPS="$bin/tfplugin/_allreduced_ops.so" \
+PYTHONPATH="$PWD/python" ALLREDUCED_TF_OPS="$bin/tfplugin/_allreduced_ops.so" \
   TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python -m allreduced.launch \
   --sockets "$work/node-0.sock,$work/node-1.sock" -np 4 --job main-keras -- \
   .venv/bin/python tfplugin/examples/train_keras.py || bench_status=1

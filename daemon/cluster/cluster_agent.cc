@@ -8,7 +8,7 @@
 
 namespace ard::cluster {
 
-ClusterAgent::ClusterAgent(EventLoop& loop, PeerClient& coordinator, std::string self_name,
+ClusterAgent::ClusterAgent(EventLoop& loop, MembershipClient& coordinator, std::string self_name,
                            AgentOptions options)
     : loop_(loop),
       coordinator_(coordinator),

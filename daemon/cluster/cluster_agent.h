@@ -3,15 +3,15 @@
 // the coordinator, adding its own LocalView (which is all it returns, with the reason, when the
 // coordinator cannot be reached). Rejects Join/Heartbeat/Leave sent to it, naming the real
 // coordinator; answers Identify with its own HostInfo. State lives on the control loop;
-// PeerClient callbacks post back to it.
+// MembershipClient callbacks post back to it.
 //
-// Lifecycle: 1. construct with the loop and a PeerClient to the coordinator; 2. Start(self), once
+// Lifecycle: 1. construct with the loop and a MembershipClient to the coordinator; 2. Start(self), once
 // this daemon's bound address is known, begins joining (a Join refused with ALREADY_EXISTS, the
 // host name being held by another live daemon, or with UNIMPLEMENTED, another protocol version,
 // or answered by a coordinator of another protocol version, ends joining for good:
 // options.on_refused);
 // 3. LeaveAsync() on shutdown stops heartbeats and tells the coordinator; 4. destroy after the
-// PeerClient (which drains calls in flight) and after the loop has stopped.
+// MembershipClient (which drains calls in flight) and after the loop has stopped.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,7 @@
 
 #include "absl/time/time.h"
 #include "daemon/cluster/handlers.h"
-#include "daemon/cluster/peer_client.h"
+#include "daemon/cluster/membership_client.h"
 #include "daemon/common/event_loop.h"
 #include "daemon/timeline/clock_offset.h"
 
@@ -45,7 +45,7 @@ struct AgentOptions {
 
 class ClusterAgent : public ClusterHandler, public AdminHandler {
  public:
-  ClusterAgent(EventLoop& loop, PeerClient& coordinator, std::string self_name,
+  ClusterAgent(EventLoop& loop, MembershipClient& coordinator, std::string self_name,
                AgentOptions options);
 
   void Start(const HostInfo& self);
@@ -80,7 +80,7 @@ class ClusterAgent : public ClusterHandler, public AdminHandler {
   absl::Status NotCoordinator() const;
 
   EventLoop& loop_;
-  PeerClient& coordinator_;  // Not owned.
+  MembershipClient& coordinator_;  // Not owned.
   const std::string self_name_;
   const AgentOptions options_;
 

@@ -1,4 +1,4 @@
-// The follower role against a scripted coordinator (FakePeerClient): join retries with backoff,
+// The follower role against a scripted coordinator (FakeMembershipClient): join retries with backoff,
 // heartbeats, rejoin on REJOIN, stop on SUPERSEDED, Leave, and status forwarding; joining stops
 // for good on a refused host name or another protocol version.
 #include "daemon/cluster/cluster_agent.h"
@@ -15,7 +15,7 @@ namespace ard::cluster {
 namespace {
 
 // Answers each call from a script (a queue per method); an empty queue means UNAVAILABLE.
-class FakePeerClient : public PeerClient {
+class FakeMembershipClient : public MembershipClient {
  public:
   void JoinAsync(const JoinRequest& request, Done<JoinResponse> done) override {
     Answer(&joins_, &join_script_, request, std::move(done));
@@ -30,6 +30,10 @@ class FakePeerClient : public PeerClient {
                              Done<GetClusterStatusResponse> done) override {
     std::vector<GetClusterStatusRequest> unused;
     Answer(&unused, &status_script_, request, std::move(done));
+  }
+  void IdentifyAsync(const IdentifyRequest& request, Done<IdentifyResponse> done) override {
+    std::vector<IdentifyRequest> unused;
+    Answer(&unused, &identify_script_, request, std::move(done));
   }
 
   template <typename T>
@@ -50,6 +54,7 @@ class FakePeerClient : public PeerClient {
   std::deque<absl::StatusOr<HeartbeatResponse>> heartbeat_script_;
   std::deque<absl::StatusOr<LeaveResponse>> leave_script_;
   std::deque<absl::StatusOr<GetClusterStatusResponse>> status_script_;
+  std::deque<absl::StatusOr<IdentifyResponse>> identify_script_;
 
  private:
   template <typename Req, typename Resp>
@@ -112,7 +117,7 @@ AgentOptions Options() {
 }
 
 TEST_CASE("retries Join until the coordinator answers, then heartbeats with its incarnation") {
-  FakePeerClient peer;
+  FakeMembershipClient peer;
   // Two failures, then success.
   peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(absl::UnavailableError("down")));
   peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(absl::UnavailableError("down")));
@@ -145,7 +150,7 @@ TEST_CASE("retries Join until the coordinator answers, then heartbeats with its 
 }
 
 TEST_CASE("REJOIN makes the agent join again; SUPERSEDED stops it") {
-  FakePeerClient peer;
+  FakeMembershipClient peer;
   peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(Joined(1)));
   peer.Script(&peer.heartbeat_script_,
               absl::StatusOr<HeartbeatResponse>(Verdict(HeartbeatResponse::REJOIN)));
@@ -170,7 +175,7 @@ TEST_CASE("REJOIN makes the agent join again; SUPERSEDED stops it") {
 }
 
 TEST_CASE("a host name refused as held by a live daemon stops joining and reports it once") {
-  FakePeerClient peer;
+  FakeMembershipClient peer;
   peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(absl::UnavailableError("down")));
   peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(absl::AlreadyExistsError(
                                       "host name 'b' is held by the live member at x")));
@@ -214,7 +219,7 @@ TEST_CASE("another protocol version, refused or answered by the coordinator, sto
   JoinResponse old = Joined(1);
   old.set_protocol_version(0);  // a coordinator from before the field accepts anyone
   const bool refused_here = GENERATE(false, true);
-  FakePeerClient peer;
+  FakeMembershipClient peer;
   peer.Script(&peer.join_script_, refused_here
                                       ? absl::StatusOr<JoinResponse>(old)
                                       : absl::StatusOr<JoinResponse>(absl::UnimplementedError(
@@ -262,7 +267,7 @@ absl::StatusOr<GetClusterStatusResponse> Status(ClusterAgent& agent) {
 }
 
 TEST_CASE("status requests are forwarded and marked; a cut-off follower gives its local view") {
-  FakePeerClient peer;
+  FakeMembershipClient peer;
   GetClusterStatusResponse canned;
   canned.mutable_view()->set_coordinator("coord");
   peer.Script(&peer.status_script_, absl::StatusOr<GetClusterStatusResponse>(canned));
@@ -313,7 +318,7 @@ TEST_CASE("status requests are forwarded and marked; a cut-off follower gives it
 }
 
 TEST_CASE("a coordinator silent for a host timeout is reported once as a cut-off") {
-  FakePeerClient peer;
+  FakeMembershipClient peer;
   JoinResponse joined = Joined(1);
   joined.set_host_timeout_ms(40);
   peer.Script(&peer.join_script_, absl::StatusOr<JoinResponse>(joined));

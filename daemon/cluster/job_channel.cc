@@ -11,7 +11,7 @@ using negotiation::ReadyTensor;
 using negotiation::Response;
 using negotiation::TensorRequest;
 
-JobChannel::JobChannel(EventLoop& loop, PeerClient& coordinator, Options options)
+JobChannel::JobChannel(EventLoop& loop, NegotiationClient& coordinator, Options options)
     : loop_(loop), coordinator_(coordinator), options_(std::move(options)) {}
 
 JobChannel::~JobChannel() {

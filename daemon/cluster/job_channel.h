@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "daemon/cluster/peer_client.h"
+#include "daemon/cluster/negotiation_client.h"
 #include "daemon/common/event_loop.h"
 #include "daemon/negotiation/response_cache.h"
 #include "daemon/negotiation/steady_rounds.h"
@@ -85,7 +85,7 @@ class JobChannel {
     absl::Duration cycle_time = absl::ZeroDuration();  // coalescing delay for host-ready tensors
     metrics::DaemonMetrics* metrics = nullptr;         // Not owned; null: metrics off
   };
-  JobChannel(EventLoop& loop, PeerClient& coordinator, Options options);
+  JobChannel(EventLoop& loop, NegotiationClient& coordinator, Options options);
   ~JobChannel();
   JobChannel(const JobChannel&) = delete;
   JobChannel& operator=(const JobChannel&) = delete;
@@ -117,7 +117,7 @@ class JobChannel {
   std::function<void()> Guarded(std::function<void()> task);
 
   EventLoop& loop_;
-  PeerClient& coordinator_;  // Not owned.
+  NegotiationClient& coordinator_;  // Not owned.
   const Options options_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   JobLayout layout_;                // once registered

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
+#include "daemon/dataplane/tcp/data_auth.h"
 #include "daemon/negotiation/elastic_settle.h"
 #include "daemon/negotiation/rank_assignment.h"
 
@@ -127,7 +128,10 @@ absl::StatusOr<JobLayout> JobFormation::Layout(const std::string& name, const Fo
     }
     ranks = *std::move(assigned);
   }
+  absl::StatusOr<std::string> secret = dataplane::tcp::NewJobSecret();
+  if (!secret.ok()) return secret.status();
   JobLayout layout;
+  layout.set_data_secret(*std::move(secret));
   layout.set_job_id((id_prefix_ << 24) | next_id_++);
   layout.set_generation(elastic ? ++elastic_[name].generation : 1);
   layout.set_job(name);

@@ -123,6 +123,10 @@ TEST_CASE("an elastic job re-forms from the surviving hosts with dense ranks in 
   REQUIRE(f.answers.at("b").ok());
   CHECK(f.answers.at("b")->layout().generation() == 1);
   CHECK(f.answers.at("b")->layout().size() == 4);
+  // Every host of a generation gets the same data-plane secret, 32 bytes.
+  const std::string first_secret = f.answers.at("b")->layout().data_secret();
+  CHECK(first_secret.size() == 32);
+  CHECK(f.answers.at("a")->layout().data_secret() == first_secret);
   // b lost its rank 2 (old rank 2); a's ranks and b's other one come back: generation 2 forms
   // as soon as both hosts of generation 1 registered, numbered 0, 1 (a) and 2 (b).
   f.Register(Elastic("b", {3}, 4));
@@ -132,6 +136,8 @@ TEST_CASE("an elastic job re-forms from the surviving hosts with dense ranks in 
   const JobLayout& two = f.answers.at("a")->layout();
   CHECK(two.generation() == 2);
   CHECK(two.size() == 3);
+  CHECK(two.data_secret().size() == 32);
+  CHECK(two.data_secret() != first_secret);  // a fresh secret per generation
   CHECK(RanksOf(two, 0) == std::vector<int>{1, 0});  // index = local rank; hint 0 -> rank 0
   CHECK(RanksOf(two, 1) == std::vector<int>{2});
   // Host b goes DOWN: a alone (>= min_np) is every surviving host of generation 2.

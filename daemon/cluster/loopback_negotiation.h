@@ -1,5 +1,5 @@
-// The coordinator daemon's own path to its JobCoordinator: the same PeerClient calls a follower
-// makes over gRPC, made directly on the control loop (where both the JobRegistry and the
+// The coordinator daemon's own path to its JobCoordinator: the same NegotiationClient calls a
+// follower makes over gRPC, made directly on the control loop (where both the JobRegistry and the
 // JobCoordinator live), saving the loopback gRPC round trip and several thread wake-ups on every
 // negotiation of the coordinator's host.
 //
@@ -10,27 +10,13 @@
 #include <memory>
 
 #include "daemon/cluster/job_coordinator.h"
-#include "daemon/cluster/peer_client.h"
+#include "daemon/cluster/negotiation_client.h"
 
 namespace ard::cluster {
 
-class LoopbackNegotiation : public PeerClient {
+class LoopbackNegotiation : public NegotiationClient {
  public:
   explicit LoopbackNegotiation(JobCoordinator& coordinator) : coordinator_(coordinator) {}
-
-  void JoinAsync(const JoinRequest&, Done<JoinResponse> done) override {
-    done(absl::UnimplementedError("Join"));
-  }
-  void HeartbeatAsync(const HeartbeatRequest&, Done<HeartbeatResponse> done) override {
-    done(absl::UnimplementedError("Heartbeat"));
-  }
-  void LeaveAsync(const LeaveRequest&, Done<LeaveResponse> done) override {
-    done(absl::UnimplementedError("Leave"));
-  }
-  void GetClusterStatusAsync(const GetClusterStatusRequest&,
-                             Done<GetClusterStatusResponse> done) override {
-    done(absl::UnimplementedError("GetClusterStatus"));
-  }
 
   void RegisterRanksAsync(const RegisterRanksRequest& request, absl::Duration,
                           Done<RegisterRanksResponse> done) override {

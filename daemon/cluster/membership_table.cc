@@ -262,6 +262,7 @@ ClusterView MembershipTable::View(absl::Time now, const std::vector<JobSummary>&
     h->set_cuda_runtime_version(e.info.cuda_runtime_version());
     h->set_pid(e.info.pid());
     h->set_local_socket(e.info.local_socket());
+    h->set_data_plane_security(e.info.data_plane_security());
     h->set_state(e.state);
     h->set_incarnation(e.incarnation);
     h->set_coordinator(name == self_name_);

@@ -14,7 +14,8 @@ inline constexpr char kVersion[] = "0.1.0";
 // refuses a daemon of another version and a follower leaves a coordinator of another version,
 // as neither could read the other's messages right. Bump it when a message changes meaning.
 // 0: daemons older than the field; 1: the first with it (JobEvent's compact response form,
-// JobLayout.JobHost.registered_local_ranks).
-inline constexpr uint32_t kProtocolVersion = 1;
+// JobLayout.JobHost.registered_local_ranks); 2: JobLayout.data_secret and the authenticated,
+// checksummed data plane (dataplane/tcp/handshake.h kDataVersion 2).
+inline constexpr uint32_t kProtocolVersion = 2;
 
 }  // namespace ard

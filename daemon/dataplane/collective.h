@@ -39,6 +39,11 @@ struct RankResult {
 // (64 bytes) for every rank of the job.
 using RankResults = std::vector<HeapOptional<RankResult>>;
 
+// A result's shape when it is the input's (allreduce, broadcast).
+inline std::vector<int64_t> ShapeOf(const wire::Submit& m) {
+  return std::vector<int64_t>(m.shape, m.shape + m.ndims);
+}
+
 // When the cross-host part of a Run began and ended (the timeline's "cross-host transfer").
 struct TransferSpan {
   absl::Time start = absl::InfinitePast();  // InfinitePast: no cross-host part

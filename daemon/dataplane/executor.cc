@@ -7,14 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/common/logging.h"
-#include "daemon/local/frame_codec.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/timeline/recorder.h"
 
 namespace ard::dataplane {
 
 using negotiation::Response;
-using negotiation::TensorRequest;
 
 namespace {
 
@@ -232,13 +230,8 @@ absl::StatusOr<std::shared_ptr<shm::ResultSlot>> Executor::AllocateSlot(uint64_t
   auto slot = job_->results->Allocate(bytes, &new_segment);
   if (slot.ok() && new_segment >= 0) {
     // Every rank maps the new segment before any COMPLETE that names it (same socket, in order).
-    auto segment = job_->results->segment(new_segment);
-    const std::string frame =
-        local::EncodeSegment(wire::MsgType::kResultSegment,
-                             wire::Segment{static_cast<uint32_t>(new_segment), 0, segment->size()});
-    for (const auto& session : job_->ranks) {
-      if (session != nullptr) session->Send(frame, segment->readonly_fd());
-    }
+    job_->sink->AnnounceSegment(static_cast<uint32_t>(new_segment),
+                                *job_->results->segment(new_segment));
   }
   return slot;
 }
@@ -285,10 +278,10 @@ void Executor::Execute(const Response& response, uint64_t group) {
   for (size_t i = 0; i < response.tensors.size(); ++i) {
     const auto& tensor = response.tensors[i];
     for (int r = 0; r < job_->size; ++r) {
-      if (!tensor.ranks[r] || job_->ranks[r] == nullptr) continue;
+      if (!tensor.ranks[r]) continue;
       const auto& result = results[i][r];  // absent: as an empty result
-      SendComplete(*job_->ranks[r], *tensor.ranks[r], absl::OkStatus(), result ? &*result : nullptr,
-                   response.join_last_rank);
+      job_->sink->Complete(r, *tensor.ranks[r], absl::OkStatus(), result ? &*result : nullptr,
+                           response.join_last_rank);
     }
   }
   if (timeline != nullptr) timeline->Record(timeline::Mark::kComplete, -1, group, "");
@@ -309,38 +302,9 @@ void Executor::Execute(const Response& response, uint64_t group) {
 void Executor::CompleteAll(const Response& response, const absl::Status& status) {
   for (const auto& tensor : response.tensors) {
     for (int r = 0; r < job_->size; ++r) {
-      if (tensor.ranks[r] && job_->ranks[r] != nullptr) {
-        SendComplete(*job_->ranks[r], *tensor.ranks[r], status, nullptr);
-      }
+      if (tensor.ranks[r]) job_->sink->Complete(r, *tensor.ranks[r], status, nullptr, -1);
     }
   }
-}
-
-void Executor::SendComplete(local::Session& session, const TensorRequest& request,
-                            const absl::Status& status, const RankResult* result,
-                            int join_last_rank) {
-  wire::Complete c{};
-  c.code = static_cast<int32_t>(status.code());
-  c.join_last_rank = join_last_rank;
-  std::vector<int64_t> splits;
-  std::shared_ptr<shm::ResultSlot> slot;
-  if (status.ok() && result != nullptr) {
-    slot = result->slot;
-    if (slot) {
-      c.segment = slot->segment;
-      c.offset = slot->offset;
-      c.bytes = slot->bytes;
-    }
-    c.ndims = static_cast<uint32_t>(result->shape.size());
-    for (size_t d = 0; d < result->shape.size() && d < wire::kMaxDims; ++d) {
-      c.shape[d] = result->shape[d];
-    }
-    splits = result->splits;
-  }
-  // The name is free and the slot held before the client can see the COMPLETE.
-  session.EndRequest(request.request_id, slot);
-  session.Send(local::EncodeComplete(request.request_id, c, splits,
-                                     status.ok() ? "" : std::string(status.message())));
 }
 
 }  // namespace ard::dataplane

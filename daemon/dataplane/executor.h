@@ -1,7 +1,8 @@
 // A job's executor (DESIGN.md "Threads"): one thread per job that runs the job's committed
 // responses in the committed order through the job's data planes (collective.h: one for host
 // memory, and one for GPU memory once the job's ranks registered their GPUs), writes results into
-// the job's result arena, announces new result segments and sends each rank its COMPLETE. It does
+// the job's result arena, and announces new result segments and sends each rank its COMPLETE
+// through the job's CompletionSink (completion_sink.h). It does
 // not know which data planes it drives (one host, several hosts, GPUs).
 //
 // Lifecycle: 1. constructed when the job forms, with its host-memory collective (thread starts
@@ -51,12 +52,6 @@ class Executor {
   void Abort(const absl::Status& why);
   void Stop();
 
-  // Sends one rank its COMPLETE (error or result). Also used by the loop for requests that never
-  // reach an executor (rejected submits, a failed job's waiting tensors).
-  static void SendComplete(local::Session& session, const negotiation::TensorRequest& request,
-                           const absl::Status& status, const RankResult* result,
-                           int join_last_rank = -1);
-
  private:
   struct Item {
     negotiation::Response response;
@@ -87,7 +82,7 @@ class Executor {
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a response is executing (thread or inline)
-  std::atomic<uint64_t> groups_{0};  // responses committed so far
+  std::atomic<uint64_t> groups_{0};         // responses committed so far
   std::thread thread_;
 };
 

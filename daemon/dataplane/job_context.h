@@ -1,5 +1,5 @@
-// What a job's executor shares with the control loop: the job's ranks (sessions), its result
-// arena, its counters and its failure state. Immutable after formation except the counters
+// What a job's executor shares with the control loop: the job's ranks (its completion sink), its
+// result arena, its counters and its failure state. Immutable after formation except the counters
 // (atomics) and the failure (mutex). Any thread.
 #pragma once
 
@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "daemon/local/session.h"
+#include "daemon/dataplane/completion_sink.h"
 #include "daemon/shm/result_arena.h"
 
 namespace ard::metrics {
@@ -30,15 +30,15 @@ struct JobContext {
   std::string name;
   uint32_t id = 0;
   int size = 0;
-  std::vector<std::shared_ptr<local::Session>> ranks;  // index = rank; null for other hosts' ranks
+  std::shared_ptr<CompletionSink> sink;  // this host's ranks (local::RankSessions)
   std::shared_ptr<shm::ResultArena> results;
   // Tells the control loop (thread-safe; from the executor thread) that the data plane failed
   // and the job cannot go on; the loop then fails the job (Fail below, ranks, other hosts).
   std::function<void(absl::Status)> report_failure;
 
   std::atomic<uint64_t> collectives_completed{0};
-  std::atomic<uint64_t> bytes_reduced{0};  // input bytes of one rank, summed over tensors
-  metrics::DaemonMetrics* metrics = nullptr;  // Not owned (the Daemon's); null: metrics off
+  std::atomic<uint64_t> bytes_reduced{0};        // input bytes of one rank, summed over tensors
+  metrics::DaemonMetrics* metrics = nullptr;     // Not owned (the Daemon's); null: metrics off
   std::shared_ptr<timeline::Recorder> timeline;  // the job's recorder; null: none
 
   // The first failure wins; later calls are ignored. Returns true when this call failed the job.

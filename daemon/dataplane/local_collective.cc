@@ -6,7 +6,6 @@
 #include "daemon/collectives/reduce_kernels.h"
 #include "daemon/collectives/row_split.h"
 #include "daemon/dataplane/adasum_ranks.h"
-#include "daemon/local/frame_codec.h"
 
 namespace ard::dataplane {
 namespace {
@@ -35,10 +34,6 @@ Layout LayoutOf(const wire::Submit& m) {
 // memcpy that tolerates empty ranges with null pointers (empty tensors have no arena bytes).
 void Copy(uint8_t* dst, const uint8_t* src, uint64_t n) {
   if (n > 0) memcpy(dst, src, n);
-}
-
-std::vector<int64_t> Shape(const wire::Submit& m) {
-  return std::vector<int64_t>(m.shape, m.shape + m.ndims);
 }
 
 // Reduces elements [first, first + count) of every present rank's input into `dst`, applying
@@ -95,7 +90,7 @@ absl::Status Allreduce(const ReadyTensor& t, int size, const SlotAllocator& allo
     ReduceRange(t, size, 0, count, (*slot)->data);
   }
   for (int r = 0; r < size; ++r) {
-    if (t.ranks[r]) (*out)[r] = RankResult{*slot, Shape(m), {}};
+    if (t.ranks[r]) (*out)[r] = RankResult{*slot, ShapeOf(m), {}};
   }
   return absl::OkStatus();
 }
@@ -128,7 +123,7 @@ absl::Status Broadcast(const ReadyTensor& t, int size, const SlotAllocator& allo
   auto slot = Allocate(allocate, root.input.bytes);
   if (!slot.ok()) return slot.status();
   if (*slot) Copy((*slot)->data, root.input.data, root.input.bytes);
-  for (int r = 0; r < size; ++r) (*out)[r] = RankResult{*slot, Shape(root.meta), {}};
+  for (int r = 0; r < size; ++r) (*out)[r] = RankResult{*slot, ShapeOf(root.meta), {}};
   return absl::OkStatus();
 }
 

@@ -1,12 +1,13 @@
 // The data of every collective for a job whose ranks live on several hosts (DESIGN.md "Data
 // plane"): each host first reduces (or gathers) its own ranks' inputs from shared memory, then
 // only hosts exchange data over the job's TCP mesh (daemon/dataplane/tcp), and each host writes
-// its ranks' results into the job's result arena. Allreduces of one kind in a response travel in
-// one fusion buffer; allreduces whose data a steady-state round carried (Response::reduced) only
-// get their results written. Reductions are deterministic: ranks in rank order within a host,
-// then the hosts' partial results in the fixed order of the cross-host algorithm
-// (host_collectives.h), so every rank reads bit-identical results (Adasum: a tree over the host's
-// ranks, then a tree over the hosts' results, DESIGN.md "Adasum").
+// its ranks' results into the job's result arena. Allreduces (tcp_allreduce.h) of one kind in a
+// response travel in one fusion buffer; allreduces whose data a steady-state round carried
+// (Response::reduced) only get their results written; the other collectives are here. Reductions
+// are deterministic: ranks in rank order within a host, then the hosts' partial results in the
+// fixed order of the cross-host algorithm (host_collectives.h), so every rank reads bit-identical
+// results (Adasum: a tree over the host's ranks, then a tree over the hosts' results, DESIGN.md
+// "Adasum").
 //
 // Any error leaves the mesh unusable: the job fails on every host (JobFailure). Prepare connects
 // the mesh (waiting for every host of the job); Abort shuts its sockets. Thread: see collective.h.
@@ -19,28 +20,12 @@
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/dataplane/collective.h"
+#include "daemon/dataplane/host_layout.h"
 #include "daemon/dataplane/tcp/tcp_mesh.h"
+#include "daemon/dataplane/tcp_allreduce.h"  // HostPartial, for the steady state
 #include "daemon/gpu/gpu_job.h"
 
 namespace ard::dataplane {
-
-// Which host runs which rank of a cross-host job (host index = cross rank).
-struct HostLayout {
-  std::string job;  // for messages
-  int size = 0;     // ranks of the job
-  int cross_rank = 0;
-  int cross_size = 1;
-  std::vector<int> host_of_rank;                // index = rank -> cross rank
-  std::vector<std::vector<int>> ranks_of_host;  // cross rank -> its ranks, ascending
-  std::vector<std::string> host_names;          // cross rank -> host name
-};
-
-// This host's contribution to an allreduce of `t`: the reduction of its present ranks (of
-// `local_ranks`, ascending) in rank order, each input prescaled; the identity when none of them
-// takes part. t's bytes are written to `dst`. The steady state's carried rounds use it too, so a
-// carried tensor's partial is the one the allreduce would send.
-void HostPartial(const negotiation::ReadyTensor& t, const std::vector<int>& local_ranks,
-                 uint8_t* dst);
 
 class TcpCollective : public Collective {
  public:

@@ -14,7 +14,7 @@ using negotiation::ReadyTensor;
 using negotiation::Response;
 using negotiation::TensorRequest;
 
-CoordinatedNegotiator::CoordinatedNegotiator(EventLoop& loop, cluster::PeerClient& coordinator,
+CoordinatedNegotiator::CoordinatedNegotiator(EventLoop& loop, cluster::NegotiationClient& coordinator,
                                              const JobOptions& options, std::string data_address,
                                              std::string job, int size, int local_size,
                                              ElasticSpec elastic)
@@ -75,6 +75,7 @@ void CoordinatedNegotiator::FormAsync(const std::vector<MemberInfo>& members,
     Formation f;
     f.job_id = layout->job_id();
     f.generation = layout->generation();
+    f.data_secret = layout->data_secret();
     // Each member's place in the layout's list for this host, found by the local rank it
     // registered with; one not listed was left out (elastic: more than max_np registered).
     for (int l : local_ranks) {

@@ -20,7 +20,7 @@ namespace ard::jobs {
 
 class CoordinatedNegotiator : public Negotiator, private cluster::JobChannelSink {
  public:
-  CoordinatedNegotiator(EventLoop& loop, cluster::PeerClient& coordinator,
+  CoordinatedNegotiator(EventLoop& loop, cluster::NegotiationClient& coordinator,
                         const JobOptions& options, std::string data_address, std::string job,
                         int size, int local_size, ElasticSpec elastic = {});
 

@@ -7,6 +7,7 @@
 #include "daemon/common/logging.h"
 #include "daemon/dataplane/local_collective.h"
 #include "daemon/dataplane/tcp/data_listener.h"
+#include "daemon/local/rank_sessions.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/shm/result_arena.h"
 #include "daemon/timeline/hub.h"
@@ -132,7 +133,7 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
   context_->name = name_;
   context_->id = id_;
   context_->size = size_;
-  context_->ranks = members_;
+  context_->sink = std::make_shared<local::RankSessions>(members_);
   context_->results = *arena;
   context_->metrics = options_.metrics;
   context_->timeline = timeline_;
@@ -145,10 +146,11 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
   if (cross_host()) {
     const dataplane::HostLayout& hosts = formation->hosts;
     auto tcp = std::make_unique<dataplane::TcpCollective>(
-        hosts,
-        [job_id = formation->job_id, me = hosts.cross_rank, addresses = formation->data_addresses,
-         listener = listener_, timeout = options_.form_timeout] {
-          return dataplane::tcp::TcpMesh::Connect(job_id, me, addresses, *listener, timeout);
+        hosts, [job = dataplane::tcp::MeshJob{formation->job_id, formation->generation,
+                                              formation->data_secret},
+                me = hosts.cross_rank, addresses = formation->data_addresses, listener = listener_,
+                timeout = options_.form_timeout] {
+          return dataplane::tcp::TcpMesh::Connect(job, me, addresses, *listener, timeout);
         });
     tcp_ = tcp.get();
     host = std::move(tcp);
@@ -256,7 +258,7 @@ void Job::Fail(const absl::Status& failure, bool tell_others) {
   std::vector<TensorRequest> waiting = table_->TakeAll();
   for (TensorRequest& r : negotiator_->TakeUncommitted()) waiting.push_back(std::move(r));
   for (const TensorRequest& r : waiting) {
-    if (members_[r.rank] != nullptr) Executor::SendComplete(*members_[r.rank], r, status, nullptr);
+    if (members_[r.rank] != nullptr) local::SendComplete(*members_[r.rank], r, status, nullptr);
   }
 }
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/cluster/peer_client.h"
+#include "daemon/cluster/negotiation_client.h"
 #include "daemon/common/event_loop.h"
 #include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/jobs/job.h"
@@ -39,8 +39,8 @@ class JobRegistry : public local::SessionHandler {
   // Enables cross-host jobs: `coordinator` reaches the coordinator's Negotiation service (this
   // daemon's own JobCoordinator on the coordinator), `listener` accepts other hosts' data
   // connections.
-  void EnableCrossHost(cluster::PeerClient* coordinator, dataplane::tcp::DataListener* listener,
-                       std::string data_address) {
+  void EnableCrossHost(cluster::NegotiationClient* coordinator,
+                       dataplane::tcp::DataListener* listener, std::string data_address) {
     coordinator_ = coordinator;
     listener_ = listener;
     data_address_ = std::move(data_address);
@@ -81,8 +81,8 @@ class JobRegistry : public local::SessionHandler {
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by name
   Succession succession_;                             // earlier generations of elastic jobs
   uint32_t next_job_id_ = 1;
-  cluster::PeerClient* coordinator_ = nullptr;        // Not owned; null: single-host jobs only.
-  dataplane::tcp::DataListener* listener_ = nullptr;  // Not owned.
+  cluster::NegotiationClient* coordinator_ = nullptr;  // Not owned; null: single-host jobs only.
+  dataplane::tcp::DataListener* listener_ = nullptr;   // Not owned.
   std::string data_address_;
   bool shut_down_ = false;
   std::unique_ptr<GpuProcesses> gpu_;  // GPU path: with a device only

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/common/logging.h"
 #include "daemon/jobs/job.h"
+#include "daemon/local/rank_sessions.h"
 #include "daemon/timeline/recorder.h"
 
 namespace ard::jobs {
@@ -24,7 +25,7 @@ void Job::Submit(const std::shared_ptr<Session>& s, local::DecodedFrame frame) {
                                                     ") is already in flight from rank ", s->rank)));
   }
   auto reject = [&](const absl::Status& status) {
-    Executor::SendComplete(*s, request, status, nullptr);
+    local::SendComplete(*s, request, status, nullptr);
   };
   if (state() == JobState::kRunning && !departed_.ok()) Fail(departed_);
   if (state() != JobState::kRunning) return reject(context_->failure());
@@ -79,7 +80,7 @@ void Job::OnCommitted(negotiation::Response response) {
 void Job::OnJoinDone(const absl::Status& status, int last_rank) {
   if (state() != JobState::kRunning) return;
   for (const TensorRequest& r : table_->ResetJoins()) {
-    Executor::SendComplete(*members_[r.rank], r, status, nullptr, last_rank);
+    local::SendComplete(*members_[r.rank], r, status, nullptr, last_rank);
   }
 }
 

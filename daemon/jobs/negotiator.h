@@ -48,6 +48,7 @@ struct Formation {
   // Several hosts: which host runs which rank (cross_size 1 on one host).
   dataplane::HostLayout hosts;
   std::vector<std::string> data_addresses;  // cross rank -> data-plane listener
+  std::string data_secret;  // JobLayout.data_secret: the data plane's secret; never logged
 };
 
 // What the job learns from its negotiation while it runs (on the loop, in committed order).

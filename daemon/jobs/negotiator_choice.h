@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "daemon/cluster/peer_client.h"
+#include "daemon/cluster/negotiation_client.h"
 #include "daemon/common/event_loop.h"
 #include "daemon/jobs/job_options.h"
 #include "daemon/jobs/negotiator.h"
@@ -19,8 +19,8 @@ namespace ard::jobs {
 struct NegotiatorDeps {
   EventLoop& loop;
   const JobOptions& options;
-  cluster::PeerClient* coordinator;  // Not owned; null: single-host jobs only
-  const std::string& data_address;   // this daemon's data-plane listener
+  cluster::NegotiationClient* coordinator;  // Not owned; null: single-host jobs only
+  const std::string& data_address;          // this daemon's data-plane listener
 };
 
 // `size` and `local_size`: a fixed job's (0 for an elastic one); `spec`: an elastic job's bounds

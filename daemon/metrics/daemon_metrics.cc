@@ -97,6 +97,11 @@ DaemonMetrics::DaemonMetrics(std::string host, absl::Duration job_retention, Reg
       received_bytes_(registry_.AddCounter(
           "allreduced_data_plane_received_bytes_total",
           "Bytes this daemon received from other hosts on the TCP data plane.", {})),
+      rejected_connections_(registry_.AddCounter(
+          "allreduced_data_plane_rejected_connections_total",
+          "Connections to the data port that were closed without reaching a job, by reason "
+          "(bad_hello, bad_proof, wrong_generation, handshake_timeout, ...).",
+          {"reason"})),
       errors_(registry_.AddCounter("allreduced_errors_total", "Failures by kind.", {"kind"})),
       clients_(registry_.AddGauge("allreduced_client_connections",
                                   "Training processes connected to the local socket.", {})) {
@@ -163,6 +168,10 @@ void DaemonMetrics::SetClientConnections(int clients) { clients_.Set({}, clients
 void DaemonMetrics::SetDataPlaneBytes(uint64_t sent, uint64_t received) {
   sent_bytes_.Set({}, static_cast<double>(sent));
   received_bytes_.Set({}, static_cast<double>(received));
+}
+
+void DaemonMetrics::SetDataPlaneRejected(const std::string& reason, uint64_t count) {
+  rejected_connections_.Set({reason}, static_cast<double>(count));
 }
 
 }  // namespace ard::metrics

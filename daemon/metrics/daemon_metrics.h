@@ -56,6 +56,9 @@ class DaemonMetrics {
   void SetClientConnections(int clients);
   // Running totals of the TCP data plane (all jobs), mirrored into counters.
   void SetDataPlaneBytes(uint64_t sent, uint64_t received);
+  // Data connections the listener refused, by reason (DataListener::rejected: "bad_hello",
+  // "bad_proof", ...). A total since start.
+  void SetDataPlaneRejected(const std::string& reason, uint64_t count);
 
   // The upper bounds of the `size_le` label of the latency histogram ("4KiB" ... "+Inf").
   static std::string SizeBucket(uint64_t bytes);
@@ -82,6 +85,7 @@ class DaemonMetrics {
   Family& arena_bytes_;
   Family& sent_bytes_;
   Family& received_bytes_;
+  Family& rejected_connections_;
   Family& errors_;
   Family& clients_;
 };

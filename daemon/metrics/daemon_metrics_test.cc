@@ -65,6 +65,7 @@ TEST_CASE("cluster and local job state; an ended job keeps its counters, loses i
   m.OnError("job");
   m.SetClientConnections(4);
   m.SetDataPlaneBytes(1000, 2000);
+  m.SetDataPlaneRejected("bad_proof", 3);
   std::string text = m.registry().Render();
   CHECK(Has(text, "allreduced_hosts{state=\"UP\"} 2"));
   CHECK(Has(text, "allreduced_hosts{state=\"DOWN\"} 1"));
@@ -79,6 +80,7 @@ TEST_CASE("cluster and local job state; an ended job keeps its counters, loses i
   CHECK(Has(text, "allreduced_client_connections 4"));
   CHECK(Has(text, "allreduced_data_plane_sent_bytes_total 1000"));
   CHECK(Has(text, "allreduced_data_plane_received_bytes_total 2000"));
+  CHECK(Has(text, "allreduced_data_plane_rejected_connections_total{reason=\"bad_proof\"} 3"));
 
   m.SetLocalJobs({});  // the job ended
   now += absl::Minutes(4);

@@ -27,7 +27,7 @@ class GrpcServer {
   ~GrpcServer();
 
   // Returns the bound port. `services` are not owned and must outlive Shutdown(). `credentials`:
-  // plaintext when null (see rpc/tls.h for mutual TLS).
+  // plaintext when null (see tls/credentials.h for mutual TLS).
   absl::StatusOr<int> Start(const std::string& listen_address,
                             const std::vector<grpc::Service*>& services,
                             std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);

@@ -143,7 +143,7 @@ def test_containerfile_runs_the_setup_and_builds_what_the_manifest_runs(docs, po
     assert len(stages) == 2 and stages[0][1] == "build", stages
     build = text.split("\nFROM ")[1]
     assert "tools/bootstrap.sh" in build  # the README's set-up (tools/main_job.sh runs it first)
-    assert "//daemon:allreduced" in build and "//client/cli:allreducectl" in build
+    assert "//daemon:allreduced" in build and "//ctl:allreducectl" in build
     runtime = text.split("\nFROM ")[2]
     assert "/usr/local/bin/" in runtime
     for c in pod["containers"]:

@@ -17,7 +17,7 @@ import urllib.request
 
 # allreduced.launch from the source tree (Bazel puts it in the runfiles at the same place).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "tfplugin", "python"))
+                                "python"))
 from allreduced.launch import RankGroup  # noqa: E402
 
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-import harness  # noqa: F401  (puts tfplugin/python on sys.path)
+import harness  # noqa: F401  (puts python/ on sys.path)
 from allreduced import launch
 from allreduced.launch import hosts, remote
 from harness import wait_until
@@ -26,10 +26,26 @@ def test_ranks_are_host_major_with_their_variables():
         (0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
     assert launch.rank_env(slots[3], "j") == {
         "ALLREDUCED_SOCKET": "/b.sock", "ALLREDUCED_JOB": "j", "ALLREDUCED_RANK": "3",
-        "ALLREDUCED_SIZE": "4", "ALLREDUCED_LOCAL_RANK": "1", "ALLREDUCED_LOCAL_SIZE": "2"}
+        "ALLREDUCED_SIZE": "4", "ALLREDUCED_LOCAL_RANK": "1", "ALLREDUCED_LOCAL_SIZE": "2",
+        "HOROVOD_RANK": "3", "HOROVOD_SIZE": "4", "HOROVOD_LOCAL_RANK": "1",
+        "HOROVOD_LOCAL_SIZE": "2", "HOROVOD_CROSS_RANK": "1", "HOROVOD_CROSS_SIZE": "2",
+        "HOROVOD_HOSTNAME": "local1"}
     bare = launch.rank_env(slots[2], job=None, give_rank=False)
     assert "ALLREDUCED_JOB" not in bare and "ALLREDUCED_RANK" not in bare
     assert set(launch.rank_env(slots[0], "j")) == set(launch.RANK_VARIABLES)
+
+
+def test_horovods_variables_for_uneven_hosts():
+    """horovodrun's cross rank and size: a host's place among, and the number of, the hosts
+    that have a rank of the same local rank."""
+    slots = hosts.assign(hosts.discover("a:2,b:1,c:3", socket_path="/s"), 6)
+    got = [(s.host, s.local_rank, s.cross_rank, s.cross_size) for s in slots]
+    assert got == [("a", 0, 0, 3), ("a", 1, 0, 2), ("b", 0, 1, 3), ("c", 0, 2, 3),
+                   ("c", 1, 1, 2), ("c", 2, 0, 1)]
+    env = launch.rank_env(slots[4], "j")
+    assert (env["HOROVOD_RANK"], env["HOROVOD_LOCAL_RANK"], env["HOROVOD_LOCAL_SIZE"],
+            env["HOROVOD_CROSS_RANK"], env["HOROVOD_CROSS_SIZE"], env["HOROVOD_HOSTNAME"]) == (
+        "4", "1", "3", "1", "2", "c")
 
 
 def test_hosts_from_the_command_line_and_a_hostfile(tmp_path):
@@ -68,6 +84,45 @@ def test_hosts_from_the_cluster_view():
     with pytest.raises(hosts.HostError,
                        match=r"no UP daemon in the cluster view for b \(UP: a, c\)"):
         hosts.with_view_sockets(hosts.parse_hosts("a,b"), VIEW)
+
+
+def fake_allreducectl(tmp_path, view):
+    """An allreducectl that answers `status --json` with `view`, whatever it is asked."""
+    import json
+    path = tmp_path / "allreducectl"
+    (tmp_path / "view.json").write_text(json.dumps(view))
+    path.write_text(f"#!/bin/sh\ncat {tmp_path}/view.json\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+CPU_VIEW = {"answered_by": "b", "hosts": [
+    {"name": "a", "state": "UP", "gpus": [], "local_socket": "/run/a.sock"},
+    {"name": "b", "state": "UP", "gpus": [], "local_socket": "/run/b.sock"}]}
+
+
+def test_np_alone_on_cpu_hosts_runs_every_rank_on_the_answering_host(tmp_path):
+    """horovodrun -np N without hosts is localhost:N: without GPUs, -H or --slots the ranks go
+    to the host whose daemon answered the cluster view; GPU hosts keep one rank per GPU."""
+    ctl = fake_allreducectl(tmp_path, CPU_VIEW)
+    assert hosts.discover(allreducectl=ctl, np=3) == [hosts.Host("b", 3, "/run/b.sock", True)]
+    assert not hosts.discover(allreducectl=ctl, np=3, daemon="10.9.9.9:7070")[0].local
+    assert [h.slots for h in hosts.discover(allreducectl=ctl, slots=2, np=3)] == [2, 2]
+    gpu_ctl = fake_allreducectl(tmp_path, dict(VIEW, answered_by="a"))
+    assert [h.name for h in hosts.discover(allreducectl=gpu_ctl, np=3)] == ["a", "c"]
+    gone = fake_allreducectl(tmp_path, dict(CPU_VIEW, answered_by="z"))
+    with pytest.raises(hosts.HostError, match=r"daemon that answered \(z\) is not an UP host"):
+        hosts.discover(allreducectl=gone, np=3)
+
+    # The launcher end to end: every rank on b, with horovodrun's variables.
+    ctl = fake_allreducectl(tmp_path, CPU_VIEW)
+    r = subprocess.run([sys.executable, "-m", "allreduced.launch", "-np", "3", "--", "sh", "-c",
+                        "echo $HOROVOD_RANK/$HOROVOD_SIZE/$HOROVOD_LOCAL_RANK/"
+                        "$HOROVOD_CROSS_SIZE/$HOROVOD_HOSTNAME/$ALLREDUCED_SOCKET"],
+                       env=dict(os.environ, PYTHONPATH=PACKAGE_DIR, ALLREDUCECTL=ctl),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == [f"[{i}] {i}/3/{i}/1/b//run/b.sock" for i in range(3)]
 
 
 def test_one_socket_for_every_host_skips_the_cluster_view():
@@ -213,3 +268,27 @@ def test_a_signal_to_the_launcher_stops_every_rank(tmp_path, signo, ignore_term)
         for pid in pids:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_discovery_interval_is_a_flag(tmp_path):
+    """Elastic mode asks its discovery script again every --discovery-interval seconds (horovodrun
+    asks every second; tests want it shorter)."""
+    calls = tmp_path / "calls"
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\necho x >> {calls}\necho localhost:2\n")
+    script.chmod(0o755)
+    done = tmp_path / "done"
+    # The one worker runs until the script was asked 6 times (the start counts once), then exits 0.
+    worker = (f'while [ $(wc -l < {calls}) -lt 6 ]; do sleep 0.05; done; touch {done}')
+    r = subprocess.run([sys.executable, "-m", "allreduced.launch", "--min-np", "1", "-np", "1",
+                        "--host-discovery-script", str(script), "--socket", "/x.sock",
+                        "--discovery-interval", "0.1", "--", "sh", "-c", worker],
+                       env=dict(os.environ, PYTHONPATH=PACKAGE_DIR), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert done.exists()
+    bad = subprocess.run([sys.executable, "-m", "allreduced.launch", "--min-np", "1",
+                          "--discovery-interval", "0", "--", "true"],
+                         env=dict(os.environ, PYTHONPATH=PACKAGE_DIR), capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "--discovery-interval takes a number of seconds > 0" in bad.stderr

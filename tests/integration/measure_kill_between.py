@@ -5,7 +5,7 @@ a 2x2 job of h-a (coordinator) and h-b sits between two collectives (collective_
     bazel build //daemon:allreduced //tests/integration:collective_worker
     ARD_BIN_ALLREDUCED=bazel-bin/daemon/allreduced \\
     ARD_BIN_COLLECTIVE_WORKER=bazel-bin/tests/integration/collective_worker \\
-    ARD_BIN_ALLREDUCECTL=bazel-bin/client/cli/allreducectl \\
+    ARD_BIN_ALLREDUCECTL=bazel-bin/ctl/allreducectl \\
         python3 tests/integration/measure_kill_between.py [--runs 5] [--host_timeout_ms 5000]
 """
 import argparse

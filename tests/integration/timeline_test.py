@@ -1,6 +1,6 @@
 """The timeline (README "Timeline") of a known 2-host job (two daemons, two worker processes
 each, a soak of 8 tensors per step): recorded by `allreducectl timeline` (no duration: until
-SIGINT; --duration) and through allreduced.timeline's HOROVOD_TIMELINE path. The Chrome trace
+SIGINT; --duration) and through allreduced.common.timeline's HOROVOD_TIMELINE path. The Chrome trace
 must show every rank of both hosts, each tensor's phases in order (submit wait, negotiation,
 queued, local reduce, cross-host transfer, result out), fused groups, and both hosts' clocks."""
 import json
@@ -148,7 +148,7 @@ def test_cli_duration_ends_by_itself(pair, tmp_path):
 def test_horovod_timeline_path(pair, tmp_path, monkeypatch):
     """What allreduced.tensorflow.init() does with HOROVOD_TIMELINE on rank 0 (and only there),
     then stop at exit."""
-    from allreduced import timeline
+    from allreduced.common import timeline
     path = str(tmp_path / "hvd.json")
     monkeypatch.setenv("HOROVOD_TIMELINE", path)
     monkeypatch.setenv("ALLREDUCECTL", binary("allreducectl"))

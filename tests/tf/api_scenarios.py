@@ -95,8 +95,19 @@ def process_sets_scenario():
         check(np.allclose(s.numpy(), 1.0), f"allreduce in set {s.numpy()}")
         g = hvd.allgather(tf.constant([r]), process_set=evens)
         check(list(g.numpy()) == [0, 2], f"allgather in set {g.numpy()}")
-        b = hvd.broadcast(tf.constant([r]), root_rank=1, process_set=evens)  # set rank 1 = 2
-        check(list(b.numpy()) == [2], "broadcast root is a set rank")
+        # root_rank is a global rank, as in Horovod: 2 is the set's second member.
+        b = hvd.broadcast(tf.constant([r]), root_rank=2, process_set=evens)
+        check(list(b.numpy()) == [2], f"broadcast from global rank 2 in a set {b.numpy()}")
+        v = tf.Variable([r, r])
+        hvd.broadcast_variables([v], root_rank=2, process_set=evens)
+        check(list(v.numpy()) == [2, 2], f"broadcast_variables in a set {v.numpy()}")
+        o = hvd.broadcast_object({"from": r}, root_rank=2, process_set=evens)
+        check(o == {"from": 2}, f"broadcast_object in a set {o}")
+        try:
+            hvd.broadcast(tf.constant([r]), root_rank=1, process_set=evens)
+            check(False, "a root outside the set was accepted")
+        except ValueError as e:
+            check("root_rank 1 is not a member" in str(e), str(e))
         a, = hvd.grouped_allreduce([tf.constant([1])], op=hvd.Sum, process_set=evens)
         check(list(a.numpy()) == [2], "grouped allreduce in set")
     else:
@@ -105,6 +116,16 @@ def process_sets_scenario():
             check(False, "a non-member used a process set")
         except ValueError as e:
             check("not a member" in str(e), str(e))
+        # Outside the set, as in Horovod: gradients stay local, objects stay as given.
+        w = tf.Variable([float(r)])
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(w * w)
+        grad, = hvd.DistributedGradientTape(tape, process_set=evens).gradient(loss, [w])
+        check(list(grad.numpy()) == [2.0 * r], f"a non-member's gradient {grad.numpy()}")
+        check(hvd.broadcast_object({"mine": r}, root_rank=0, process_set=evens) == {"mine": r},
+              "broadcast_object outside the set")
+    check(int(hvd.size_op(process_set_id=evens.process_set_id).numpy()) == 2,
+          "size_op of a process set, on members and others")
     if first_host.included():
         s = hvd.allreduce(tf.constant([float(r + 1)]), op=hvd.Sum, process_set=first_host)
         check(np.allclose(s.numpy(), 3.0), f"allreduce in a one-host set {s.numpy()}")

@@ -34,17 +34,17 @@ def tf_test(name, size = "large", srcs = [], data = [], args = [], shard_count =
         ],
         args = [
             "allreduced=$(location //daemon:allreduced)",
-            "allreducectl=$(location //client/cli:allreducectl)",
+            "allreducectl=$(location //ctl:allreducectl)",
             "tf_ops=$(location //tfplugin:_allreduced_ops.so)",
         ] + args + ["$(location %s)" % test_file],
         data = data + [
-            "//client/cli:allreducectl",
+            "//ctl:allreducectl",
             "//daemon:allreduced",
             "//tfplugin:_allreduced_ops.so",
-            "//tfplugin:allreduced_py",
+            "//python:allreduced_py",
         ],
         main = "//tests:pytest_main.py",
         python_version = "PY3",
         tags = [] if TF_ENABLED else ["manual"],
-        deps = ["//tfplugin:launch_py"],
+        deps = ["//python:launch_py"],
     )

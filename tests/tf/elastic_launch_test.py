@@ -20,7 +20,7 @@ from harness import Cluster, binary, status_json  # noqa: E402
 from allreduced.launch import elastic  # noqa: E402
 from allreduced.launch.hosts import Host, HostError  # noqa: E402
 
-PACKAGE_DIR = os.path.join(HERE, "..", "..", "tfplugin", "python")
+PACKAGE_DIR = os.path.join(HERE, "..", "..", "python")
 WORKER = os.path.join(HERE, "elastic_worker.py")
 
 

@@ -13,13 +13,14 @@ import sys
 import threading
 import time
 
+import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 from harness import Cluster, ctl, host_states, status_json, wait_until  # noqa: E402
 from allreduced.launch import RankGroup  # noqa: E402
 
-PACKAGE_DIR = os.path.join(HERE, "..", "..", "tfplugin", "python")
+PACKAGE_DIR = os.path.join(HERE, "..", "..", "python")
 WORKER = os.path.join(HERE, "elastic_worker.py")
 # Formation waits this long for a generation's ranks: generous, as TensorFlow workers started
 # together can reach their daemon tens of seconds apart on a loaded machine; the min_np case
@@ -129,13 +130,33 @@ def test_a_lost_host_shrinks_the_job_to_the_other_hosts():
         cluster.close()
 
 
-def test_the_keras_idiom_survives_a_killed_worker():
+def test_a_host_update_queued_on_the_state_interrupts_every_rank():
+    """Horovod's semi-private State API that elastic scripts use: a host update queued with
+    state.on_hosts_updated() on one rank makes the next commit raise HostsUpdatedInterrupt on
+    every rank (agreed in one allreduce); the job re-forms and ends on the reference path."""
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        daemon = cluster.add("el-m", extra_flags=[f"--job_form_timeout_ms={FORM_TIMEOUT_MS}"])
+        job = Job([daemon.socket], 2, 2, "elastic-host-message",
+                  {"ELASTIC_STEPS": "8", "ELASTIC_COMMIT": "2", "ELASTIC_HOST_MESSAGE_AT": "1:3"})
+        codes = job.wait()
+        assert codes == [0, 0], job.output() + cluster.logs()
+        assert all(any(l.startswith("RESUMED ") for l in lines) for lines in job.lines), (
+            job.output())
+        assert_finished_alike(job, [0, 1], 2)
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
+def test_the_keras_idiom_survives_a_killed_worker(legacy):
+    """Also under TF_USE_LEGACY_KERAS=1: the elastic callbacks are tf_keras callbacks there."""
     cluster = Cluster(host_timeout_ms=10000)
     try:
         daemon = cluster.add("el-k", extra_flags=[f"--job_form_timeout_ms={FORM_TIMEOUT_MS}"])
-        job = Job([daemon.socket], 3, 2, "elastic-keras",
+        job = Job([daemon.socket], 3, 2, f"elastic-keras-{legacy}",
                   {"ELASTIC_MODE": "keras", "ELASTIC_DIE_AT": "2:6", "ELASTIC_STEPS": "12",
-                   "ELASTIC_COMMIT": "4"})
+                   "ELASTIC_COMMIT": "4", "TF_USE_LEGACY_KERAS": legacy})
         codes = job.wait()
         assert codes[:2] == [0, 0] and codes[2] == -signal.SIGKILL, job.output() + cluster.logs()
         assert_finished_alike(job, [0, 1], 2)

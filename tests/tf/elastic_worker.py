@@ -6,7 +6,7 @@ whatever ranks come and go, provided a reset rolls back to the last commit.
 
 Environment: ELASTIC_STEPS, ELASTIC_COMMIT, ELASTIC_SLEEP_S, ELASTIC_WAIT_AT; ELASTIC_DIE_AT="<rank>:<step>,..."
 (the process launched as that rank SIGKILLs itself at that step)
-(by the rank the launcher gave); ELASTIC_MODE=tape|keras. Prints "STEP <step> <rank> <size>", "RESUMED <unix time> <size>" at the
+(by the rank the launcher gave); ELASTIC_MODE=tape|keras; ELASTIC_HOST_MESSAGE_AT (below). Prints "STEP <step> <rank> <size>", "RESUMED <unix time> <size>" at the
 first collective after each reset, "DIE <unix time>" before dying, "FINAL <rank> <size> <json>"."""
 import json
 import os
@@ -27,6 +27,9 @@ SLEEP_S = float(os.environ.get("ELASTIC_SLEEP_S", "0.05"))
 WAIT_AT = tuple(int(x) for x in os.environ.get("ELASTIC_WAIT_AT", "0:0").split(":"))
 DIE_AT = [tuple(int(x) for x in item.split(":"))
           for item in os.environ.get("ELASTIC_DIE_AT", "").split(",") if item]
+# "<rank>:<step>": that rank queues a host update through Horovod's State.on_hosts_updated at
+# that step, as Horovod's driver would; the next commit interrupts every rank.
+HOST_MESSAGE_AT = tuple(int(x) for x in os.environ.get("ELASTIC_HOST_MESSAGE_AT", "-1:-1").split(":"))
 
 
 def gradient(step):
@@ -81,6 +84,8 @@ def tape_idiom():
                 time.sleep(SLEEP_S)
                 continue
             maybe_die(step)
+            if (LAUNCH_RANK, step) == HOST_MESSAGE_AT and resets[0] == 0:
+                state.on_hosts_updated(time.time(), 1)
             w.assign_sub(0.1 * averaged(step))
             state.step += 1
             print(f"STEP {state.step} {hvd.rank()} {hvd.size()}", flush=True)
@@ -93,7 +98,7 @@ def tape_idiom():
 
 
 def keras_idiom():
-    import keras
+    keras = tf.keras  # Keras 3, or tf_keras under TF_USE_LEGACY_KERAS=1, as Horovod scripts use it
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, use_bias=False,
                                                                      kernel_initializer="zeros")])
     optimizer = keras.optimizers.SGD(0.1)

@@ -27,6 +27,24 @@ def _partial_optimizer(keras, khvd, r, n):
     check(abs(wl - (1.0 - (r + 1.0) / n)) < 1e-6, f"local kernel {wl}")
 
 
+def _broadcast_keeps_local_variables(keras, khvd, r):
+    """BroadcastGlobalVariablesCallback(0, local_variables=...) and its register_local_var():
+    the shared kernel takes rank 0's value, the local ones keep this rank's (lr 0: fit's own step
+    changes nothing)."""
+    x = keras.Input(shape=(1,))
+    layers = [keras.layers.Dense(1, use_bias=False, kernel_initializer=keras.initializers.Constant(
+        float(r))) for _ in range(3)]
+    shared, local, registered = layers
+    model = keras.Model(x, keras.layers.Add()([layer(x) for layer in layers]))
+    model.compile(optimizer=khvd.DistributedOptimizer(keras.optimizers.SGD(0.0)), loss="mse")
+    callback = khvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=local.kernel)
+    callback.register_local_var(registered.kernel)
+    model.fit(np.ones((1, 1), np.float32), np.zeros((1, 1), np.float32), batch_size=1, epochs=1,
+              verbose=0, callbacks=[callback])
+    got = [float(layer.kernel.numpy()[0, 0]) for layer in layers]
+    check(got == [0.0, float(r), float(r)], f"shared, local, registered kernels {got}")
+
+
 def _best_model_checkpoint(keras, khvd):
     """save_best_only by `monitor`: with mode="max" on a falling loss only epoch 1 is the best, so
     the file holds epoch 1's weights. The path is set after construction, as Horovod allows."""
@@ -62,6 +80,7 @@ def keras_api_scenario():
     khvd.init()
     r, n = khvd.rank(), khvd.size()
     _partial_optimizer(keras, khvd, r, n)
+    _broadcast_keeps_local_variables(keras, khvd, r)
     if r == 0:
         _best_model_checkpoint(keras, khvd)
     got = khvd.alltoall(tf.fill([n, 1], r), name="keras.alltoall")

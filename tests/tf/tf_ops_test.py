@@ -14,13 +14,13 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 from harness import Cluster  # noqa: E402
-from allreduced.launch import RankGroup  # noqa: E402  (harness puts tfplugin/python first)
+from allreduced.launch import RankGroup  # noqa: E402  (harness puts python/ first)
 
 # Four TensorFlow processes on a small machine can starve a daemon's heartbeat thread for a while;
 # these tests are about the plugin, not failure detection (tests/fault covers that), so every
 # cluster here uses Cluster(host_timeout_ms=10000).
 
-PACKAGE_DIR = os.path.join(HERE, "..", "..", "tfplugin", "python")
+PACKAGE_DIR = os.path.join(HERE, "..", "..", "python")
 
 
 def run_workers(sockets, per_host, scenario, extra_env=None, launcher=None, daemon=None):

@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 from harness import Cluster  # noqa: E402
-from allreduced.launch import RankGroup  # noqa: E402  (harness puts tfplugin/python first)
+from allreduced.launch import RankGroup  # noqa: E402  (harness puts python/ first)
 
 
 def tensorflow_site_packages():

@@ -1,8 +1,8 @@
 // The client library's named numbers (ARD_SUM, ARD_FLOAT32, ARD_ALLREDUCE, ARD_ABORTED, ... of
 // client/allreduced_client.h), exported by the op library for the Python package, which reads
-// them through ctypes (allreduced/tensorflow/ops_library.py) instead of keeping its own copy. The
-// header stays their only definition: the names are extracted from it at build time (genrule
-// api_constant_names in tfplugin/BUILD) and the values compiled from it. Immutable; any thread.
+// them through ctypes (allreduced/tensorflow/ops_library.py) instead of keeping its own copy: the
+// client library's ard_constants (linked in statically, its symbols hidden here). Immutable; any
+// thread.
 #pragma once
 
 extern "C" {

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/dataplane/tcp/data_auth.h"
 #include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/dataplane/tcp/tcp_mesh.h"
 
@@ -51,12 +52,16 @@ class LocalHosts {
   const std::vector<std::string>& addresses() const { return addresses_; }
   DataListener& listener(int h) { return *listeners_[h]; }
 
-  // Connects one mesh per host for `job_id` (concurrently); the first error if any fails.
+  // Connects one mesh per host for `job_id` (concurrently), generation 1 with a fresh secret; the
+  // first error if any fails.
   absl::StatusOr<std::vector<std::unique_ptr<TcpMesh>>> ConnectAll(
       uint64_t job_id, TcpMeshOptions options = {}, absl::Duration timeout = absl::Seconds(10)) {
+    absl::StatusOr<std::string> secret = NewJobSecret();
+    if (!secret.ok()) return secret.status();
+    const MeshJob job{job_id, 1, *secret};
     std::vector<std::unique_ptr<TcpMesh>> meshes(size());
     std::vector<absl::Status> statuses = RunOnHosts(size(), [&](int h) -> absl::Status {
-      auto mesh = TcpMesh::Connect(job_id, h, addresses_, *listeners_[h], timeout, options);
+      auto mesh = TcpMesh::Connect(job, h, addresses_, *listeners_[h], timeout, options);
       if (!mesh.ok()) return mesh.status();
       meshes[h] = std::move(*mesh);
       return absl::OkStatus();

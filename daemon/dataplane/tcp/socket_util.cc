@@ -138,4 +138,26 @@ absl::Status WriteAll(int fd, const void* data, size_t bytes, absl::Time deadlin
   return absl::OkStatus();
 }
 
+absl::Status ReadAll(int fd, void* data, size_t bytes, absl::Time deadline) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::recv(fd, p, bytes, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      bytes -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) return absl::UnavailableError("connection closed by the peer");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return absl::UnavailableError(absl::StrCat("recv: ", ErrnoText(errno)));
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError("receive timed out");
+    pollfd pfd{fd, POLLIN, 0};
+    ::poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace ard::dataplane::tcp

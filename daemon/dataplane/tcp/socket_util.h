@@ -1,5 +1,5 @@
 // Small POSIX socket helpers shared by the TCP data plane (DataListener, TcpMesh): an owning fd,
-// HOST:PORT resolution, socket options, and a deadline-bounded write for the handshake.
+// HOST:PORT resolution, socket options, and deadline-bounded reads and writes for the handshake.
 // Stateless functions over caller-owned fds: any thread.
 #pragma once
 
@@ -66,5 +66,8 @@ int LocalPort(int fd);
 // Writes all `bytes` to a non-blocking socket, waiting with poll() until `deadline`.
 // DeadlineExceeded on timeout, Unavailable on a closed/reset connection.
 absl::Status WriteAll(int fd, const void* data, size_t bytes, absl::Time deadline);
+// Reads exactly `bytes` from a non-blocking socket, waiting with poll() until `deadline`.
+// DeadlineExceeded on timeout, Unavailable on end of stream or a reset connection.
+absl::Status ReadAll(int fd, void* data, size_t bytes, absl::Time deadline);
 
 }  // namespace ard::dataplane::tcp

@@ -15,6 +15,8 @@
 #include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/dataplane/tcp/crc32c.h"
+#include "daemon/dataplane/tcp/dial_handshake.h"
 #include "daemon/dataplane/tcp/handshake.h"
 
 namespace ard::dataplane::tcp {
@@ -36,12 +38,17 @@ int WaitConnected(int fd, absl::Time deadline) {
   return err;
 }
 
-// Connects to `address` (retrying while refused or unreachable) and sends the handshake.
-absl::StatusOr<UniqueFd> Dial(const std::string& address, const DataHandshake& handshake,
-                              absl::Time deadline, const TcpMeshOptions& options) {
-  const std::string who =
-      absl::StrCat("job ", handshake.job_id, ": host ", handshake.from_host,
-                   " cannot connect to host ", handshake.to_host, " at ", address, ": ");
+std::string DialError(const DialIdentity& id, const std::string& address) {
+  return absl::StrCat("job ", id.job_id, ": host ", id.from_host, " cannot connect to host ",
+                      id.to_host, " at ", address, ": ");
+}
+
+// Connects to `address` (retrying while refused or unreachable) and runs the first half of the
+// handshake (steps 1-3) on it.
+absl::StatusOr<UniqueFd> Dial(const std::string& address, const DialIdentity& id,
+                              absl::Time deadline, const TcpMeshOptions& options,
+                              DialerHandshake* handshake) {
+  const std::string who = DialError(id, address);
   absl::StatusOr<SocketAddress> resolved = ResolveHostPort(address);
   if (!resolved.ok())
     return absl::Status(resolved.status().code(), who + std::string(resolved.status().message()));
@@ -56,8 +63,11 @@ absl::StatusOr<UniqueFd> Dial(const std::string& address, const DataHandshake& h
     }
     if (err == 0) {
       ARD_RETURN_IF_ERROR(SetNoDelay(fd.get()));
-      const absl::Status sent = WriteAll(fd.get(), &handshake, sizeof handshake, deadline);
-      if (!sent.ok()) return absl::Status(sent.code(), who + std::string(sent.message()));
+      absl::StatusOr<DialerHandshake> started = StartDialerHandshake(fd.get(), id, deadline);
+      if (!started.ok()) {
+        return absl::Status(started.status().code(), who + std::string(started.status().message()));
+      }
+      *handshake = *started;
       return fd;
     }
     if (!RetryableConnectError(err)) return absl::UnavailableError(who + ErrnoText(err));
@@ -72,38 +82,59 @@ absl::StatusOr<UniqueFd> Dial(const std::string& address, const DataHandshake& h
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(
-    uint64_t job_id, int self, const std::vector<std::string>& data_addresses,
+    const MeshJob& job, int self, const std::vector<std::string>& data_addresses,
     DataListener& listener, absl::Duration timeout, TcpMeshOptions options) {
+  const uint64_t job_id = job.job_id;
   const int n = static_cast<int>(data_addresses.size());
   if (n < 1 || n > static_cast<int>(kMaxHosts) || self < 0 || self >= n) {
     return absl::InvalidArgumentError(
         absl::StrCat("job ", job_id, ": host index ", self, " in a job of ", n, " hosts"));
   }
+  if (job.secret.size() != kJobSecretBytes || job.generation == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", job_id, ": the coordinator sent no data-plane secret for generation ",
+                     job.generation, " (", job.secret.size(), " bytes)"));
+  }
   const absl::Time deadline = absl::Now() + timeout;
   std::vector<UniqueFd> fds(n);
+  std::vector<DialerHandshake> dialed(n);
   std::vector<int> peers = MeshPeers(self, n);
-  for (int j : peers) {
+  auto identity = [&](int j) {
+    return DialIdentity{job_id, job.generation, static_cast<uint32_t>(self),
+                        static_cast<uint32_t>(j), job.secret};
+  };
+  for (int j : peers) {  // steps 1-3 with every higher peer: their listeners answer at once
     if (j < self) continue;
-    const DataHandshake handshake =
-        MakeHandshake(job_id, static_cast<uint32_t>(self), static_cast<uint32_t>(j));
-    ARD_ASSIGN_OR_RETURN(fds[j], Dial(data_addresses[j], handshake, deadline, options));
+    ARD_ASSIGN_OR_RETURN(fds[j],
+                         Dial(data_addresses[j], identity(j), deadline, options, &dialed[j]));
   }
-  for (int j : peers) {
+  for (int j : peers) {  // the lower peers' connections, checked against the secret
     if (j > self) break;
-    ARD_ASSIGN_OR_RETURN(const int fd, listener.TakeConnection(
-                                           job_id, static_cast<uint32_t>(j),
-                                           std::max(deadline - absl::Now(), absl::ZeroDuration())));
+    const ExpectedDial expected{job_id, job.generation, static_cast<uint32_t>(j),
+                                static_cast<uint32_t>(self), job.secret};
+    ARD_ASSIGN_OR_RETURN(
+        const int fd,
+        listener.TakeConnection(expected, std::max(deadline - absl::Now(), absl::ZeroDuration())));
     fds[j].Reset(fd);
     ARD_RETURN_IF_ERROR(SetNoDelay(fd));
     ARD_RETURN_IF_ERROR(SetNonBlocking(fd));
+  }
+  for (int j : peers) {  // step 4: every higher peer took our connection and proved the secret
+    if (j < self) continue;
+    const absl::Status proved =
+        FinishDialerHandshake(fds[j].get(), dialed[j], job.secret, deadline);
+    if (!proved.ok()) {
+      return absl::Status(
+          proved.code(), DialError(identity(j), data_addresses[j]) + std::string(proved.message()));
+    }
   }
   const size_t connections = peers.size();
   std::unique_ptr<TcpMesh> mesh(new TcpMesh(job_id, self, std::move(fds), std::move(peers), options,
                                             listener.options().algorithms, listener.traffic()));
   ARD_RETURN_IF_ERROR(mesh->CheckPeersAgree());
   Logger("dataplane")
-      ->info("tcp mesh connected job={} host={} hosts={} connections={}", job_id, self, n,
-             connections);
+      ->info("tcp mesh connected job={} generation={} host={} hosts={} connections={}", job_id,
+             job.generation, self, n, connections);
   return mesh;
 }
 
@@ -161,6 +192,10 @@ absl::Status TcpMesh::Transfer(absl::Span<const Send> sends, absl::Span<const Re
   }
   for (const Send& s : sends) ARD_RETURN_IF_ERROR(Enqueue(s.peer, true, s.data, s.bytes));
   for (const Recv& r : recvs) ARD_RETURN_IF_ERROR(Enqueue(r.peer, false, r.data, r.bytes));
+  for (int peer : peers_) {
+    Seal(io_[peer].out, true);
+    Seal(io_[peer].in, false);
+  }
   absl::Status status = Pump();
   if (!status.ok()) return Fail(std::move(status));
   return absl::OkStatus();
@@ -231,6 +266,28 @@ absl::Status TcpMesh::Enqueue(int peer, bool send, const void* data, size_t byte
   return absl::OkStatus();
 }
 
+void TcpMesh::Seal(Queue& q, bool send) {
+  if (q.iov.empty()) return;
+  q.data_iovs = q.iov.size();
+  q.crc = Crc32cExtend(0, &q.transfers, sizeof q.transfers);
+  if (send) {
+    for (const iovec& v : q.iov) q.crc = Crc32cExtend(q.crc, v.iov_base, v.iov_len);
+    q.trailer = q.crc;
+    ++q.transfers;
+  }
+  static_assert(sizeof q.trailer == kChecksumBytes);
+  q.iov.push_back(iovec{&q.trailer, sizeof q.trailer});
+}
+
+absl::Status TcpMesh::CheckReceived(int peer, Queue& q) {
+  const uint64_t transfer = q.transfers++;
+  if (q.crc == q.trailer) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      "job ", job_id_, ": host ", self_, " received a corrupt stream from host ", peer,
+      " (checksum mismatch in transfer ", transfer,
+      "): its bytes were changed, cut short or shifted on the way; nothing of it was used"));
+}
+
 absl::Status TcpMesh::Pump() {
   absl::Time last_progress = absl::Now();
   for (;;) {
@@ -285,12 +342,14 @@ absl::Status TcpMesh::PumpPeer(int peer, bool* progressed) {
     for (size_t left = static_cast<size_t>(n); left > 0;) {
       iovec& v = q.iov[q.next];
       const size_t step = std::min(left, v.iov_len);
+      if (!send && q.next < q.data_iovs) q.crc = Crc32cExtend(q.crc, v.iov_base, step);
       v.iov_base = static_cast<char*>(v.iov_base) + step;
       v.iov_len -= step;
       left -= step;
       if (v.iov_len == 0) ++q.next;
     }
     while (!q.done() && q.iov[q.next].iov_len == 0) ++q.next;
+    if (!send && q.done()) ARD_RETURN_IF_ERROR(CheckReceived(peer, q));
   }
   return absl::OkStatus();
 }

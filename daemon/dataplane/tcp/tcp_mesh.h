@@ -3,16 +3,21 @@
 // hypercube and fold partners), and a poll()-driven engine that moves bytes on many of them at
 // once. HostCollectives (host_collectives.h) builds the collectives on top, over those edges only.
 //
-// Streams carry raw bytes without framing: every host runs the same collectives in the same
-// order, so both ends of a connection always agree on the sizes. A transfer that fails leaves the
-// byte streams out of step, so after any error the mesh is poisoned (every later call fails) and
-// its sockets are shut down, which makes the peers' pending transfers fail promptly too.
+// Streams carry the transfers' bytes, each transfer's bytes to one peer followed by their
+// CRC32C (crc32c.h, seeded with the count of earlier transfers in that direction): every host
+// runs the same collectives in the same order, so both ends of a connection agree on the sizes,
+// and what one host sends to a peer in one transfer that peer receives in one transfer. A corrupt,
+// shifted or truncated stream, or bytes past a transfer's end, fails the transfer that reads them
+// with DataLoss naming the host. A transfer that fails leaves the byte streams out of step, so
+// after any error the mesh is poisoned (every later call fails) and its sockets are shut down,
+// which makes the peers' pending transfers fail promptly too.
 //
 // Threads: Exchange/Transfer from one thread at a time (the job's executor). Abort() from any
 // thread, concurrently with a transfer, but not concurrently with the destructor.
-// Lifecycle: 1. Connect(): host i dials every peer j > i and sends a DataHandshake, then takes
-// the connections of peers j < i from the DataListener (this order cannot deadlock: the listener
-// accepts on its own thread), then checks with every peer that both use the same
+// Lifecycle: 1. Connect(): host i dials every peer j > i and runs the handshake's first half
+// (handshake.h), then takes the connections of peers j < i from the DataListener, which checks
+// their proofs, then checks the proofs of peers j > i (this order cannot deadlock: listeners
+// answer the first half on their own thread), then checks with every peer that both use the same
 // AlgorithmOptions (the listener's); 2. transfers; 3. optionally Abort(why) (or an error) poisons
 // the mesh; 4. the destructor closes every socket (peers blocked on this host see Unavailable).
 #pragma once
@@ -49,8 +54,19 @@ struct TcpMeshOptions {
   absl::Duration busy_poll = absl::ZeroDuration();
 };
 
+// The job a mesh serves, as the coordinator formed it: its id and the data-plane credentials of
+// one generation (JobLayout.generation, JobLayout.data_secret).
+struct MeshJob {
+  uint64_t job_id = 0;
+  uint64_t generation = 1;
+  std::string secret;  // kJobSecretBytes (data_auth.h); never logged
+};
+
 class TcpMesh {
  public:
+  // What each transfer adds to its bytes on each connection it moves bytes on: the CRC32C.
+  static constexpr size_t kChecksumBytes = sizeof(uint32_t);
+
   // One contiguous byte range to send to / receive from `peer` (a host index other than self).
   struct Send {
     int peer;
@@ -65,12 +81,14 @@ class TcpMesh {
 
   // Builds the mesh of host `self` in a job of data_addresses.size() hosts; data_addresses[j] is
   // host j's DataListener "HOST:PORT" (own entry unused; only MeshPeers' are dialed). Dials retry
-  // while refused until `timeout`, which bounds the whole call. The collectives on the mesh use
-  // listener.options().algorithms. InvalidArgument for bad arguments, DeadlineExceeded /
-  // Unavailable naming the job and the host that could not be reached, FailedPrecondition when a
+  // while refused until `timeout`, which bounds the whole call. Every connection proves the
+  // job's secret both ways (handshake.h). The collectives on the mesh use
+  // listener.options().algorithms. InvalidArgument for bad arguments (a secret of the wrong
+  // size), DeadlineExceeded / Unavailable naming the job and the host that could not be reached,
+  // Unauthenticated naming a host that did not prove the secret, FailedPrecondition when a
   // peer's AlgorithmOptions differ.
   static absl::StatusOr<std::unique_ptr<TcpMesh>> Connect(
-      uint64_t job_id, int self, const std::vector<std::string>& data_addresses,
+      const MeshJob& job, int self, const std::vector<std::string>& data_addresses,
       DataListener& listener, absl::Duration timeout, TcpMeshOptions options = {});
 
   ~TcpMesh();
@@ -118,6 +136,11 @@ class TcpMesh {
   struct Queue {
     std::vector<iovec> iov;
     size_t next = 0;  // first iovec not yet done (iov[next] may be partly done)
+    // iov[data_iovs] is the checksum (`trailer`) when the transfer moves any bytes this way.
+    size_t data_iovs = 0;
+    uint32_t crc = 0;        // receiving: the CRC32C of what arrived so far
+    uint32_t trailer = 0;    // the checksum sent, or received
+    uint64_t transfers = 0;  // transfers with bytes in this direction so far (the CRC's seed)
     bool done() const { return next == iov.size(); }
   };
   struct PeerIo {
@@ -134,6 +157,10 @@ class TcpMesh {
 
   absl::Status CheckUsable() const;
   absl::Status Enqueue(int peer, bool send, const void* data, size_t bytes);
+  // Appends the checksum trailer to a queue that moves any bytes (after Enqueue).
+  static void Seal(Queue& q, bool send);
+  // A receiving queue just completed: its checksum must match.
+  absl::Status CheckReceived(int peer, Queue& q);
   absl::Status Pump();
   absl::Status PumpPeer(int peer, bool* progressed);
   absl::Status StalledError() const;

@@ -77,10 +77,12 @@ TEST_CASE("TcpMesh Exchange with the same peer both ways does not deadlock on la
   REQUIRE(AllOk(statuses));
   REQUIRE(got[0] == Pattern(1, 0, bytes));
   REQUIRE(got[1] == Pattern(0, 1, bytes));
-  // Each host's listener counts its meshes' traffic (the daemon's data-plane metrics).
+  // Each host's listener counts its meshes' traffic (the daemon's data-plane metrics), checksum
+  // included.
+  const size_t wire = bytes + TcpMesh::kChecksumBytes;
   for (int h = 0; h < 2; ++h) {
-    CHECK(hosts.listener(h).traffic()->sent_bytes.load() - sent_before[h] == bytes);
-    CHECK(hosts.listener(h).traffic()->received_bytes.load() - received_before[h] == bytes);
+    CHECK(hosts.listener(h).traffic()->sent_bytes.load() - sent_before[h] == wire);
+    CHECK(hosts.listener(h).traffic()->received_bytes.load() - received_before[h] == wire);
   }
 }
 
@@ -283,12 +285,60 @@ TEST_CASE("TcpMesh Connect fails when a peer runs other algorithm settings") {
   REQUIRE(Contains(meshes.status(), "different algorithm settings"));
 }
 
+TEST_CASE("TcpMesh fails a transfer with DataLoss naming the host when the stream is off") {
+  LocalHosts hosts(2);
+  Meshes meshes = ConnectOrDie(hosts, 16);
+  const size_t bytes = 1000;
+  size_t sent = bytes;
+  SECTION("bytes past the transfer's end") { sent = bytes + 8; }
+  SECTION("a transfer cut short") { sent = bytes - 8; }
+  std::vector<uint8_t> out = Pattern(0, 1, sent), in(bytes);
+  absl::Status receiver;
+  std::thread host1([&] { receiver = meshes[1]->Exchange(-1, nullptr, 0, 0, in.data(), bytes); });
+  // The sender's transfer completes (its bytes fit the socket buffers); what follows it (a
+  // second transfer) is read by the receiver as the rest of the first.
+  REQUIRE(meshes[0]->Exchange(1, out.data(), sent, -1, nullptr, 0).ok());
+  REQUIRE(meshes[0]->Exchange(1, out.data(), sent, -1, nullptr, 0).ok());
+  host1.join();
+  REQUIRE(receiver.code() == absl::StatusCode::kDataLoss);
+  REQUIRE(Contains(receiver, "host 1 received a corrupt stream from host 0"));
+  // The mesh is poisoned: nothing of the stream is used again.
+  REQUIRE(meshes[1]->Exchange(-1, nullptr, 0, 0, in.data(), bytes).code() ==
+          absl::StatusCode::kFailedPrecondition);
+}
+
+MeshJob Job(uint64_t job_id) { return MeshJob{job_id, 1, *NewJobSecret()}; }
+
+TEST_CASE("TcpMesh Connect fails naming the host when the hosts hold different job secrets") {
+  LocalHosts hosts(2);
+  REQUIRE(hosts.start_status().ok());
+  const MeshJob mine = Job(14);
+  MeshJob theirs = mine;
+  SECTION("another secret") { theirs.secret = *NewJobSecret(); }
+  SECTION("another generation") { theirs.generation = 2; }
+  absl::Status dialer, acceptor;
+  std::thread host1([&] {
+    acceptor = TcpMesh::Connect(theirs, 1, hosts.addresses(), hosts.listener(1), absl::Seconds(3))
+                   .status();
+  });
+  dialer =
+      TcpMesh::Connect(mine, 0, hosts.addresses(), hosts.listener(0), absl::Seconds(10)).status();
+  host1.join();
+  REQUIRE(dialer.code() == absl::StatusCode::kUnauthenticated);
+  REQUIRE(Contains(dialer, "host 0 cannot connect to host 1"));
+  REQUIRE(acceptor.code() == absl::StatusCode::kDeadlineExceeded);
+  REQUIRE(Contains(acceptor, "host 0"));
+  REQUIRE(hosts.listener(1).rejected(RejectReason::kBadProof) +
+              hosts.listener(1).rejected(RejectReason::kWrongGeneration) ==
+          1);
+}
+
 TEST_CASE("TcpMesh Connect fails with a deadline naming a host that never connects") {
   LocalHosts hosts(2);
   REQUIRE(hosts.start_status().ok());
   SECTION("the dialing peer never comes") {
     auto mesh =
-        TcpMesh::Connect(13, 1, hosts.addresses(), hosts.listener(1), absl::Milliseconds(200));
+        TcpMesh::Connect(Job(13), 1, hosts.addresses(), hosts.listener(1), absl::Milliseconds(200));
     REQUIRE(mesh.status().code() == absl::StatusCode::kDeadlineExceeded);
     REQUIRE(Contains(mesh.status(), "host 0"));
   }
@@ -297,12 +347,19 @@ TEST_CASE("TcpMesh Connect fails with a deadline naming a host that never connec
     const int closed_port = hosts.listener(1).port();
     hosts.listener(1).Stop();
     addresses[1] = "127.0.0.1:" + std::to_string(closed_port);
-    auto mesh = TcpMesh::Connect(13, 0, addresses, hosts.listener(0), absl::Milliseconds(300));
+    auto mesh = TcpMesh::Connect(Job(13), 0, addresses, hosts.listener(0), absl::Milliseconds(300));
     REQUIRE(mesh.status().code() == absl::StatusCode::kDeadlineExceeded);
     REQUIRE(Contains(mesh.status(), "host 1"));
   }
+  SECTION("no secret") {
+    MeshJob job = Job(13);
+    job.secret.clear();
+    REQUIRE(TcpMesh::Connect(job, 0, hosts.addresses(), hosts.listener(0), absl::Seconds(1))
+                .status()
+                .code() == absl::StatusCode::kInvalidArgument);
+  }
   SECTION("bad arguments") {
-    REQUIRE(TcpMesh::Connect(13, 2, hosts.addresses(), hosts.listener(0), absl::Seconds(1))
+    REQUIRE(TcpMesh::Connect(Job(13), 2, hosts.addresses(), hosts.listener(0), absl::Seconds(1))
                 .status()
                 .code() == absl::StatusCode::kInvalidArgument);
   }

@@ -62,14 +62,29 @@ void Compute(const Spec& spec, CollectiveSlot& slot, int size) {
   }
 }
 
+// What ncclComm_t points at. Abort frees it (NCCL's commReclaim) and the communicator keeps the
+// dangling pointer, as a caller keeps its ncclComm_t: a thread still inside a call on the comm
+// when another thread aborts it touches freed memory, which ASan reports.
+struct CommState {
+  std::shared_ptr<CommGroup> group;
+  uint64_t next_seq = 0;
+  int local_ranks_in_process = 1;
+  std::shared_ptr<std::atomic<bool>> aborted = std::make_shared<std::atomic<bool>>(false);
+};
+
 class HostCommunicator : public Communicator {
  public:
-  HostCommunicator(HostDevice& device, std::shared_ptr<CommGroup> group, int rank, int gpu)
-      : device_(device), group_(std::move(group)), rank_(rank), gpu_(gpu) {}
+  HostCommunicator(HostDevice& device, std::shared_ptr<CommGroup> group, int rank, int gpu,
+                   int local_ranks_in_process)
+      : device_(device), state_(new CommState), rank_(rank), gpu_(gpu), size_(group->size) {
+    state_->group = std::move(group);
+    state_->local_ranks_in_process = local_ranks_in_process;
+    device_.world().state()->live_comms.fetch_add(1);
+  }
   ~HostCommunicator() override { Abort(); }
 
   int rank() const override { return rank_; }
-  int size() const override { return group_->size; }
+  int size() const override { return size_; }
   int device() const override { return gpu_; }
 
   absl::Status Allreduce(const void* send, void* recv, size_t count, wire::DataType dtype,
@@ -101,34 +116,42 @@ class HostCommunicator : public Communicator {
   }
 
   absl::Status AsyncError() override {
-    if (*aborted_) return absl::FailedPreconditionError("communicator aborted");
-    std::lock_guard<std::mutex> lock(group_->mu);
-    return group_->failure;
+    if (aborted_) return absl::FailedPreconditionError("communicator aborted");
+    CommGroup& group = *state_->group;
+    std::lock_guard<std::mutex> lock(group.mu);
+    return group.failure;
   }
 
+  // Fails the group's pending work, then frees the state (the handle now dangles).
   void Abort() override {
-    if (aborted_->exchange(true)) return;
-    std::lock_guard<std::mutex> lock(group_->mu);
-    if (group_->failure.ok()) {
-      group_->failure = absl::UnavailableError(absl::StrCat("rank ", rank_, " aborted"));
+    if (aborted_.exchange(true)) return;
+    CommState* state = state_;
+    state->aborted->store(true);
+    {
+      std::lock_guard<std::mutex> lock(state->group->mu);
+      if (state->group->failure.ok()) {
+        state->group->failure = absl::UnavailableError(absl::StrCat("rank ", rank_, " aborted"));
+      }
+      state->group->cv.notify_all();
     }
-    group_->cv.notify_all();
+    delete state;
+    device_.world().state()->live_comms.fetch_sub(1);
   }
 
  private:
   absl::Status Enqueue(Spec spec, const void* send, void* recv, Stream& stream) {
-    if (*aborted_) return absl::FailedPreconditionError("communicator aborted");
+    if (aborted_) return absl::FailedPreconditionError("communicator aborted");
     if (stream.device() != gpu_) {
       return absl::InvalidArgumentError("stream is on another device than the communicator");
     }
-    if (local_ranks_in_process_ > 1 && !device_.InGroup()) {
+    if (state_->local_ranks_in_process > 1 && !device_.InGroup()) {
       return absl::FailedPreconditionError(
           "collective on one of several local ranks outside GroupStart/GroupEnd would deadlock");
     }
-    uint64_t seq = next_seq_++;
-    auto group = group_;
+    uint64_t seq = state_->next_seq++;
+    auto group = state_->group;
     int rank = rank_;
-    auto aborted = aborted_;
+    auto aborted = state_->aborted;
     return device_.Issue(
         stream,
         [group, rank, seq, spec, send, recv, aborted] {
@@ -154,16 +177,12 @@ class HostCommunicator : public Communicator {
         true);
   }
 
- public:
-  int local_ranks_in_process_ = 1;
-
- private:
   HostDevice& device_;
-  std::shared_ptr<CommGroup> group_;
+  CommState* state_;  // freed by Abort; never reset, like a caller's ncclComm_t
+  std::atomic<bool> aborted_{false};
   const int rank_;
   const int gpu_;
-  uint64_t next_seq_ = 0;
-  std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
+  const int size_;
 };
 
 }  // namespace
@@ -171,8 +190,10 @@ class HostCommunicator : public Communicator {
 std::unique_ptr<Communicator> MakeHostCommunicator(HostDevice& device,
                                                    std::shared_ptr<CommGroup> group, int rank,
                                                    int gpu) {
-  return std::make_unique<HostCommunicator>(device, std::move(group), rank, gpu);
+  return std::make_unique<HostCommunicator>(device, std::move(group), rank, gpu, 1);
 }
+
+int HostWorld::live_communicators() const { return state_->live_comms.load(); }
 
 absl::StatusOr<UniqueId> HostDevice::NewUniqueId() {
   UniqueId id{};
@@ -235,9 +256,8 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> HostDevice::InitCommu
   }
   std::vector<std::unique_ptr<Communicator>> comms;
   for (const CommRank& r : local) {
-    auto comm = std::make_unique<HostCommunicator>(*this, group, r.rank, r.device);
-    comm->local_ranks_in_process_ = static_cast<int>(local.size());
-    comms.push_back(std::move(comm));
+    comms.push_back(std::make_unique<HostCommunicator>(*this, group, r.rank, r.device,
+                                                       static_cast<int>(local.size())));
   }
   return comms;
 }

@@ -257,6 +257,9 @@ absl::StatusOr<std::unique_ptr<Event>> HostDevice::OpenEvent(int device, const I
   auto it = w->events.find(fields->id);
   std::shared_ptr<EventState> state = it == w->events.end() ? nullptr : it->second.lock();
   if (state == nullptr) return absl::InvalidArgumentError("IPC event handle is stale");
+  if (state->owner_pid == pid_) {
+    return absl::InvalidArgumentError("an IPC event handle cannot be opened by its exporter");
+  }
   if (state->device != device) {
     return absl::InvalidArgumentError(
         absl::StrCat("IPC event handle is for device ", state->device, ", not ", device));

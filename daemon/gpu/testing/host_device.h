@@ -36,6 +36,10 @@ class HostWorld {
   // process died); their pending collectives fail.
   void FailCommunicator(const UniqueId& id, absl::Status status);
 
+  // Communicators neither aborted nor destroyed. Abort frees a communicator's state at once, as
+  // ncclCommAbort does, even while its Communicator object lives on.
+  int live_communicators() const;
+
   struct State;  // host_internal.h
   State* state() { return state_.get(); }
 
@@ -85,6 +89,7 @@ class HostDevice : public Device {
     ++calls_[kind];
   }
   uint32_t pid() const { return pid_; }
+  HostWorld& world() { return world_; }
 
   // Issues `task` on `stream` (or defers it to GroupEnd inside a group). Used by communicators.
   absl::Status Issue(Stream& stream, std::function<absl::Status()> task, bool collective);

@@ -45,6 +45,9 @@ TEST_CASE("stream wait on an IPC event waits for the record issued before the wa
   CHECK_FALSE(client.ExportEvent(**client.CreateEvent(0, false)).ok());
   auto opened = daemon.OpenEvent(0, *client.ExportEvent(**ev));
   REQUIRE(opened.ok());
+  // CUDA refuses an IPC handle opened in the process that exported it.
+  CHECK(client.OpenEvent(0, *client.ExportEvent(**ev)).status().code() ==
+        absl::StatusCode::kInvalidArgument);
   auto client_stream = *client.CreateStream(0);
   auto daemon_stream = *daemon.CreateStream(0);
 
@@ -149,6 +152,32 @@ TEST_CASE("duplicate GPU, init timeout, and abort failing a peer's pending colle
   CHECK((*ac)[0]->AsyncError().code() == absl::StatusCode::kUnavailable);
   CHECK((*bc)[0]->AsyncError().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(v == 5);
+}
+
+TEST_CASE("abort frees the communicator at once, as ncclCommAbort reclaims it") {
+  HostWorld world;
+  HostDevice a(world, "a", 10, 1), b(world, "b", 20, 1);
+  UniqueId id = *a.NewUniqueId();
+  auto bf = std::async(std::launch::async, [&] {
+    return b.InitCommunicators(id, 2, {{1, 0}}, absl::Seconds(5));
+  });
+  auto ac = a.InitCommunicators(id, 2, {{0, 0}}, absl::Seconds(5));
+  REQUIRE(ac.ok());
+  auto bc = bf.get();
+  REQUIRE(bc.ok());
+  CHECK(world.live_communicators() == 2);
+  (*ac)[0]->Abort();
+  CHECK(world.live_communicators() == 1);  // freed while the object lives on
+  (*ac)[0]->Abort();                       // idempotent: the handle is not touched again
+  CHECK(world.live_communicators() == 1);
+  auto sa = *a.CreateStream(0);
+  int32_t v = 1;
+  CHECK(
+      (*ac)[0]->Allreduce(&v, &v, 1, wire::DataType::kInt32, wire::ReduceOp::kSum, 2, *sa).code() ==
+      absl::StatusCode::kFailedPrecondition);
+  CHECK((*bc)[0]->AsyncError().code() == absl::StatusCode::kUnavailable);
+  bc->clear();
+  CHECK(world.live_communicators() == 0);
 }
 
 }  // namespace

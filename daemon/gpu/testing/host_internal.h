@@ -1,6 +1,7 @@
 // TEST DOUBLE internals shared by host_device.cc and host_communicator.cc (not a public header).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -82,6 +83,7 @@ struct HostWorld::State {
   std::map<uint64_t, Region> regions;                    // live allocations
   std::map<uint64_t, std::weak_ptr<EventState>> events;  // live interprocess events
   std::map<std::vector<uint8_t>, std::shared_ptr<CommGroup>> groups;
+  std::atomic<int> live_comms{0};  // communicators not yet aborted or destroyed
 };
 
 std::unique_ptr<Communicator> MakeHostCommunicator(HostDevice& device,

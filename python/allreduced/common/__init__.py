@@ -1,0 +1,1 @@
+"""Framework-neutral parts of the package: imports neither tensorflow nor torch."""
