@@ -4,14 +4,11 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
 #include "daemon/dataplane/local_collective.h"
 #include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/local/rank_sessions.h"
 #include "daemon/metrics/daemon_metrics.h"
-#include "daemon/negotiation/elastic_settle.h"
 #include "daemon/shm/result_arena.h"
 #include "daemon/timeline/hub.h"
 
@@ -87,103 +84,8 @@ absl::Status Job::CheckHello(const wire::Hello& hello, int size) const {
 
 void Job::AddMember(const std::shared_ptr<Session>& s) {
   members_.push_back(s);
-  last_arrival_ = absl::Now();
-  if (!elastic() && static_cast<int>(members_.size()) == local_size_) Form();
-}
-
-void Job::MakeElastic(ElasticSpec spec, uint64_t previous_generation) {
-  elastic_ = spec;
-  lifecycle_ = JobLifecycle(previous_generation);
-}
-
-void Job::MaybeFormElastic(bool predecessor_attached, absl::Time predecessor_left,
-                           const std::set<uint32_t>& returning, absl::Duration settle) {
-  if (!elastic() || state() != JobState::kForming || formation_in_flight_ || members_.empty() ||
-      predecessor_attached) {
-    return;
-  }
-  const int n = static_cast<int>(members_.size());
-  negotiation::ElasticArrivals arrivals{n, elastic_.max_np, false, last_arrival_, settle};
-  if (lifecycle_.generation() > 0) {  // a successor: wait for the survivors, not for a timer
-    arrivals.expected_here = std::all_of(returning.begin(), returning.end(), [&](uint32_t pid) {
-      return std::any_of(members_.begin(), members_.end(), [pid](const auto& m) {
-        return m->creds().pid == static_cast<pid_t>(pid);
-      });
-    });
-    // A survivor re-registers moments after it detached from the last generation, however long
-    // after the first survivor it got there: count the settle time from both.
-    arrivals.last_change = std::max(last_arrival_, predecessor_left);
-  } else if (elastic_.first_local > 0) {  // the launcher said how many start here
-    arrivals.expected_here = n >= elastic_.first_local;
-    arrivals.settle = absl::InfiniteDuration();
-  }
-  if (!negotiation::ElasticSettled(arrivals, absl::Now())) return;
-  // Several hosts: the coordinator counts every host's ranks against min_np.
-  if (!elastic_.coordinated && n < elastic_.min_np) return;
-  local_size_ = n;
-  if (!elastic_.coordinated) size_ = n;
-  Form();
-}
-
-std::set<uint32_t> Job::ReturningPids() const {
-  std::set<uint32_t> out = returning_;
-  for (const auto& m : members_) {
-    if (m != nullptr && !m->closed()) out.insert(static_cast<uint32_t>(m->creds().pid));
-  }
-  return out;
-}
-
-void Job::HostsUpdated() {
-  if (state() == JobState::kForming) {
-    hosts_updated_ = true;  // told once formed (OnFormed)
-    return;
-  }
-  if (state() != JobState::kRunning || (hosts_updated_ && told_hosts_updated_)) return;
-  hosts_updated_ = told_hosts_updated_ = true;
-  Logger("local")->info("elastic job has ranks waiting to join job={} id={} generation={}", name_,
-                        id_, lifecycle_.generation());
-  const std::string notify = local::EncodeError(wire::MsgType::kNotify, 0, 0, wire::kHostsUpdated);
-  for (const auto& m : members_) {
-    if (m != nullptr) m->Send(notify);
-  }
-}
-
-absl::Status Job::CheckRoom(pid_t pid) const {
-  if (state() != JobState::kRunning || elastic_.max_np <= 0 || size_ < elastic_.max_np) {
-    return absl::OkStatus();
-  }
-  for (const auto& m : members_) {  // a member registering again: the job re-forms for it
-    if (m != nullptr && m->creds().pid == pid) return absl::OkStatus();
-  }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "elastic job ", name_, " runs ", size_, " ranks, its max_np: process ", pid, " on host ",
-      options_.host_name, " cannot join it; start it again once a rank has left"));
-}
-
-void Job::RefuseLeftOut(Formation& formation) {
-  std::vector<std::shared_ptr<Session>> kept;
-  std::vector<int> ranks;
-  std::vector<int> local_ranks;
-  for (size_t i = 0; i < members_.size(); ++i) {
-    if (formation.ranks[i] >= 0) {
-      kept.push_back(members_[i]);
-      ranks.push_back(formation.ranks[i]);
-      local_ranks.push_back(formation.local_ranks[i]);
-      continue;
-    }
-    const absl::Status refused = absl::ResourceExhaustedError(absl::StrCat(
-        "elastic job ", name_, " generation ", lifecycle_.generation() + 1, " formed with ",
-        formation.hosts.size, " ranks, its max_np ", elastic_.max_np, ": process ",
-        members_[i]->creds().pid, " on host ", options_.host_name,
-        " comes after them in rank order and is not in it; start it again once a rank has left"));
-    Logger("local")->warn("{}", refused.message());
-    members_[i]->Reject(0, refused);
-    members_[i]->job.clear();
-    members_[i]->rank = -1;
-  }
-  members_ = std::move(kept);
-  formation.ranks = std::move(ranks);
-  formation.local_ranks = std::move(local_ranks);
+  succession_.Arrived(absl::Now());
+  if (succession_.Complete(static_cast<int>(members_.size()), local_size_)) Form();
 }
 
 void Job::Form() {
@@ -215,13 +117,7 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
     return AbandonForming(arena.status());
   }
   cluster_job_id_ = formation->job_id;
-  if (elastic()) {  // this generation's size, as the negotiator numbered it
-    size_ = formation->hosts.size;
-    local_size_ = formation->local_size;
-    // The coordinator's generation: this host may not have run the earlier ones (a new host).
-    if (formation->generation > 0) lifecycle_ = JobLifecycle(formation->generation - 1);
-    RefuseLeftOut(*formation);
-  }
+  AdoptFormation(*formation);
   std::vector<std::shared_ptr<Session>> by_rank(size_);
   local_order_.assign(local_size_, -1);
   here_.assign(size_, false);
@@ -283,7 +179,7 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
     w.job_id = id_;
     m->Send(local::EncodeWelcome(w), segment->readonly_fd());
   }
-  if (hosts_updated_) HostsUpdated();  // ranks arrived while it formed
+  if (succession_.HostsUpdatePending()) HostsUpdated();  // ranks arrived while it formed
   Logger("local")->info("job formed job={} id={} size={} hosts={} cross_rank={} generation={}",
                         name_, cross_host() ? cluster_job_id_ : id_, size_, hosts.cross_size,
                         hosts.cross_rank, lifecycle_.generation());
@@ -291,25 +187,7 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
 
 void Job::FormTimeout() {
   if (state() != JobState::kForming) return;
-  if (elastic()) {
-    const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
-        "elastic job ", name_, " generation ", lifecycle_.generation() + 1, " did not form within ",
-        absl::FormatDuration(options_.form_timeout), ": ", members_.size(),
-        " rank(s) registered on host ", options_.host_name, ", fewer than min_np ", elastic_.min_np,
-        elastic_.coordinated ? " in the cluster" : "", "; the job stops"));
-    Logger("local")->warn("{}", status.message());
-    return AbandonForming(status);
-  }
-  std::vector<int> have;
-  for (const auto& m : members_) {
-    if (m->rank >= 0) have.push_back(m->rank);
-  }
-  std::sort(have.begin(), have.end());
-  const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
-      "job ", name_, " did not form within ", FormatDurationShort(options_.form_timeout), ": ",
-      members_.size(), " of ", local_size_ < size_ ? local_size_ : size_, " ranks registered",
-      have.empty() ? "" : absl::StrCat(" (ranks ", absl::StrJoin(have, ", "), ")"),
-      "; check ALLREDUCED_JOB / the launcher's rank and size variables"));
+  const absl::Status status = FormTimeoutStatus();
   Logger("local")->warn("{}", status.message());
   AbandonForming(status);
 }
@@ -326,9 +204,7 @@ void Job::AbandonForming(const absl::Status& status) {
 }
 
 void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful, const std::string& why) {
-  if (elastic() && graceful && reform_pending()) {
-    returning_.insert(static_cast<uint32_t>(s->creds().pid));
-  }
+  succession_.Left(static_cast<uint32_t>(s->creds().pid), graceful);
   if (state() == JobState::kForming) {
     members_.erase(std::remove(members_.begin(), members_.end(), s), members_.end());
     if (formation_in_flight_) {
@@ -355,17 +231,16 @@ void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful, const
 }
 
 void Job::Fail(const absl::Status& failure, bool tell_others) {
-  // An elastic job that loses a member re-forms (its survivors register again) unless the
-  // daemon itself stops; its ranks get a recoverable error naming what was lost.
-  const bool reform = elastic() && state() == JobState::kRunning && !shutting_down_;
-  const absl::Status status =
-      reform ? absl::AbortedError(absl::StrCat("elastic job ", name_, " generation ",
-                                               lifecycle_.generation(),
-                                               " re-forms: ", failure.message()))
-             : failure;
+  // A job that may re-form (elastic) does so when it loses a member, unless the daemon itself
+  // stops; its ranks get a recoverable error naming what was lost.
   if (state() == JobState::kReforming) return;  // this generation already ended
+  bool reform = false;
+  const absl::Status status =
+      state() == JobState::kRunning
+          ? succession_.OnLost(failure, name_, lifecycle_.generation(), shutting_down_, &reform)
+          : failure;
   if (!(reform ? lifecycle_.Reform() : lifecycle_.Fail(status)).ok()) return;  // first one wins
-  if (reform) reform_reason_ = std::string(status.message());
+  if (reform) succession_.Reformed(std::string(status.message()));
   if (options_.metrics != nullptr) options_.metrics->OnError("job");
   if (context_ == nullptr) return;  // forming: the members hear it from the caller
   context_->Fail(status);

@@ -26,6 +26,7 @@
 #include "daemon/common/event_loop.h"
 #include "daemon/dataplane/executor.h"
 #include "daemon/dataplane/job_context.h"
+#include "daemon/jobs/elastic_generation.h"
 #include "daemon/jobs/job_gpu.h"
 #include "daemon/jobs/job_options.h"
 #include "daemon/jobs/job_state.h"
@@ -68,31 +69,23 @@ class Job : private NegotiationSink {
   uid_t uid() const { return uid_; }
   JobState state() const { return lifecycle_.state(); }
   bool cross_host() const { return local_size_ < size_; }
-  bool elastic() const { return elastic_.min_np > 0; }
+  bool elastic() const { return succession_.elastic(); }
   uint64_t generation() const { return lifecycle_.generation(); }
   // Some process of this job is still attached.
   bool attached() const { return connected() > 0; }
   bool formation_in_flight() const { return formation_in_flight_; }
 
-  // Makes this (forming, memberless) job elastic (DESIGN.md "Elastic training"): it forms from
-  // the ranks present rather than a fixed size, succeeds generation `previous_generation`, and a
-  // lost member re-forms it (reforming) instead of failing it. Call once, before AddMember.
+  // Elastic succession (job_elastic.cc; DESIGN.md "Elastic training"). Makes this (forming,
+  // memberless) job elastic: it forms from the ranks present rather than a fixed size, succeeds
+  // generation `previous_generation`, and a lost member re-forms it (reforming) instead of
+  // failing it. Call once, before AddMember.
   void MakeElastic(ElasticSpec spec, uint64_t previous_generation);
-  // Elastic, forming: forms now if it may. `predecessor_attached`: a process of an earlier
-  // generation on this host has not re-registered (or gone) yet: wait. Then, by
-  // negotiation::ElasticSettled (the coordinator's rule for hosts too): a successor generation
-  // forms once `returning` (the processes that left the last generation to register again) are
-  // all members, or `settle` passed since the last arrival and since `predecessor_left` (the
-  // last process of the earlier generation detached: one did not come back); a first generation
-  // once the launcher's local size arrived (else, without one, after `settle`). max_np arrived:
-  // at once.
-  void MaybeFormElastic(bool predecessor_attached, absl::Time predecessor_left,
-                        const std::set<uint32_t>& returning, absl::Duration settle);
-  // Elastic: the pids of the processes that will register for the next generation: those
-  // still attached and those that left cleanly after this generation ended or heard of joiners.
+  // Elastic, forming: forms now if ElasticGeneration::FormsNow says so.
+  void MaybeFormElastic(const Predecessors& before);
+  // Elastic: the pids of the processes that will register for the next generation.
   std::set<uint32_t> ReturningPids() const;
   // Elastic: this generation ended to re-form (lost member, or ranks waiting to join).
-  bool reform_pending() const { return !reform_reason_.empty() || hosts_updated_; }
+  bool reform_pending() const { return succession_.reform_pending(); }
   // Elastic: ranks wait to join; every member is told (NOTIFY 0 kHostsUpdated) once it runs.
   void HostsUpdated();
   // Elastic: whether process `pid` may register for this job's next generation: not while this
@@ -129,9 +122,13 @@ class Job : private NegotiationSink {
 
   void Form();
   void OnFormed(absl::StatusOr<Formation> formation);
-  // Elastic: refuses the members `formation` left out (rank -1: more than max_np registered) and
-  // drops them from it and from members_.
-  void RefuseLeftOut(Formation& formation);
+  // Elastic: takes this generation's size from `formation` and refuses the members it left out
+  // (rank -1: more than max_np registered), dropping them from it and from members_. Fixed: no-op.
+  void AdoptFormation(Formation& formation);
+  // Why forming timed out (for the members).
+  absl::Status FormTimeoutStatus() const;
+  // The pids of the members (attached ones only if `attached_only`).
+  std::vector<uint32_t> MemberPids(bool attached_only) const;
   // Forming failed (timeout, a rank left, no result arena): every member is told and detached.
   void AbandonForming(const absl::Status& status);
   // The job's GPU side, created at its first GPU frame (the registry lets GPU frames through only
@@ -160,13 +157,8 @@ class Job : private NegotiationSink {
   std::shared_ptr<timeline::Recorder> timeline_;  // from options_.timeline; null: none
 
   JobLifecycle lifecycle_;
-  ElasticSpec elastic_;              // min_np 0: a fixed-size job
-  absl::Time last_arrival_;          // elastic, forming: the latest AddMember
-  bool hosts_updated_ = false;       // elastic: ranks wait to join this generation
-  bool told_hosts_updated_ = false;  // elastic: the members were told so
-  bool shutting_down_ = false;       // the daemon stops: even an elastic job fails
-  std::string reform_reason_;        // elastic: why this generation ended (kept once ended)
-  std::set<uint32_t> returning_;     // elastic: pids that left cleanly to re-register
+  ElasticGeneration succession_;  // a fixed-size job: no bounds
+  bool shutting_down_ = false;    // the daemon stops: even an elastic job fails
   uint64_t cluster_job_id_ = 0;
   // Forming: in arrival order; then index = rank (null for ranks on other hosts). Sessions stay
   // listed after they close (so reports can name them) until the job is dropped.

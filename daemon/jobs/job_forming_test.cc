@@ -3,10 +3,9 @@
 // flight), members leaving while it forms, who may join a forming job, and an elastic job formed
 // by the coordinator (its generation, the joining-hosts notice). Real Sessions over socketpairs;
 // a FakeNegotiator.
-#include "daemon/jobs/job.h"
-
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
+#include "daemon/jobs/job.h"
 #include "daemon/jobs/job_test_util.h"
 
 namespace ard::jobs {
@@ -230,7 +229,8 @@ TEST_CASE("An elastic job the coordinator formed runs its generation and hears o
   TestClient& a = h.Add(/*rank=*/2);
   TestClient& b = h.Add(/*rank=*/3);
   h.OnLoop([&] {
-    h.job().MaybeFormElastic(false, absl::InfinitePast(), {}, absl::Milliseconds(500));
+    h.job().MaybeFormElastic(
+        Predecessors{false, absl::InfinitePast(), {}, absl::Milliseconds(500)});
   });
   FakeNegotiator& n = h.negotiator();
   REQUIRE(n.forms.size() == 1);
@@ -266,8 +266,10 @@ TEST_CASE("An elastic generation takes at most max_np members; the ones after th
   TestClient& a = h.Add(/*rank=*/1);
   TestClient& b = h.Add();
   TestClient& c = h.Add(/*rank=*/0);
-  h.OnLoop(
-      [&] { h.job().MaybeFormElastic(false, absl::InfinitePast(), {}, absl::Milliseconds(500)); });
+  h.OnLoop([&] {
+    h.job().MaybeFormElastic(
+        Predecessors{false, absl::InfinitePast(), {}, absl::Milliseconds(500)});
+  });
   REQUIRE(h.state() == JobState::kRunning);
   const std::vector<std::pair<TestClient*, int>> welcomed = {{&c, 0}, {&a, 1}};
   for (const auto& [client, rank] : welcomed) {

@@ -11,6 +11,7 @@
 // (posted); 4. Shutdown() fails every job ("daemon shutting down") and joins the executors.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -22,6 +23,7 @@
 #include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/jobs/job.h"
 #include "daemon/jobs/job_options.h"
+#include "daemon/jobs/succession.h"
 #include "daemon/local/local_socket_server.h"
 #include "proto/common.pb.h"
 
@@ -32,13 +34,17 @@ class JobRegistry : public local::SessionHandler {
   JobRegistry(EventLoop& loop, JobOptions options);
   ~JobRegistry() override;
 
-  void Start();
+  void Start() { ScheduleStallInspection(); }
   void Shutdown();
   // Enables cross-host jobs: `coordinator` reaches the coordinator's Negotiation service (this
   // daemon's own JobCoordinator on the coordinator), `listener` accepts other hosts' data
   // connections.
-  void EnableCrossHost(cluster::NegotiationClient* coordinator, dataplane::tcp::DataListener* listener,
-                       std::string data_address);
+  void EnableCrossHost(cluster::NegotiationClient* coordinator,
+                       dataplane::tcp::DataListener* listener, std::string data_address) {
+    coordinator_ = coordinator;
+    listener_ = listener;
+    data_address_ = std::move(data_address);
+  }
 
   void OnFrame(const std::shared_ptr<local::Session>& session, local::DecodedFrame frame,
                int fd) override;
@@ -59,38 +65,24 @@ class JobRegistry : public local::SessionHandler {
   std::vector<JobSummary> Summaries() const;
 
  private:
+  // HELLO (one admission for fixed and elastic jobs, hello_admission.h), the process's input
+  // segment, then the job it joins (fixed: the forming one or a new one; elastic: the forming
+  // generation, or the next one: the running generation retires into the succession).
   void HandleHello(const std::shared_ptr<local::Session>& s, const wire::Hello& hello, int fd);
-  // HELLO of an elastic job (wire::Hello::elastic_min_np): joins the forming generation, or
-  // starts the next one (the running generation's ranks are told; a re-forming one retires).
-  void HandleElasticHello(const std::shared_ptr<local::Session>& s, const wire::Hello& hello,
-                          int fd);
-  // Forms the forming generation of elastic job `name` if it may (Job::MaybeFormElastic).
-  void TryFormElastic(const std::string& name);
-  // Elastic: remembers who will register for `job`'s successor (a generation that ended to
-  // re-form), for TryFormElastic; null or another job: nothing.
-  void RecordHandoff(const Job* job);
-  Job* NewJob(const std::string& name, int size, int local_size, uid_t uid,
-              std::unique_ptr<Negotiator> negotiator);
+  Job* NewJob(const std::string& name, int size, int local_size, uid_t uid, ElasticSpec spec);
   Job* JobOf(const local::Session& s);
+  // Every job here: current ones and retired generations.
+  void ForEachJob(const std::function<void(Job&)>& f);
   void Drop(const std::string& name, uint32_t id);
   void ScheduleStallInspection();
 
   EventLoop& loop_;
   const JobOptions options_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by name
-  // Earlier generations of elastic jobs, until their last process detached.
-  std::vector<std::unique_ptr<Job>> retired_;
-  // Elastic jobs by name whose last generation here ended to re-form: its generation, the
-  // processes expected back, and when it ended (forgotten after the formation timeout).
-  struct Handoff {
-    uint64_t generation = 0;
-    std::set<uint32_t> returning;
-    absl::Time at;
-  };
-  std::map<std::string, Handoff> handoffs_;
+  Succession succession_;                             // earlier generations of elastic jobs
   uint32_t next_job_id_ = 1;
-  cluster::NegotiationClient* coordinator_ = nullptr;        // Not owned; null: single-host jobs only.
-  dataplane::tcp::DataListener* listener_ = nullptr;  // Not owned.
+  cluster::NegotiationClient* coordinator_ = nullptr;  // Not owned; null: single-host jobs only.
+  dataplane::tcp::DataListener* listener_ = nullptr;   // Not owned.
   std::string data_address_;
   bool shut_down_ = false;
   std::unique_ptr<GpuProcesses> gpu_;  // GPU path: with a device only

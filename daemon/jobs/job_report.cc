@@ -12,7 +12,7 @@ JobSummary Job::Summary(absl::Time now) const {
   s.add_hosts(options_.host_name);
   s.set_registered_ranks(members_.size());
   s.set_age_s(absl::ToDoubleSeconds(now - created_));
-  s.set_failure(lifecycle_.failed() ? lifecycle_.failure() : reform_reason_);
+  s.set_failure(lifecycle_.failed() ? lifecycle_.failure() : succession_.reform_reason());
   s.set_generation(lifecycle_.generation());
   JobSummary::HostRanks* ranks = s.add_ranks();
   ranks->set_host(options_.host_name);

@@ -20,9 +20,9 @@ void Job::Submit(const std::shared_ptr<Session>& s, local::DecodedFrame frame) {
   request.meta = frame.submit;
   request.splits = std::move(frame.splits);
   if (!s->BeginRequest(id, request.name())) {
-    return s->Reject(id, absl::InvalidArgumentError(absl::StrCat(
-                              "tensor ", request.name(), " (request ", id,
-                              ") is already in flight from rank ", s->rank)));
+    return s->Reject(
+        id, absl::InvalidArgumentError(absl::StrCat("tensor ", request.name(), " (request ", id,
+                                                    ") is already in flight from rank ", s->rank)));
   }
   auto reject = [&](const absl::Status& status) {
     local::SendComplete(*s, request, status, nullptr);
@@ -31,10 +31,10 @@ void Job::Submit(const std::shared_ptr<Session>& s, local::DecodedFrame frame) {
   if (state() != JobState::kRunning) return reject(context_->failure());
   if (table_->pending_tensors() >= options_.max_pending_tensors &&
       !table_->is_pending(request.name())) {
-    const absl::Status full = absl::ResourceExhaustedError(absl::StrCat(
-        "job ", name_, " already has ", table_->pending_tensors(),
-        " tensors submitted by some ranks but not all (max_pending_tensors); tensor ",
-        request.name(), " from rank ", s->rank, " refused"));
+    const absl::Status full = absl::ResourceExhaustedError(
+        absl::StrCat("job ", name_, " already has ", table_->pending_tensors(),
+                     " tensors submitted by some ranks but not all (max_pending_tensors); tensor ",
+                     request.name(), " from rank ", s->rank, " refused"));
     if (!pending_cap_logged_) {
       pending_cap_logged_ = true;
       Logger("local")->warn("{} (logged once per job)", full.message());
@@ -88,14 +88,14 @@ void Job::GpuRegister(const std::shared_ptr<Session>& s, const local::DecodedFra
   const uint64_t id = frame.request_id;
   // A daemon without a GPU device refuses GPU frames before they reach a job (JobRegistry).
   if (state() != JobState::kRunning) {
-    return s->Reject(
-        id, absl::AbortedError(lifecycle_.failed() ? lifecycle_.failure() : reform_reason_));
+    return s->Reject(id, absl::AbortedError(lifecycle_.failed() ? lifecycle_.failure()
+                                                                : succession_.reform_reason()));
   }
   if (absl::Status st = Gpu().Register(*s, frame); !st.ok()) return s->Reject(id, st);
   if (gpu_->registered() < local_size_) return;
   negotiator_->PlanGpusAsync(
-      gpu_->Host(local_order_), [this, alive = std::weak_ptr<bool>(alive_)](
-                                    absl::StatusOr<gpu::CrossHostGpuPlan> plan) {
+      gpu_->Host(local_order_),
+      [this, alive = std::weak_ptr<bool>(alive_)](absl::StatusOr<gpu::CrossHostGpuPlan> plan) {
         if (!alive.expired()) StartGpu(std::move(plan));
       });
 }
