@@ -14,10 +14,16 @@ Horovod's rules it keeps (docs/elastic.md says where ours differ):
    newest batch that a finishing worker came from may wait for a job that is gone: their
    failures do not count, and those still running FINISH_GRACE_S after the others ended are
    stopped. The exit code is 0 unless a worker of the job failed after that.
+4. The workers on this machine are told of workers started and hosts removed at once (Notices,
+   read by allreduced.common.launch_notice), as Horovod's driver tells its workers: they
+   interrupt at their next commit and, re-registering, wait for the new workers to reach init().
 """
 import collections
 import math
+import os
+import shutil
 import signal
+import tempfile
 import time
 
 from allreduced.launch import hosts as hosts_lib
@@ -29,6 +35,43 @@ _POLL_S = 0.1
 FINISH_GRACE_S = 10.0
 
 HostError = hosts_lib.HostError
+
+
+class Notices:
+    """The launch's directory of notices to its workers on this machine (the files
+    allreduced.common.launch_notice reads): which workers were started while the job ran, and
+    which exited. Workers on other machines get none (their daemon's notice is theirs)."""
+
+    def __init__(self):
+        self.path = tempfile.mkdtemp(prefix="allreduced-launch-")
+        self._lines = []
+
+    def env(self, slot, number):
+        if not slot.local:
+            return {}
+        return {"ALLREDUCED_ELASTIC_NOTICE": self.path, "ALLREDUCED_ELASTIC_WORKER": str(number)}
+
+    def added(self, numbers):
+        """Workers `numbers` were started while the job ran."""
+        self._write("added " + ",".join(str(n) for n in numbers))
+
+    def removed(self, next_number):
+        """A host left; the workers numbered below next_number were started before."""
+        self._write(f"removed {next_number}")
+
+    def _write(self, line):
+        self._lines.append(line)
+        tmp = os.path.join(self.path, "hosts.tmp")
+        with open(tmp, "w") as f:
+            f.write("\n".join(self._lines) + "\n")
+        os.replace(tmp, os.path.join(self.path, "hosts"))
+
+    def exited(self, number):
+        with open(os.path.join(self.path, f"exited.{number}"), "w"):
+            pass
+
+    def remove(self):
+        shutil.rmtree(self.path, ignore_errors=True)
 
 
 class _Worker:
@@ -48,7 +91,7 @@ class ElasticRun:
        discover() (Hosts with sockets, or raises HostError), the worker command, its environment,
        RankGroup's start options, log(number, line) for output (number None: the launcher's own)
        and the caller's signal state (cli._Signals).
-    2. run(np, max_np) starts np workers and loops until none is left; returns the exit code.
+    2. run(np, max_np) starts np to max_np workers (as many as the hosts hold) and loops until none is left; returns the exit code.
        `workers` holds the running ones at all times, for the caller to stop on a signal.
     """
 
@@ -58,6 +101,7 @@ class ElasticRun:
         self.env, self.start_options, self.log, self.signals = env, start_options, log, signals
         self.interval_s, self.reset_limit = interval_s, reset_limit
         self.workers = []
+        self.notices = Notices()
         self.stopped = False  # stop_all(): the job is over, the workers are being stopped
         self.resets = 0
         self.code = 0
@@ -66,9 +110,18 @@ class ElasticRun:
         self._stragglers_since = None
 
     def run(self, np, max_np):
+        try:
+            return self._run(np, max_np)
+        finally:
+            self.notices.remove()
+
+    def _run(self, np, max_np):
         now = time.monotonic()
+        # As horovodrun: every free slot up to max_np (np at least), numbered as a plain launch
+        # numbers them (each host's LOCAL_SIZE the count the first generation waits for there).
         free = [h for h in self.table.hosts if not self.table.blacklisted(h.name, now)]
-        for slot in hosts_lib.assign(free, np):  # numbered as a plain launch numbers them
+        count = max(np, min(max_np, sum(h.slots for h in free)))
+        for slot in hosts_lib.assign(free, count):
             self._start(slot)
         asked_at = now
         while self.workers:
@@ -114,6 +167,7 @@ class ElasticRun:
             rc = w.group.procs[0].returncode
             self.workers.remove(w)
             self.table.release(w.host)
+            self.notices.exited(w.number)
             if w.stopping is not None:
                 continue
             if rc != 0 and self._straggler(w):
@@ -146,6 +200,8 @@ class ElasticRun:
         for name in gone:
             self.log(None, f"host {name} is no longer available; stopping its workers\n".encode())
             self._stop_host(name, "its host left", now)
+        if gone:
+            self.notices.removed(self._number)
         return bool(gone)
 
     def _stop_host(self, name, why, now):
@@ -206,10 +262,14 @@ class ElasticRun:
         local_size = collections.Counter(h.name for h, _ in batch)
         for name in local_size:
             local_size[name] += self.table.used[name]
+        first = self._number
         for k, (h, local_rank) in enumerate(batch):
             self._start(hosts_lib.Slot(running + k, size, 0, h.name, h.socket, local_rank,
                                        local_size[h.name], h.local))
             self.log(None, f"started worker {self._number - 1} on {h.name}\n".encode())
+        # The running workers here interrupt at their next commit and wait for these ones.
+        if all(h.local for h, _ in batch):
+            self.notices.added(range(first, self._number))
 
     def _start(self, slot):
         # A signal's handler raises only outside here (signals.starting), so that every started
@@ -217,7 +277,8 @@ class ElasticRun:
         self.signals.starting = True
         try:
             number = self._number
-            group = RankGroup.of_slots([slot], self.command, env=self.env,
+            env = dict(self.env, **self.notices.env(slot, number))
+            group = RankGroup.of_slots([slot], self.command, env=env,
                                        on_line=lambda _r, line: self.log(number, line),
                                        **self.start_options)
             self.table.take(slot.host)
