@@ -13,7 +13,11 @@ Files in the directory:
   rename): "added <n>,<n>..." (the launch numbers of the workers it started, increasing) or
   "removed <n>" (it stopped the workers of a host that left; n: the next launch number then);
 - `arrived.<n>`: worker n reached init() (it writes it, just before registering);
-- `exited.<n>`: worker n exited (the launcher writes it), so nobody waits for it.
+- `exited.<n>`: worker n exited (the launcher writes it), so nobody waits for it;
+- `failed.<n>`: worker n's training failed (it writes it as the error leaves hvd.elastic.run,
+  before its exit, which may take seconds): the launcher blacklists its host at once;
+- `polls`: how many times the launcher has looked at the workers; a rank that lost a peer waits
+  for two more (the launcher saw the loss and stopped what it stops) before it re-registers.
 Each worker knows its own launch number ($ALLREDUCED_ELASTIC_WORKER): a line about workers
 started after it, or written after it started, is news to it; an earlier one is not. News reaches
 every elastic State of the process as Horovod's driver notices do (State.on_hosts_updated, with
@@ -30,6 +34,9 @@ ARRIVAL_TIMEOUT_S = 120.0
 _POLL_S = 0.05
 
 WATCH_INTERVAL_S = 0.2
+# How long a rank that lost a peer waits for the launcher to look at its workers (a launcher that
+# stopped polling is gone).
+LAUNCHER_TIMEOUT_S = 10.0
 # Horovod's HostUpdateResult values (horovod.runner.elastic.discovery), as on_hosts_updated gets.
 REMOVED, ADDED = 1, 2
 
@@ -37,6 +44,8 @@ _lock = threading.Lock()
 _seen = [0]  # lines of `hosts` already handled by this process
 _states = weakref.WeakSet()  # the States news goes to
 _watcher = [None]
+_failed = [False]
+_lines_at_init = [0]  # lines of `hosts` when this process last reached init()
 
 
 def _directory():
@@ -107,16 +116,84 @@ def _watch_loop():
         poll()
 
 
-def arrive():
-    """Tells the launcher's other workers that this one reached init() (before it registers)."""
+def arrive(timeout_s=ARRIVAL_TIMEOUT_S):
+    """Tells the launcher's other workers that this one reached init(), then waits (at most
+    timeout_s) for the workers started together with it: they register together, so that their
+    daemon counts them in one generation, not one now and one at the next re-formation."""
+    _touch("arrived")
+    directory, me = _directory(), _me()
+    if directory is None or me is None:
+        return
+    _lines_at_init[0] = len(_lines(directory))
+    mine = [numbers for kind, numbers in _lines(directory) if kind == "added" and me in numbers]
+    _wait_for(directory, mine[0] if mine else [], timeout_s)
+
+
+def _touch(what):
     directory, me = _directory(), _me()
     if directory is None or me is None:
         return
     try:
-        with open(os.path.join(directory, f"arrived.{me}"), "w"):
+        with open(os.path.join(directory, f"{what}.{me}"), "w"):
             pass
     except OSError:
-        pass  # the launcher is gone, or the directory is not shared: nobody waits for us
+        pass  # the launcher is gone
+
+
+def failed():
+    """Tells the launcher that this worker's training failed (it is about to exit)."""
+    if _directory() is not None and _me() is not None:
+        _failed[0] = True
+        _touch("failed")
+
+
+def training_failed():
+    """True once failed() told the launcher: the process then exits without a goodbye to its
+    daemon (which would count it as a rank coming back to the next generation)."""
+    return _failed[0]
+
+
+def _polls(directory):
+    try:
+        with open(os.path.join(directory, "polls")) as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return None
+
+
+def wait_for_launcher(timeout_s=LAUNCHER_TIMEOUT_S):
+    """Waits until the launcher has looked at its workers twice more (at most timeout_s): a
+    worker that failed or a host that left is then blacklisted or stopped, not re-registered."""
+    directory = _directory()
+    if directory is None or _me() is None:
+        return
+    start = _polls(directory)
+    if start is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        now = _polls(directory)
+        if now is None or now >= start + 2:
+            return
+        time.sleep(_POLL_S)
+
+
+def wait_for_registration(daemon_hosts_updated, timeout_s=ARRIVAL_TIMEOUT_S):
+    """Before a rank interrupted for new workers leaves its generation: waits (at most timeout_s)
+    until its daemon says ranks wait to join (daemon_hosts_updated(), the binding's flag), or
+    every worker announced since this process's init() exited. The daemon then holds their
+    registration for the next generation, which forms with them; leaving earlier, the ranks
+    could re-form before the new ones registered, and again after."""
+    directory, me = _directory(), _me()
+    if directory is None or me is None or daemon_hosts_updated is None:
+        return
+    lines = _lines(directory)[_lines_at_init[0]:]
+    announced = [n for kind, numbers in lines if kind == "added" for n in numbers if n > me]
+    deadline = time.monotonic() + timeout_s
+    while announced and not daemon_hosts_updated() and time.monotonic() < deadline:
+        announced = [n for n in announced
+                     if not os.path.exists(os.path.join(directory, f"exited.{n}"))]
+        time.sleep(_POLL_S)
 
 
 def wait_for_new_workers(timeout_s=ARRIVAL_TIMEOUT_S):
@@ -125,10 +202,16 @@ def wait_for_new_workers(timeout_s=ARRIVAL_TIMEOUT_S):
     directory, me = _directory(), _me()
     if directory is None or me is None:
         return []
+    added = [n for kind, numbers in _lines(directory) if kind == "added" for n in numbers]
+    return _wait_for(directory, [n for n in added if n > me], timeout_s)
+
+
+def _wait_for(directory, numbers, timeout_s):
+    """Waits until each worker of `numbers` arrived or exited, at most timeout_s; returns those
+    still missing then."""
     deadline = time.monotonic() + timeout_s
     while True:
-        added = [numbers for kind, numbers in _lines(directory) if kind == "added"]
-        missing = [n for batch in added for n in batch if n > me and not any(
+        missing = [n for n in numbers if not any(
             os.path.exists(os.path.join(directory, f"{what}.{n}"))
             for what in ("arrived", "exited"))]
         if not missing or time.monotonic() >= deadline:

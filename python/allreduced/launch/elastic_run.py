@@ -45,6 +45,7 @@ class Notices:
     def __init__(self):
         self.path = tempfile.mkdtemp(prefix="allreduced-launch-")
         self._lines = []
+        self._polls = 0
 
     def env(self, slot, number):
         if not slot.local:
@@ -66,6 +67,17 @@ class Notices:
             f.write("\n".join(self._lines) + "\n")
         os.replace(tmp, os.path.join(self.path, "hosts"))
 
+    def failed(self, number):
+        return os.path.exists(os.path.join(self.path, f"failed.{number}"))
+
+    def polled(self):
+        """One more look at the workers done (ranks re-registering wait for two)."""
+        self._polls += 1
+        tmp = os.path.join(self.path, "polls.tmp")
+        with open(tmp, "w") as f:
+            f.write(str(self._polls))
+        os.replace(tmp, os.path.join(self.path, "polls"))
+
     def exited(self, number):
         with open(os.path.join(self.path, f"exited.{number}"), "w"):
             pass
@@ -81,6 +93,7 @@ class _Worker:
     def __init__(self, group, host, number, batch):
         self.group, self.host, self.number, self.batch = group, host, number, batch
         self.stopping = None
+        self.failed = False  # it said so (launch_notice.failed) before it exited
         self.stop_by = math.inf  # monotonic time after which a stopping worker is killed
 
 
@@ -140,13 +153,14 @@ class ElasticRun:
             for w in self.workers:
                 if w.stopping and now > w.stop_by:
                     w.group.kill()
+            self.notices.polled()
         return self.code
 
     def _running(self):
         """The workers still part of the job (running, not being stopped), while it runs."""
         if self._finished_batch is not None or self.stopped:
             return []
-        return [w for w in self.workers if w.stopping is None]
+        return [w for w in self.workers if w.stopping is None and not w.failed]
 
     def _count_reset(self):
         """Counts one re-formation; at the limit, stops every worker and returns False."""
@@ -160,8 +174,13 @@ class ElasticRun:
         return True
 
     def _reap(self, now):
-        """Handles the workers that exited; returns True if one failed (the job re-forms)."""
+        """Handles the workers that exited or said they failed; returns True if one failed (the
+        job re-forms)."""
         failed = False
+        for w in self.workers:
+            if w.stopping is None and not w.failed and self.notices.failed(w.number):
+                w.failed = True  # it exits soon; its host goes now, before the job re-forms
+                failed = self._failure(w, "failed", now) or failed
         for w in [w for w in self.workers if not w.group.running()]:
             w.group.wait()
             rc = w.group.procs[0].returncode
@@ -176,17 +195,22 @@ class ElasticRun:
                 continue
             self.code = rc if rc > 0 else (128 - rc if rc < 0 else 0)
             if rc == 0:
-                newest = max(w.batch, self._finished_batch or 0)
-                self._finished_batch = newest
-                continue
-            self.log(None, f"worker {w.number} on {w.host} exited with {rc}\n".encode())
-            failed = True
-            period = self.table.blacklist(w.host, now)
-            if period is not None and self._running():
-                until = "for good" if period == math.inf else f"for {period:.1f}s"
-                self.log(None, f"host {w.host} blacklisted {until}\n".encode())
-                self._stop_host(w.host, "its host was blacklisted", now)
+                self._finished_batch = max(w.batch, self._finished_batch or 0)
+            elif not w.failed:
+                failed = self._failure(w, f"exited with {rc}", now) or failed
         return failed
+
+    def _failure(self, w, what, now):
+        """Worker w failed: its host is blacklisted and the host's other workers stopped."""
+        self.log(None, f"worker {w.number} on {w.host} {what}\n".encode())
+        period = self.table.blacklist(w.host, now)
+        if period is not None and self._running():
+            until = "for good" if period == math.inf else f"for {period:.1f}s"
+            self.log(None, f"host {w.host} blacklisted {until}\n".encode())
+            for other in self.workers:
+                if other.host == w.host and other.stopping is None and other is not w:
+                    self._stop(other, "its host was blacklisted", now)
+        return True
 
     def _rediscover(self, now):
         """Asks for the hosts again; stops the workers of hosts no longer listed (True if any)."""

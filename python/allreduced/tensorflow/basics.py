@@ -63,7 +63,9 @@ def shutdown():
 
 
 def _shutdown_at_exit():
-    if _initialized[0]:
+    # Training that failed under the elastic launcher leaves as a crash, not with a goodbye: its
+    # daemon must not wait for it in the next generation.
+    if _initialized[0] and not launch_notice.training_failed():
         shutdown()
 
 

@@ -107,7 +107,7 @@ def shutdown():
 
 
 def _shutdown_at_exit():
-    if _connections:
+    if _connections and not launch_notice.training_failed():  # (see allreduced.tensorflow's)
         shutdown()
 
 
