@@ -1,8 +1,10 @@
-"""The launcher's elastic mode: SlotTable's bookkeeping and blacklist, the discovery script's
-parsing (pure), and `python -m allreduced.launch --min-np 2 --max-np 4 -np 4` over 2 real daemons
-x 2 slots with real TensorFlow workers (elastic_worker.py): a worker dies, the job shrinks to 3,
-the launcher starts a replacement in the freed slot, the job grows back to 4 and finishes; and
-over the cluster view: a daemon joins mid-run, the launcher starts workers there, the job grows."""
+"""The launcher's elastic mode: SlotTable's bookkeeping, blacklist and cooldown, the discovery
+script's parsing, the launcher's notices (pure); its rules with shell workers (a failed worker's
+host blacklisted, the reset limit, a host dropped, a job that finished); and
+`python -m allreduced.launch --min-np 2 --max-np 4 -np 4` over 3 real daemons x 2 slots with real
+TensorFlow workers (elastic_worker.py): a worker dies, its host leaves the job, the launcher
+starts two workers on the free host, the job grows back to 4 and finishes; and over the cluster
+view: a daemon joins mid-run, the launcher starts workers there, the job grows."""
 import json
 import math
 import os
@@ -87,6 +89,52 @@ def test_the_cooldown_doubles_per_blacklisting_with_jitter_and_stays_in_its_rang
     assert [elastic.cooldown_s(n, 3, 3, 0.9) for n in (1, 2, 70)] == [3, 3, 3]
 
 
+def test_launch_notices_reach_the_workers_they_concern(tmp_path, monkeypatch):
+    # The launcher's side (elastic_run.Notices) and a worker's (common.launch_notice), in one
+    # process: worker 1's view of workers 2 and 3 started, then of a host removed.
+    from allreduced.common import launch_notice
+    from allreduced.launch.elastic_run import Notices
+    from allreduced.launch.hosts import Slot
+    notices = Notices()
+    try:
+        env = notices.env(Slot(1, 2, 0, "h", "/s", 1, 2, True), 1)
+        assert notices.env(Slot(1, 2, 0, "r", "/s", 1, 2, False), 1) == {}  # remote: none
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(launch_notice, "_seen", [0])
+
+        class FakeState:
+            def __init__(self):
+                self.messages = []
+
+            def on_hosts_updated(self, timestamp, result):
+                self.messages.append(result)
+
+        state = FakeState()
+        launch_notice.watch(state)
+        notices.added([0, 1])  # the batch worker 1 came with: no news to it
+        launch_notice.poll()
+        assert state.messages == []
+        notices.added([2, 3])
+        notices.removed(4)
+        launch_notice.poll()
+        assert state.messages == [launch_notice.ADDED, launch_notice.REMOVED]
+        assert launch_notice.wait_for_new_workers(timeout_s=0) == [2, 3]
+        monkeypatch.setenv("ALLREDUCED_ELASTIC_WORKER", "2")
+        launch_notice.arrive(timeout_s=0)  # worker 2 arrived; 3 exits
+        monkeypatch.setenv("ALLREDUCED_ELASTIC_WORKER", "1")
+        notices.exited(3)
+        assert launch_notice.wait_for_new_workers(timeout_s=0) == []
+        monkeypatch.setenv("ALLREDUCED_ELASTIC_WORKER", "1")
+        launch_notice.failed()
+        assert notices.failed(1) and not notices.failed(0)
+        assert launch_notice.training_failed()
+    finally:
+        launch_notice._failed[0] = False
+        launch_notice._states.discard(state)
+        notices.remove()
+
+
 def watched_launch(cluster, args, env, stall_s=90, limit_s=300, on_line=None):
     """Runs `python -m allreduced.launch ARGS`; returns (exit code, stdout, stderr); on_line(line)
     sees each stdout line as it comes (from a reader thread). If it prints
@@ -147,12 +195,12 @@ def watched_launch(cluster, args, env, stall_s=90, limit_s=300, on_line=None):
             "".join(l for _, l in lines["err"]))
 
 
-def test_a_dead_worker_is_replaced_and_the_job_grows_back():
+def test_a_dead_worker_s_host_leaves_and_the_job_grows_back_on_a_free_one():
     cluster = Cluster(host_timeout_ms=10000)
     try:
         # The default formation timeout (60 s): under load, TensorFlow workers started together
         # reach their daemons tens of seconds apart.
-        daemons = [cluster.add(f"el-l{i}") for i in range(2)]
+        daemons = [cluster.add(f"el-l{i}") for i in range(3)]
         env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, TF_CPP_MIN_LOG_LEVEL="3",
                    ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"], ELASTIC_DIE_AT="1:4",
                    ELASTIC_STEPS="30", ELASTIC_SLEEP_S="0.1", ELASTIC_WAIT_AT="14:4")
@@ -162,21 +210,24 @@ def test_a_dead_worker_is_replaced_and_the_job_grows_back():
                       "elastic-launch", sys.executable, WORKER], env)
         out = stdout + stderr
         assert code == 0, out + cluster.logs()
+        # Worker 1 dies: its host (both slots) is blacklisted, worker 0 stopped; the free host
+        # gets two workers and the job grows back to 4.
         assert "worker 1 on local0 exited with -9" in stderr, out
-        assert "started worker 4 on local0" in stderr, out
+        assert "host local0 blacklisted for good" in stderr, out
+        assert "started worker 4 on local2" in stderr, out
+        assert "started worker 5 on local2" in stderr, out
         finals = finals_of(stdout)
-        assert sorted(finals) == [0, 2, 3, 4], out
+        assert sorted(finals) == [2, 3, 4, 5], out
         assert sorted(f[0] for f in finals.values()) == [0, 1, 2, 3], out
         assert all(f[1] == 4 for f in finals.values()), out
         assert len({json.dumps(f[2]) for f in finals.values()}) == 1, out
         assert all("reference=True" in f[3] for f in finals.values()), out
-        lines = [l.partition("] ")[2] for l in stdout.splitlines() if l.startswith("[0] ")]
-        assert any(l.startswith("STEP ") and l.endswith(" 3") for l in lines), out  # shrank
         died = float(next(l for l in stdout.splitlines() if l.startswith("[1] DIE ")).split()[2])
+        lines = [l.partition("] ")[2] for l in stdout.splitlines() if l.startswith("[2] ")]
         regrown = float(next(l for l in lines if l.startswith("RESUMED ") and l.endswith(" 4")
                              and float(l.split()[1]) > died).split()[1])
         print(f"BENCH worker death -> first collective at 4 ranks again: {regrown - died:.2f} s "
-              "(replacement started by the launcher; includes its TensorFlow import)")
+              "(replacements started by the launcher; includes their TensorFlow import)")
     finally:
         cluster.close()
 

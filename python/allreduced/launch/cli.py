@@ -26,14 +26,15 @@ host's daemon socket (ALLREDUCED_SOCKET, from the cluster view unless --socket).
 prefixed with [rank]. One rank failing stops the others and its exit code is returned; SIGINT or
 SIGTERM stops every rank and exits 130 or 143.
 
-Elastic (--min-np/--max-np): -np workers start (default --min-np) with
-ALLREDUCED_ELASTIC_MIN_NP/MAX_NP on the hosts of the cluster view or --host-discovery-script
-(asked again every --discovery-interval seconds), and new workers start in free slots up to
---max-np. As with horovodrun, a worker that fails blacklists its host (its other workers stop; no
-worker goes there again, or only after --blacklist-cooldown-range's cooldown), a host that
-discovery drops leaves the job (its workers stop), and the job stops with an error once it would
-re-form more than --reset-limit times. The launcher ends when every worker has: 0 once a worker
-finished the job, else the last failure's code."""
+Elastic (--min-np/--max-np): workers start in every free slot up to --max-np (at least -np,
+default --min-np) with ALLREDUCED_ELASTIC_MIN_NP/MAX_NP, on the hosts of the cluster view or
+--host-discovery-script (asked again every --discovery-interval seconds); new workers start in
+free slots up to --max-np while the job runs. As with horovodrun, a worker that fails blacklists
+its host (its other workers stop; no worker goes there again, or only after
+--blacklist-cooldown-range's cooldown), a host that discovery drops leaves the job (its workers
+stop), and the job stops with an error once it would re-form more than --reset-limit times. The
+launcher ends when every worker has: 0 once a worker finished the job, else the last failure's
+code."""
 
 
 class _Stopped(Exception):
