@@ -328,7 +328,8 @@ def test_a_failed_worker_is_replaced_on_another_host(tmp_path):
 def test_a_failed_worker_blacklists_its_host_and_stops_the_host_s_other_workers(tmp_path):
     # Ranks 0 and 1 on local0, 2 on local1: rank 1 fails, so local0 is out (rank 0 stopped) and
     # the free slot of local1 gets a new worker; the job ends well on local1.
-    r = launch(tmp_path, "if [ $ALLREDUCED_RANK = 1 ] && [ $ALLREDUCED_SOCKET = /x.sock ]; then exit 4; fi\n"
+    r = launch(tmp_path, "if [ $ALLREDUCED_RANK = 1 ] && [ $ALLREDUCED_SOCKET = /x.sock ]; then\n"
+               "  exit 4\nfi\n"
                "[ $ALLREDUCED_RANK = 0 ] && exec sleep 60\nsleep 3; echo done\n",
                "--min-np", "1", "--max-np", "3", "-np", "3",
                hosts=("--sockets", "/x.sock,/y.sock", "--slots", "2"))
@@ -371,10 +372,11 @@ def test_the_job_stops_at_its_reset_limit_counted_over_all_workers(tmp_path):
 
 def test_a_replacement_started_as_the_job_ends_does_not_fail_it(tmp_path):
     # Rank 1 fails; its replacement (worker 2) starts while rank 0 finishes the job: the
-    # replacement would wait for a job that is gone (here: exit 3 after 40 s). It is stopped and
-    # the launch exits 0 at once.
+    # replacement would wait for a job that is gone (here: exit 3 after 40 s). It is stopped
+    # (after the launcher's 10 s grace) and the launch exits 0.
     r = launch(tmp_path, "case $ALLREDUCED_RANK in 1) [ -e m ] || { touch m; exit 3; };"
-               " touch started; exec sleep 40;; 0) while [ ! -e started ]; do sleep 0.1; done; echo done;;"
+               " touch started; exec sleep 40;;\n0) while [ ! -e started ]; do sleep 0.1; done;"
+               " echo done;;"
                " esac\n", "--min-np", "1", "--max-np", "2", "-np", "2",
                hosts=("--sockets", "/x.sock,/y.sock,/z.sock", "--slots", "1"))
     assert r.returncode == 0, r.stdout + r.stderr

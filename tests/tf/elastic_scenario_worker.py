@@ -8,8 +8,9 @@ start_rank (the HOROVOD_RANK the launcher started it with), hostname (HOROVOD_HO
 rendezvous. The test's discovery script reads that file's line count as "the epoch", so hosts
 change between epochs; when --discovery-schedule says the hosts change after this epoch, rank 0
 waits (at most --discovery-wait s) until the launcher's notice reached State._host_messages, as
-Horovod's own test script does (and after the --wait-after-epochs too). --exit-schedule {"(epoch, batch)": [start ranks]} makes those
-workers fail there, by exception or by SIGKILL (--exit-mode).
+Horovod's own test script does (and after the --wait-after-epochs too).
+--exit-schedule {"(epoch, batch)": [start ranks]} makes those workers fail there, by exception
+or by SIGKILL (--exit-mode).
 """
 import argparse
 import json

@@ -194,12 +194,13 @@ def raise_scenario():
 def aggregation_scenario():
     """tf_keras, as Horovod's tests use it: backward_passes_per_step=4 through _compute_gradients
     and apply_gradients in a tf.function (an IndexedSlices gradient, sparse_as_dense), summed and
-    averaged, with a local variable whose gradient differs per rank; `iterations` counts every
+    averaged, with a local variable whose gradient differs per rank (scaled by 1/size, as
+    Horovod's scale_local_gradients); `iterations` counts every
     call and `_agg_helper.counter` the calls since the last update; an inf gradient lasts one
     cycle only."""
     import allreduced.tensorflow.keras as khvd
     khvd.init()
-    r, passes = khvd.rank(), 4
+    r, n, passes = khvd.rank(), khvd.size(), 4
     for average in (False, True):
         opt = khvd.DistributedOptimizer(tf.keras.optimizers.SGD(1.0), sparse_as_dense=True,
                                         backward_passes_per_step=passes,
@@ -218,7 +219,7 @@ def aggregation_scenario():
             step()
             k = (idx + 1) // passes * (1 if average else passes)  # passes' worth of gradients
             check(np.allclose(x.numpy(), [-k]) and np.allclose(y.numpy(), [1.0 + k, 2.0])
-                  and np.allclose(z.numpy(), [-k * (r + 1)]),
+                  and np.allclose(z.numpy(), [-k * (r + 1) / n]),  # Horovod scales local ones
                   f"average={average} step {idx}: x {x.numpy()} y {y.numpy()} z {z.numpy()}")
             check(int(opt.iterations.numpy()) == idx + 1, f"iterations {opt.iterations.numpy()}")
         check(int(opt._agg_helper.counter.numpy()) == 10 % passes,
@@ -241,5 +242,6 @@ def aggregation_scenario():
     khvd.shutdown()
 
 
-SCENARIOS = {"aggregation": aggregation_scenario, "equivalence": equivalence_scenario, "save_load": save_load_scenario,
+SCENARIOS = {"aggregation": aggregation_scenario, "equivalence": equivalence_scenario,
+             "save_load": save_load_scenario,
              "layers": layers_scenario, "raise": raise_scenario}

@@ -108,7 +108,7 @@ def daemon_of_socket(path):
     (the socket's peer, SO_PEERCRED, and /proc): {"address": its gRPC HOST:PORT,
     "allreducectl": one installed beside it}, each key only when found."""
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:  # the daemon's kind
             s.settimeout(2)
             s.connect(path)
             pid, _, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,

@@ -104,8 +104,9 @@ class ElasticRun:
        discover() (Hosts with sockets, or raises HostError), the worker command, its environment,
        RankGroup's start options, log(number, line) for output (number None: the launcher's own)
        and the caller's signal state (cli._Signals).
-    2. run(np, max_np) starts np to max_np workers (as many as the hosts hold) and loops until none is left; returns the exit code.
-       `workers` holds the running ones at all times, for the caller to stop on a signal.
+    2. run(np, max_np) starts np to max_np workers (as many as the hosts hold) and loops until
+       none is left; returns the exit code. `workers` holds the running ones at all times, for
+       the caller to stop on a signal.
     """
 
     def __init__(self, table, discover, command, env, start_options, log, signals,

@@ -64,7 +64,8 @@ def tf_keras_class(base, options, passes):
                 return None
             state = rank_state(self)
             if state.aggregation is None:
-                state.aggregation = GradientAggregation(passes, options.average_aggregated_gradients)
+                state.aggregation = GradientAggregation(passes,
+                                                        options.average_aggregated_gradients)
             return state.aggregation
 
         def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
