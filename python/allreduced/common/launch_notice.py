@@ -37,7 +37,7 @@ WATCH_INTERVAL_S = 0.2
 # How long a rank that lost a peer waits for the launcher to look at its workers (a launcher that
 # stopped polling is gone).
 LAUNCHER_TIMEOUT_S = 10.0
-# Horovod's HostUpdateResult values (horovod.runner.elastic.discovery), as on_hosts_updated gets.
+# Horovod's HostUpdateResult values (horovod.runner.elastic.worker), as on_hosts_updated gets.
 REMOVED, ADDED = 1, 2
 
 _lock = threading.Lock()
