@@ -92,7 +92,7 @@ enum {
   ARD_MIN = 3,
   ARD_MAX = 4,
   ARD_PRODUCT = 5,
-  ARD_ADASUM = 6, /* allreduce of ARD_FLOAT16/32/64 host memory only (README "Adasum") */
+  ARD_ADASUM = 6, /* ARD_FLOAT16/32/64 host memory only (docs/user-guide.md "Adasum") */
 };
 
 /* How to connect. Fields left at their ard_options_init value come from the environment:

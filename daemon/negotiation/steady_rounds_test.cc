@@ -7,14 +7,56 @@
 #include <map>
 #include <random>
 #include <set>
+#include <type_traits>
 
 #include "catch2/catch.hpp"
-#include "daemon/collectives/reduce_kernels.h"
 
 namespace ard::negotiation {
 namespace {
 
+using wire::DataType;
+using wire::ReduceOp;
+
 constexpr uint64_t kFusion = 1 << 20;
+
+// The data plane's reduction for the dtypes and ops these tests carry (the production reducer
+// wraps the reduce kernels; negotiation/ never includes them): sums wrap as unsigned, and min and
+// max keep the left operand of equal ones. A host's partial is its first rank's input.
+class TestReducer : public RoundReducer {
+ public:
+  bool Reduces(DataType dtype, ReduceOp op) const override {
+    return dtype == DataType::kFloat32 || dtype == DataType::kFloat64 || dtype == DataType::kInt32;
+  }
+  void ReduceInto(uint8_t* into, const uint8_t* from, size_t count, DataType dtype,
+                  ReduceOp op) const override {
+    if (dtype == DataType::kFloat32) return Reduce<float>(into, from, count, op);
+    if (dtype == DataType::kFloat64) return Reduce<double>(into, from, count, op);
+    Reduce<int32_t>(into, from, count, op);
+  }
+  void Partial(const ReadyTensor& t, uint8_t* out) const override {
+    std::memcpy(out, t.first().input.data, t.first().meta.bytes);
+  }
+
+ private:
+  template <typename T>
+  static void Reduce(uint8_t* into, const uint8_t* from, size_t count, ReduceOp op) {
+    for (size_t i = 0; i < count; ++i) {
+      T a, b;
+      std::memcpy(&a, into + i * sizeof(T), sizeof(T));
+      std::memcpy(&b, from + i * sizeof(T), sizeof(T));
+      if (op == ReduceOp::kMin) {
+        a = std::min(a, b);
+      } else if (op == ReduceOp::kMax) {
+        a = std::max(a, b);
+      } else if constexpr (std::is_integral_v<T>) {
+        a = static_cast<T>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+      } else {
+        a = a + b;
+      }
+      std::memcpy(into + i * sizeof(T), &a, sizeof(T));
+    }
+  }
+};
 
 TensorRequest Request(int rank, const std::string& name, int64_t elements = 1) {
   TensorRequest r;
@@ -47,9 +89,7 @@ struct Job {
     for (int h = 0; h < hosts; ++h) {
       std::vector<bool> here(size());
       for (int r = 0; r < size(); ++r) here[r] = host_of_rank[r] == h;
-      RoundData data{carry, [](const ReadyTensor& t, uint8_t* out) {
-                       std::memcpy(out, t.first().input.data, t.first().meta.bytes);
-                     }};
+      RoundData data{carry, std::make_shared<TestReducer>()};
       host.emplace_back(here, carry > 0 ? data : RoundData{});
       input[h].assign(kInputBytes / 4, static_cast<float>(h + 1));
     }
@@ -121,7 +161,7 @@ struct Job {
     for (auto& h : host) votes.push_back(h.Vote(kFusion));
     RoundVote result = votes[0];
     for (size_t i = 1; i < votes.size(); ++i) {
-      CombineVotes(result, votes[i], host[0].carried(), /*mine_is_lower=*/true);
+      CombineVotes(result, votes[i], host[0].carried(), &reducer, /*mine_is_lower=*/true);
     }
     for (auto& h : host) REQUIRE(h.Agreed(result).ok());
     return result;
@@ -129,6 +169,7 @@ struct Job {
   std::vector<int> host_of_rank;
   static constexpr size_t kInputBytes = 4096;
   std::vector<SteadyRounds> host;
+  TestReducer reducer;
   std::vector<std::vector<float>> input;  // host h's inputs: h + 1 everywhere
 };
 
@@ -179,9 +220,6 @@ TensorRequest Meta(const std::string& name, wire::DataType dtype, wire::ReduceOp
   r.meta.bytes = elements * wire::DataTypeSize(r.meta.dtype);
   return r;
 }
-
-using wire::DataType;
-using wire::ReduceOp;
 
 TEST_CASE("carried slots: small non-Adasum allreduces, laid out from the slot table alone") {
   Job job(2, /*carry=*/1024);
@@ -302,17 +340,18 @@ RoundVote OneSlot(const CarriedSlot& c, bool ready, T value) {
 }
 
 TEST_CASE("the combine reduces a slot's data only where both sides are ready, lower op higher") {
+  const TestReducer reducer;
   const CarriedSlot ints{0, 0, 4, DataType::kInt32, ReduceOp::kSum};
   // A side that is not ready holds garbage: never reduced (INT32_MAX + anything), zeroed.
   for (bool mine_ready : {true, false}) {
     RoundVote mine = OneSlot(ints, mine_ready, INT32_MAX);
     RoundVote theirs = OneSlot(ints, !mine_ready, INT32_MAX);
-    CombineVotes(mine, theirs, {ints}, mine_ready);
+    CombineVotes(mine, theirs, {ints}, &reducer, mine_ready);
     CHECK(mine.ready[0] == 0);
     CHECK(mine.data == std::vector<uint8_t>{0, 0, 0, 0, 0xEE, 0xEE, 0xEE, 0xEE});
   }
   RoundVote two = OneSlot(ints, true, int32_t{2});
-  CombineVotes(two, OneSlot(ints, true, int32_t{3}), {ints}, true);
+  CombineVotes(two, OneSlot(ints, true, int32_t{3}), {ints}, &reducer, true);
   int32_t five;
   std::memcpy(&five, two.data.data(), 4);
   CHECK(five == 5);
@@ -322,13 +361,17 @@ TEST_CASE("the combine reduces a slot's data only where both sides are ready, lo
   const CarriedSlot floats{0, 0, 4, DataType::kFloat32, ReduceOp::kMin};
   const float lower = -0.0f, higher = +0.0f;
   float expected = lower, reversed = higher;
-  collectives::ReduceInto(&expected, &higher, 1, DataType::kFloat32, ReduceOp::kMin);
-  collectives::ReduceInto(&reversed, &lower, 1, DataType::kFloat32, ReduceOp::kMin);
+  reducer.ReduceInto(reinterpret_cast<uint8_t*>(&expected),
+                     reinterpret_cast<const uint8_t*>(&higher), 1, DataType::kFloat32,
+                     ReduceOp::kMin);
+  reducer.ReduceInto(reinterpret_cast<uint8_t*>(&reversed),
+                     reinterpret_cast<const uint8_t*>(&lower), 1, DataType::kFloat32,
+                     ReduceOp::kMin);
   REQUIRE(std::memcmp(&expected, &reversed, 4) != 0);
   RoundVote at_lower = OneSlot(floats, true, lower), at_higher = OneSlot(floats, true, higher);
   const RoundVote from_lower = at_lower, from_higher = at_higher;
-  CombineVotes(at_lower, from_higher, {floats}, /*mine_is_lower=*/true);
-  CombineVotes(at_higher, from_lower, {floats}, /*mine_is_lower=*/false);
+  CombineVotes(at_lower, from_higher, {floats}, &reducer, /*mine_is_lower=*/true);
+  CombineVotes(at_higher, from_lower, {floats}, &reducer, /*mine_is_lower=*/false);
   CHECK(std::memcmp(at_lower.data.data(), &expected, 4) == 0);
   CHECK(std::memcmp(at_higher.data.data(), &expected, 4) == 0);
 }

@@ -10,7 +10,7 @@
 // daemon does. Besides the sanitizers, the target traps when a frame the decoder accepted breaks
 // a promise of DecodedFrame (frame_codec.h), so a validation gap counts as a crash too.
 //
-// Build and run: tests/fuzz/run_local_frame_fuzzer.sh (README "Fuzzing").
+// Build and run: tests/fuzz/run_local_frame_fuzzer.sh (docs/operator-guide.md "Fuzzing").
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
