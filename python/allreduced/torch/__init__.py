@@ -31,3 +31,4 @@ from allreduced.torch.functions import (allgather_object, broadcast_object,
                                         broadcast_optimizer_state, broadcast_parameters)
 from allreduced.torch.optimizer import DistributedOptimizer
 from allreduced.torch.sync_batch_norm import SyncBatchNorm
+from allreduced.torch import c10d  # noqa: F401,E402 (registers torch.distributed's "allreduced")
