@@ -1,7 +1,8 @@
 """The torch.distributed backend "allreduced" on real processes over real daemons (2 daemons x 2
 processes, and 1 x 2): every collective it serves, checked on every rank (c10d_worker.py ops),
-and DistributedDataParallel training that ends with the same parameters on every rank as the
-same script on gloo, torch's own CPU backend, in the same run."""
+and (2 x 2) DistributedDataParallel training that ends with the same parameters on every rank
+as the same script on gloo, torch's own CPU backend, in the same run."""
+import contextlib
 import os
 import sys
 import tempfile
@@ -28,24 +29,28 @@ def run_workers(sockets, per_host, backend, scenario, out_dir):
         assert rc == 0 and f"OK {scenario}" in out, out
 
 
-@pytest.fixture(params=[(1, 2), (2, 2)], ids=["1x2", "2x2"])
-def daemons(request):
-    hosts, per_host = request.param
+@contextlib.contextmanager
+def daemons(hosts):
+    """The sockets of `hosts` daemons, stopped at the end."""
     cluster = Cluster(host_timeout_ms=10000)
     try:
-        yield [cluster.add(f"c10d-{i}").socket for i in range(hosts)], per_host
+        yield [cluster.add(f"c10d-{i}").socket for i in range(hosts)]
     finally:
         cluster.close()
 
 
-def test_collectives(daemons):
-    sockets, per_host = daemons
-    with tempfile.TemporaryDirectory() as out_dir:
-        run_workers(sockets, per_host, "allreduced", "ops", out_dir)
+@pytest.mark.parametrize("hosts", [1, 2], ids=["1x2", "2x2"])
+def test_collectives(hosts):
+    with daemons(hosts) as sockets, tempfile.TemporaryDirectory() as out_dir:
+        run_workers(sockets, 2, "allreduced", "ops", out_dir)
 
 
-def test_ddp_matches_gloo(daemons):
-    sockets, per_host = daemons
+def test_ddp_matches_gloo():
+    with daemons(2) as sockets:
+        ddp_matches_gloo(sockets, 2)
+
+
+def ddp_matches_gloo(sockets, per_host):
     size = len(sockets) * per_host
     params = {}
     for backend in ("allreduced", "gloo"):
