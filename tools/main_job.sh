@@ -78,7 +78,8 @@ PYTHONPATH="$PWD/python" ALLREDUCED_TF_OPS="$bin/tfplugin/_allreduced_ops.so" \
   --sockets "$work/node-0.sock,$work/node-1.sock" -np 4 --job main-keras -- \
   .venv/bin/python tfplugin/examples/train_keras.py || bench_status=1
 echo
-echo "== training: a PyTorch model with allreduced.torch's DistributedOptimizer, 2 hosts x 2 processes"
+echo "== training: a PyTorch model with allreduced.torch's DistributedOptimizer, 2 hosts x 2" \
+  "processes"
 PYTHONPATH="$PWD/python" ALLREDUCED_CLIENT_LIB="$bin/client/libard_client.so" OMP_NUM_THREADS=1 \
   .venv/bin/python -m allreduced.launch \
   --sockets "$work/node-0.sock,$work/node-1.sock" -np 4 --job main-torch -- \

@@ -3,7 +3,8 @@ rank and world size from the launcher's HOROVOD_RANK/HOROVOD_SIZE, torch's store
 OUT_DIR (init_method file://).
 Scenarios: "ops" checks every collective the allreduced backend serves against values computed
 locally; "ddp" trains a small model with DistributedDataParallel and saves the rank's final
-parameters to OUT_DIR/rank<r>.pt (rank 0 also the initial ones, initial.pt). Prints `OK <scenario>` when done."""
+parameters to OUT_DIR/rank<r>.pt (rank 0 also the initial ones, initial.pt). Prints
+`OK <scenario>` when done."""
 import os
 import sys
 
