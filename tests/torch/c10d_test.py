@@ -1,7 +1,8 @@
 """The torch.distributed backend "allreduced" on real processes over real daemons (2 daemons x 2
 processes, and 1 x 2): every collective it serves, checked on every rank (c10d_worker.py ops),
 and (2 x 2) DistributedDataParallel training that ends with the same parameters on every rank
-as the same script on gloo, torch's own CPU backend, in the same run."""
+as the same script on gloo, torch's own CPU backend, in the same run; a rank lost mid-job fails
+the others' collectives with DistBackendError."""
 import contextlib
 import os
 import sys
@@ -18,15 +19,19 @@ from allreduced.launch import RankGroup  # noqa: E402
 PACKAGE_DIR = os.path.join(HERE, "..", "..", "python")
 
 
-def run_workers(sockets, per_host, backend, scenario, out_dir):
-    """`per_host` c10d_worker processes per daemon socket; asserts each printed OK."""
+def run_workers(sockets, per_host, backend, scenario, out_dir, expect_ok=None):
+    """`per_host` c10d_worker processes per daemon socket; asserts that each rank (of
+    `expect_ok`, default all) exited 0 and printed OK; their outputs."""
     env = {"PYTHONPATH": PACKAGE_DIR, "ALLREDUCED_CLIENT_LIB": os.environ["ARD_BIN_CLIENT_LIB"],
            "OMP_NUM_THREADS": "1"}
     command = [sys.executable, os.path.join(HERE, "c10d_worker.py"), backend, scenario, out_dir]
     group = RankGroup(sockets, per_host, command, job=f"c10d-{backend}-{scenario}", env=env,
                       text=True)
-    for rc, out in group_outputs(group, timeout_s=180):
-        assert rc == 0 and f"OK {scenario}" in out, out
+    outputs = group_outputs(group, timeout_s=180)
+    for rank, (rc, out) in enumerate(outputs):
+        if expect_ok is None or rank in expect_ok:
+            assert rc == 0 and f"OK {scenario}" in out, out
+    return outputs
 
 
 @contextlib.contextmanager
@@ -48,6 +53,14 @@ def test_collectives(hosts):
 def test_ddp_matches_gloo():
     with daemons(2) as sockets:
         ddp_matches_gloo(sockets, 2)
+
+
+def test_a_lost_rank_fails_the_others_collectives():
+    with daemons(2) as sockets, tempfile.TemporaryDirectory() as out_dir:
+        outputs = run_workers(sockets, 2, "allreduced", "lost_rank", out_dir, expect_ok=[0, 2, 3])
+    assert outputs[1][0] == 3, outputs[1][1]
+    for rank in (0, 2, 3):
+        assert "ERROR allreduced: " in outputs[rank][1], outputs[rank][1]
 
 
 def ddp_matches_gloo(sockets, per_host):

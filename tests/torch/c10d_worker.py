@@ -3,8 +3,8 @@ rank and world size from the launcher's HOROVOD_RANK/HOROVOD_SIZE, torch's store
 OUT_DIR (init_method file://).
 Scenarios: "ops" checks every collective the allreduced backend serves against values computed
 locally; "ddp" trains a small model with DistributedDataParallel and saves the rank's final
-parameters to OUT_DIR/rank<r>.pt (rank 0 also the initial ones, initial.pt). Prints
-`OK <scenario>` when done."""
+parameters to OUT_DIR/rank<r>.pt (rank 0 also the initial ones, initial.pt); "lost_rank":
+rank 1 dies, the others' next collective must fail. Prints `OK <scenario>` when done."""
 import os
 import sys
 
@@ -98,12 +98,29 @@ def ddp_scenario(out_dir):
                os.path.join(out_dir, f"rank{dist.get_rank()}.pt"))
 
 
+def lost_rank_scenario(_):
+    """Rank 1 dies without leaving the job; the others' next collective fails with c10d's
+    DistBackendError naming the daemon's reason (no hang)."""
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    if dist.get_rank() == 1:
+        os._exit(3)
+    try:
+        dist.all_reduce(torch.ones(1000))
+        check(False, "the all_reduce after a lost rank failed")
+    except dist.DistBackendError as error:
+        print(f"ERROR {error}", flush=True)
+    print("OK lost_rank", flush=True)
+    os._exit(0)  # the group cannot be destroyed cleanly any more
+
+
 def main():
     backend, scenario, out_dir = sys.argv[1:4]
     dist.init_process_group(backend, init_method=f"file://{os.path.join(out_dir, 'store')}",
                             rank=int(os.environ["HOROVOD_RANK"]),
                             world_size=int(os.environ["HOROVOD_SIZE"]))
-    {"ops": ops_scenario, "ddp": ddp_scenario}[scenario](out_dir)
+    {"ops": ops_scenario, "ddp": ddp_scenario,
+     "lost_rank": lost_rank_scenario}[scenario](out_dir)
     dist.destroy_process_group()
     print(f"OK {scenario}", flush=True)
 
