@@ -27,7 +27,7 @@ def run_workers(sockets, per_host, backend, scenario, out_dir, expect_ok=None):
     command = [sys.executable, os.path.join(HERE, "c10d_worker.py"), backend, scenario, out_dir]
     group = RankGroup(sockets, per_host, command, job=f"c10d-{backend}-{scenario}", env=env,
                       text=True)
-    outputs = group_outputs(group, timeout_s=180)
+    outputs = group_outputs(group, timeout_s=400)
     for rank, (rc, out) in enumerate(outputs):
         if expect_ok is None or rank in expect_ok:
             assert rc == 0 and f"OK {scenario}" in out, out
