@@ -42,6 +42,7 @@ Status Session::Start() {
       config_.arena_segment_bytes, config_.arena_max_bytes,
       [this](uint32_t index, int fd, uint64_t bytes) { return PublishSegment(index, fd, bytes); },
       &arena_));
+  shared_ = std::make_unique<SharedBuffers>(*arena_);
   if (Status hello = SendHello(); !hello.ok()) {
     // A daemon that refuses this process (peer_policy, max_clients) sends an ERROR at once and
     // may hang up before our HELLO: report its reason rather than the broken pipe.
@@ -133,8 +134,7 @@ Status Session::AcceptWelcome(Frame& frame) {
   wire::Welcome welcome;
   if (!ReadPayload(frame, &welcome)) return Internal("WELCOME frame of the wrong length");
   if (welcome.result_segment_bytes > 0) {
-    ARD_CLIENT_RETURN_IF_ERROR(
-        results_.Map(0, std::move(frame.fd), welcome.result_segment_bytes));
+    ARD_CLIENT_RETURN_IF_ERROR(results_.Map(0, std::move(frame.fd), welcome.result_segment_bytes));
   }
   topology_ = {welcome.rank,       welcome.size,       welcome.local_rank,
                welcome.local_size, welcome.cross_rank, welcome.cross_size};
@@ -149,28 +149,28 @@ Status Session::PublishSegment(uint32_t index, int fd, uint64_t bytes) {
   return connection_->Send(MsgType::kAddSegment, 0, &segment, sizeof(segment), nullptr, 0, fd);
 }
 
-Status Session::Submit(const ard_request& request, ard_done_fn done, void* user,
-                       uint64_t* handle) {
+Status Session::Submit(const ard_request& request, ard_done_fn done, void* user, uint64_t* handle) {
   ARD_CLIENT_RETURN_IF_ERROR(ValidateRequest(request, max_tensor_bytes_));
   ARD_CLIENT_RETURN_IF_ERROR(requests_.failure());  // fail fast, before taking a slot
   InputArena::Slot slot;
-  if (request.bytes > 0) {
+  if (request.bytes > 0 && !shared_->BeginUse(request.data, request.bytes, &slot)) {
     ARD_CLIENT_RETURN_IF_ERROR(arena_->Allocate(request.bytes, &slot));
     std::memcpy(slot.data, request.data, request.bytes);
+    copied_input_bytes_.fetch_add(request.bytes, std::memory_order_relaxed);
   }
   wire::Submit submit;
   EncodeSubmit(request, slot, &submit);
   uint64_t id = next_handle_.fetch_add(1);
   Status status = requests_.Add(id, done, user, slot);  // before the send: answers find it
   if (!status.ok()) {
-    arena_->Free(slot);
+    ReturnSlot(slot);
     return status;
   }
   status = connection_->Send(MsgType::kSubmit, id, &submit, sizeof(submit), request.splits,
                              sizeof(int64_t) * static_cast<size_t>(request.num_splits));
   InputArena::Slot withdrawn;
   if (!status.ok() && requests_.Withdraw(id, &withdrawn)) {
-    arena_->Free(withdrawn);
+    ReturnSlot(withdrawn);
     return status;
   }
   // Sent, or failed while a concurrent terminal failure already completed it: the handle is live.
@@ -299,14 +299,18 @@ Status Session::HandleError(const Frame& frame, bool notify) {
 
 void Session::FreeInput(uint64_t handle) {
   InputArena::Slot slot;
-  if (requests_.TakeSlot(handle, &slot)) arena_->Free(slot);
+  if (requests_.TakeSlot(handle, &slot)) ReturnSlot(slot);
+}
+
+void Session::ReturnSlot(const InputArena::Slot& slot) {
+  if (!shared_->EndUse(slot)) arena_->Free(slot);
 }
 
 void Session::FailAll(const Status& status) { Deliver(requests_.FailAll(status, true)); }
 
 void Session::Deliver(std::vector<Finished> finished) {
   for (Finished& f : finished) {
-    arena_->Free(f.slot);
+    ReturnSlot(f.slot);
     if (f.done == nullptr) continue;
     try {
       f.done(f.user, f.handle, &f.result);

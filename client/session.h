@@ -30,6 +30,7 @@
 #include "client/gpu_staging.h"
 #include "client/request_table.h"
 #include "client/result_segments.h"
+#include "client/shared_buffers.h"
 #include "client/status.h"
 
 namespace ard::client {
@@ -53,9 +54,14 @@ class Session {
                       ard_done_fn done, void* user, uint64_t* handle);
   int Wait(uint64_t handle, int timeout_ms, ard_result* out);
   void Release(uint64_t handle);
+  // ard_alloc / ard_free (shared_buffers.h).
+  Status Allocate(uint64_t bytes, void** data) { return shared_->Allocate(bytes, data); }
+  Status Free(void* data) { return shared_->Free(data); }
 
   // For tests.
   const InputArena& arena() const { return *arena_; }
+  // Input bytes Submit() copied into the arena (not counting inputs built in ard_alloc buffers).
+  uint64_t copied_input_bytes() const { return copied_input_bytes_; }
   size_t record_count() const { return requests_.record_count(); }
 
  private:
@@ -67,14 +73,15 @@ class Session {
   Status AcceptWelcome(Frame& frame);
   Status PublishSegment(uint32_t index, int fd, uint64_t bytes);
 
-  void ReceiveLoop();                   // receiver thread
-  Status HandleFrame(Frame& frame);     // receiver thread; an error is a protocol failure
+  void ReceiveLoop();                // receiver thread
+  Status HandleFrame(Frame& frame);  // receiver thread; an error is a protocol failure
   Status HandleComplete(const Frame& frame);
   Status HandleError(const Frame& frame, bool notify);
   void SendRelease(uint64_t handle);
-  void FreeInput(uint64_t handle);      // the daemon is done reading the request's input
-  void FailAll(const Status& status);   // terminal
-  void Deliver(std::vector<Finished> finished);  // frees input slots, runs callbacks
+  void FreeInput(uint64_t handle);                // the daemon is done reading the request's input
+  void ReturnSlot(const InputArena::Slot& slot);  // to the arena, or ends a shared buffer's use
+  void FailAll(const Status& status);             // terminal
+  void Deliver(std::vector<Finished> finished);   // frees input slots, runs callbacks
 
   // GPU path (session_gpu.cc).
   struct GpuPending {
@@ -85,7 +92,7 @@ class Session {
     void* out = nullptr;
     void* stream = nullptr;
   };
-  Status RegisterGpu(int device);  // once per process, under gpu_mu_
+  Status RegisterGpu(int device);                           // once per process, under gpu_mu_
   Status AllocateGpu(uint64_t bytes, GpuPending* pending);  // under gpu_mu_
   // COMPLETE/ERROR of a device submit: enqueues the copy-out of the result (its size from
   // `complete`'s shape; NULL for an ERROR) when `status` is OK and frees its staging range and
@@ -96,6 +103,8 @@ class Session {
   const ClientConfig config_;
   std::unique_ptr<Connection> connection_;
   std::unique_ptr<InputArena> arena_;
+  std::unique_ptr<SharedBuffers> shared_;  // over arena_
+  std::atomic<uint64_t> copied_input_bytes_{0};
   ResultSegments results_;  // creating thread until Start() returns, then the receiver thread
   RequestTable requests_;
   ard_topology topology_{};
@@ -107,8 +116,8 @@ class Session {
 
   std::mutex gpu_mu_;
   std::condition_variable gpu_cv_;
-  std::unique_ptr<GpuStaging> gpu_;        // after a successful registration
-  uint64_t gpu_register_id_ = 0;           // in flight
+  std::unique_ptr<GpuStaging> gpu_;  // after a successful registration
+  uint64_t gpu_register_id_ = 0;     // in flight
   bool gpu_answered_ = false;
   Status gpu_register_status_;
   std::map<uint64_t, uint64_t> gpu_free_;  // staging offset -> bytes (free ranges)
