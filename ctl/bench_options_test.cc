@@ -149,7 +149,7 @@ TEST_CASE("--device gpu and --peer") {
     BenchOptions x;
     return std::string(ParseBenchArgs(args, false, &x, &help).message());
   };
-  CHECK(error({"--sockets=/s", "--device=tpu"}).find("--device must be cpu or gpu") !=
+  CHECK(error({"--sockets=/s", "--device=tpu"}).find("--device must be cpu, shm or gpu") !=
         std::string::npos);
   CHECK(error({"--sockets=/s", "--peer=gloo"}).find("--peer must be") != std::string::npos);
   CHECK(error({"--sockets=/s", "--device=gpu", "--op=allgather"})
@@ -173,6 +173,7 @@ TEST_CASE("--device shm travels to the workers") {
   REQUIRE(ParseBenchArgs({"--sockets=/s", "--device=shm"}, false, &o, &help).ok());
   CHECK(o.shm);
   CHECK_FALSE(o.gpu);
+  o.parent_pid = 7;
   BenchOptions w;
   REQUIRE(ParseBenchArgs(WorkerArgs(o), true, &w, &help).ok());
   CHECK(w.shm);
