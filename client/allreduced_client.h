@@ -8,7 +8,8 @@
  *
  * Lifecycle of a client:
  *   1. ard_options_init + ard_client_create: connects, registers (HELLO), waits for the job to form
- *      (WELCOME), starts one receiver thread.
+ *      (WELCOME), starts one receiver thread (it reads the daemon's answers while callbacks are in
+ *      use; a thread in ard_wait reads its own, so its answer wakes it directly).
  *   2. ard_submit from any number of threads; each accepted submit yields a handle that completes
  *      exactly once: through its callback (on the receiver thread) or through ard_wait.
  *   3. ard_release once per completed handle (the result's memory stays readable until then).
@@ -209,8 +210,10 @@ typedef struct {
   int join_last_rank;
 } ard_result;
 
-/* Completion callback. Runs exactly once per accepted submit, on the client's receiver thread
- * (or, for requests still pending then, on the thread calling ard_client_destroy). It must not
+/* Completion callback. Runs exactly once per accepted submit, on the client thread that read its
+ * answer: the client's receiver thread, or a thread inside ard_wait (which reads the daemon's
+ * answers itself while it waits), or, for requests still pending then, the thread calling
+ * ard_client_destroy. It must not
  * block and must not call ard_wait or ard_client_destroy; it may call ard_release. The `result`
  * struct itself is only valid during the call (copy it); the memory it points to lives until
  * ard_release. */

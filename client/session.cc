@@ -67,6 +67,7 @@ Session::~Session() {
     connection_->Send(MsgType::kBye, 0, nullptr, 0);  // best effort: the daemon may be gone
     connection_->Shutdown();
   }
+  WakeReceiver();
   if (receiver_.joinable()) receiver_.join();
   try {
     Deliver(requests_.FailAll({wire::Code::kCancelled, "allreduced client destroyed"}, true));
@@ -161,6 +162,7 @@ Status Session::Submit(const ard_request& request, ard_done_fn done, void* user,
   wire::Submit submit;
   EncodeSubmit(request, slot, &submit);
   uint64_t id = next_handle_.fetch_add(1);
+  if (done != nullptr) UseReceiver();                   // its callback runs when the answer is read
   Status status = requests_.Add(id, done, user, slot);  // before the send: answers find it
   if (!status.ok()) {
     ReturnSlot(slot);
@@ -178,10 +180,6 @@ Status Session::Submit(const ard_request& request, ard_done_fn done, void* user,
   return OkStatus();
 }
 
-int Session::Wait(uint64_t handle, int timeout_ms, ard_result* out) {
-  return requests_.Wait(handle, timeout_ms, out);
-}
-
 void Session::Release(uint64_t handle) {
   bool send_release = false;
   if (requests_.Release(handle, &send_release) && send_release) SendRelease(handle);
@@ -190,32 +188,6 @@ void Session::Release(uint64_t handle) {
 void Session::SendRelease(uint64_t handle) {
   // A failure means the connection is gone, and the daemon frees the job's slots with it.
   connection_->Send(MsgType::kRelease, handle, nullptr, 0);
-}
-
-void Session::ReceiveLoop() {
-  try {
-    while (true) {
-      Frame frame;
-      Status status = connection_->Receive(-1, &frame);
-      if (status.ok()) status = HandleFrame(frame);
-      if (status.ok()) continue;
-      if (closing_) return;  // the destructor cancels what is pending
-      if (status.code() == wire::Code::kUnavailable) {
-        FailAll(Unavailable(connection_->LostMessage()));
-        return;
-      }
-      FailAll(Internal("protocol error from allreduced daemon at " + config_.socket_path + ": " +
-                       status.message()));
-      connection_->Shutdown();
-      return;
-    }
-  } catch (...) {  // std::bad_alloc: give up on the connection rather than terminate TF
-    connection_->Shutdown();
-    try {
-      FailAll(Internal("allreduced client receiver thread ran out of memory"));
-    } catch (...) {
-    }
-  }
 }
 
 Status Session::HandleFrame(Frame& frame) {

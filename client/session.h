@@ -5,8 +5,13 @@
 // Lifecycle:
 //   1. Create(): connect, make input segment 0, send HELLO (+ its memfd), wait up to
 //      config.timeout_ms for WELCOME (+ result segment 0) or ERROR, start the receiver thread.
-//   2. Submit()/Wait()/Release() from any thread. The receiver thread handles RESULT_SEGMENT,
-//      COMPLETE, ERROR, NOTIFY and the socket closing; it runs completion callbacks.
+//   2. Submit()/Wait()/Release() from any thread. Frames (RESULT_SEGMENT, COMPLETE, ERROR, NOTIFY,
+//      the socket closing) are read and handled by one thread at a time, whichever holds the read
+//      role (read_mu_): a thread in Wait() whose request is pending reads them itself, so its
+//      answer wakes it directly rather than the receiver thread, which would then have to wake it
+//      (one hand-off less per request); the receiver thread reads all the time once a request
+//      with a callback (or the GPU path) was used, else only what arrives while nobody waits
+//      (every kParkMs). Callbacks run on the thread that read their COMPLETE.
 //   3. ~Session(): BYE, shut the socket down, join the receiver, cancel what is pending (callbacks
 //      run on the destroying thread), unmap everything.
 // Thread-safe; a terminal failure (NOTIFY, lost connection, protocol error) fails every pending
@@ -62,6 +67,8 @@ class Session {
   const InputArena& arena() const { return *arena_; }
   // Input bytes Submit() copied into the arena (not counting inputs built in ard_alloc buffers).
   uint64_t copied_input_bytes() const { return copied_input_bytes_; }
+  // Frames read by the receiver thread (the rest were read by threads in Wait()).
+  uint64_t receiver_frames() const { return receiver_frames_; }
   size_t record_count() const { return requests_.record_count(); }
 
  private:
@@ -73,8 +80,14 @@ class Session {
   Status AcceptWelcome(Frame& frame);
   Status PublishSegment(uint32_t index, int fd, uint64_t bytes);
 
-  void ReceiveLoop();                // receiver thread
-  Status HandleFrame(Frame& frame);  // receiver thread; an error is a protocol failure
+  // Reading (session_read.cc).
+  void ReceiveLoop();  // receiver thread
+  // Requires read_mu_. Reads and handles one frame, waiting up to timeout_ms (< 0: forever).
+  // False on timeout, or when the connection has ended (every request then failed).
+  bool ReadFrame(int timeout_ms);
+  void UseReceiver();                // from now on the receiver thread reads all the time
+  void WakeReceiver();               // it re-checks closing_ and receiver_reads_
+  Status HandleFrame(Frame& frame);  // read role; an error is a protocol failure
   Status HandleComplete(const Frame& frame);
   Status HandleError(const Frame& frame, bool notify);
   void SendRelease(uint64_t handle);
@@ -105,7 +118,7 @@ class Session {
   std::unique_ptr<InputArena> arena_;
   std::unique_ptr<SharedBuffers> shared_;  // over arena_
   std::atomic<uint64_t> copied_input_bytes_{0};
-  ResultSegments results_;  // creating thread until Start() returns, then the receiver thread
+  ResultSegments results_;  // creating thread until Start() returns, then the read role
   RequestTable requests_;
   ard_topology topology_{};
   uint64_t max_tensor_bytes_ = wire::kMaxTensorBytes;
@@ -113,6 +126,12 @@ class Session {
   std::atomic<bool> closing_{false};
   std::atomic<bool> hosts_updated_{false};  // an elastic job's daemon said others wait to join
   std::thread receiver_;
+  std::mutex read_mu_;                  // the read role: Connection::Receive and frame handling
+  std::atomic<bool> read_done_{false};  // the connection ended (set with the read role)
+  std::atomic<bool> receiver_reads_{false};  // callbacks or the GPU path in use
+  std::atomic<uint64_t> receiver_frames_{0};
+  std::mutex park_mu_;  // with park_cv_: the receiver thread's nap
+  std::condition_variable park_cv_;
 
   std::mutex gpu_mu_;
   std::condition_variable gpu_cv_;
