@@ -6,50 +6,21 @@
 # load, unlike busbw. Also wake-ups per allreduce: voluntary context switches (a thread blocked
 # and was woken) summed over every daemon thread (/proc/<pid>/task/*/status) and over the client
 # processes (/usr/bin/time %w), also robust under load. BENCH_ARGS, if set, is added to both bench
-# runs (e.g. BENCH_ARGS='--device shm'). PROFILE_CMD, if set, runs (exec'd, with @PIDS@ replaced by the daemons'
-# comma-separated pids) during the timed run and gets SIGINT after it, e.g.
+# runs (e.g. BENCH_ARGS='--device shm'). PROFILE_CMD, if set, runs (exec'd, with @PIDS@ replaced
+# by the daemons' comma-separated pids) during the timed run and gets SIGINT after it, e.g.
 #   PROFILE_CMD='perf record -e cpu-clock -g -p @PIDS@ -o /tmp/d.perf'
 #
 #   bench/cpu_per_allreduce.sh BIN_DIR HOSTS RANKS_PER_HOST SIZE ITERS [daemon flags...]
 #   bench/cpu_per_allreduce.sh bazel-bin 2 1 64M 10 --cross_host_chunk_bytes=1048576
 set -u
-[ $# -ge 5 ] || { sed -n 2,12p "$0" >&2; exit 2; }
+[ $# -ge 5 ] || { sed -n 2,14p "$0" >&2; exit 2; }
 BIN=$1 HOSTS=$2 PER_HOST=$3 SIZE=$4 ITERS=$5
 shift 5
 CTL=$BIN/ctl/allreducectl
 WORK=$(mktemp -d /tmp/ardc.XXXXXX)
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-coordinator="" SOCKETS=""
-for i in $(seq 0 $((HOSTS - 1))); do
-  "$BIN/daemon/allreduced" --cluster_address=127.0.0.1:0 --host_name=h$i \
-      --local_socket="$WORK/h$i.sock" --port_file="$WORK/h$i.port" \
-      ${coordinator:+--coordinator=$coordinator} "$@" >"$WORK/h$i.log" 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 1 300); do
-    [ "$(tail -c 1 "$WORK/h$i.port" 2>/dev/null | od -An -c | tr -d ' ')" = '\n' ] && break
-    sleep 0.05
-  done
-  [ -n "$coordinator" ] || coordinator=127.0.0.1:$(tr -d '\n' <"$WORK/h$i.port")
-  SOCKETS=${SOCKETS:+$SOCKETS,}$WORK/h$i.sock
-done
-for _ in $(seq 1 200); do
-  up=$("$CTL" --daemon "$coordinator" --timeout_ms 2000 status --json 2>/dev/null | python3 -c '
-import json, sys
-try:
-    print(sum(h["state"] == "UP" for h in json.load(sys.stdin)["hosts"]))
-except Exception:
-    print(0)')
-  [ "$up" = "$HOSTS" ] && break
-  sleep 0.1
-done
+. "$(dirname "$0")/loopback_daemons.sh"
+trap 'stop_loopback_daemons; rm -rf "$WORK"' EXIT
+start_loopback_daemons "$BIN" "$HOSTS" "$WORK" "$@" || exit 1
 
 daemon_wakeups() {
   local t=0 p
