@@ -53,9 +53,8 @@ void Override(int option, int* field) {
 }
 
 Status ResolveArena(const ard_options& options, const EnvLookup& env, ClientConfig* out) {
-  ARD_CLIENT_RETURN_IF_ERROR(UintOption(options.arena_max_bytes, env,
-                                        "ALLREDUCED_ARENA_MAX_BYTES", kDefaultArenaMaxBytes,
-                                        &out->arena_max_bytes));
+  ARD_CLIENT_RETURN_IF_ERROR(UintOption(options.arena_max_bytes, env, "ALLREDUCED_ARENA_MAX_BYTES",
+                                        kDefaultArenaMaxBytes, &out->arena_max_bytes));
   ARD_CLIENT_RETURN_IF_ERROR(UintOption(options.arena_segment_bytes, env,
                                         "ALLREDUCED_ARENA_SEGMENT_BYTES", kDefaultSegmentBytes,
                                         &out->arena_segment_bytes));
@@ -66,8 +65,8 @@ Status ResolveArena(const ard_options& options, const EnvLookup& env, ClientConf
   uint64_t segment = out->arena_segment_bytes;
   if (segment < kMinSegmentBytes) segment = kMinSegmentBytes;
   segment = (segment + kMinSegmentBytes - 1) / kMinSegmentBytes * kMinSegmentBytes;
-  if (segment > out->arena_max_bytes) segment = out->arena_max_bytes / kMinSegmentBytes *
-                                                kMinSegmentBytes;
+  if (segment > out->arena_max_bytes)
+    segment = out->arena_max_bytes / kMinSegmentBytes * kMinSegmentBytes;
   out->arena_segment_bytes = segment;
   return OkStatus();
 }
@@ -152,6 +151,13 @@ Status ResolveConfig(const ard_options& options, const EnvLookup& env, ClientCon
   ARD_CLIENT_RETURN_IF_ERROR(ResolveArena(options, env, &config));
   ARD_CLIENT_RETURN_IF_ERROR(ResolveGpu(env, &config));
   ARD_CLIENT_RETURN_IF_ERROR(ResolveElastic(env, &config));
+  ARD_CLIENT_RETURN_IF_ERROR(
+      UintOption(0, env, "ALLREDUCED_WAIT_SPIN_US", 0, &config.wait_spin_us));
+  if (config.wait_spin_us > kMaxWaitSpinUs) {
+    return InvalidArgument(
+        "environment variable ALLREDUCED_WAIT_SPIN_US=" + std::to_string(config.wait_spin_us) +
+        " is above " + std::to_string(kMaxWaitSpinUs));
+  }
   *out = std::move(config);
   return OkStatus();
 }

@@ -69,6 +69,8 @@ class Session {
   uint64_t copied_input_bytes() const { return copied_input_bytes_; }
   // Frames read by the receiver thread (the rest were read by threads in Wait()).
   uint64_t receiver_frames() const { return receiver_frames_; }
+  // Waits whose answer arrived while the thread spun ($ALLREDUCED_WAIT_SPIN_US).
+  uint64_t spin_answers() const { return spin_answers_; }
   size_t record_count() const { return requests_.record_count(); }
 
  private:
@@ -85,6 +87,9 @@ class Session {
   // Requires read_mu_. Reads and handles one frame, waiting up to timeout_ms (< 0: forever).
   // False on timeout, or when the connection has ended (every request then failed).
   bool ReadFrame(int timeout_ms);
+  // Requires read_mu_. The bounded adaptive spin: polls the socket for up to wait_spin_us, while
+  // `handle` is pending and recent spins caught their answers. True when it was answered.
+  bool Spin(uint64_t handle, ard_result* out);
   void UseReceiver();                // from now on the receiver thread reads all the time
   void WakeReceiver();               // it re-checks closing_ and receiver_reads_
   Status HandleFrame(Frame& frame);  // read role; an error is a protocol failure
@@ -130,7 +135,9 @@ class Session {
   std::atomic<bool> read_done_{false};  // the connection ended (set with the read role)
   std::atomic<bool> receiver_reads_{false};  // callbacks or the GPU path in use
   std::atomic<uint64_t> receiver_frames_{0};
-  std::mutex park_mu_;  // with park_cv_: the receiver thread's nap
+  std::atomic<int> spin_skips_{0};  // waits left that sleep at once (the last spin did not pay)
+  std::atomic<uint64_t> spin_answers_{0};  // answers a spin caught (for tests)
+  std::mutex park_mu_;                     // with park_cv_: the receiver thread's nap
   std::condition_variable park_cv_;
 
   std::mutex gpu_mu_;

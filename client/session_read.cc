@@ -14,6 +14,10 @@ namespace {
 // noticed by a process that is not waiting on a request.
 constexpr int kParkMs = 20;
 
+// After a spin that did not catch its answer, this many waits sleep at once before spinning is
+// tried again: on a busy host, or with answers slower than the bound, spinning only burns CPU.
+constexpr int kSkipsAfterMiss = 32;
+
 }  // namespace
 
 void Session::UseReceiver() {
@@ -74,6 +78,25 @@ void Session::ReceiveLoop() {
   }
 }
 
+bool Session::Spin(uint64_t handle, ard_result* out) {
+  if (config_.wait_spin_us == 0) return false;
+  if (spin_skips_ > 0) {
+    --spin_skips_;
+    return false;
+  }
+  const auto end =
+      std::chrono::steady_clock::now() + std::chrono::microseconds(config_.wait_spin_us);
+  while (std::chrono::steady_clock::now() < end && !read_done_) {
+    ReadFrame(0);
+    if (requests_.Wait(handle, 0, out) != ARD_PENDING) {
+      ++spin_answers_;
+      return true;
+    }
+  }
+  spin_skips_ = kSkipsAfterMiss;
+  return false;
+}
+
 int Session::Wait(uint64_t handle, int timeout_ms, ard_result* out) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   auto left_ms = [&]() -> int {
@@ -87,7 +110,9 @@ int Session::Wait(uint64_t handle, int timeout_ms, ard_result* out) {
     if (code != ARD_PENDING) return code;
     std::unique_lock<std::mutex> role(read_mu_, std::try_to_lock);
     if (role.owns_lock()) {
-      // Read until this request is answered: its COMPLETE wakes this thread, no one else.
+      // Read until this request is answered: its COMPLETE wakes this thread, no one else (or
+      // finds it still spinning).
+      Spin(handle, out);
       while (requests_.Wait(handle, 0, out) == ARD_PENDING) {
         const int left = left_ms();
         if (!ReadFrame(left) && (left == 0 || read_done_)) break;

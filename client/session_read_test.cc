@@ -18,9 +18,10 @@
 namespace ard::client::testing {
 namespace {
 
-std::unique_ptr<Session> MustCreateSession(const FakeDaemon& daemon) {
+std::unique_ptr<Session> MustCreateSession(const FakeDaemon& daemon, uint64_t spin_us = 0) {
   ClientConfig config;
   REQUIRE(ResolveConfig(TestOptions(daemon), ProcessEnv(), &config).ok());
+  config.wait_spin_us = spin_us;
   std::unique_ptr<Session> session;
   Status status = Session::Create(config, &session);
   INFO(status.message());
@@ -50,6 +51,18 @@ TEST_CASE("a thread waiting on its request reads the answer itself") {
   // The receiver thread only looks at the socket every few ms while nobody waits, and each
   // answer here arrives while its submitter waits: it reads (next to) none of them.
   CHECK(session->receiver_frames() < kRequests / 2);
+}
+
+TEST_CASE("a waiting thread spins only when configured, and catches quick answers") {
+  FakeDaemon daemon;
+  std::unique_ptr<Session> off = MustCreateSession(daemon);
+  std::unique_ptr<Session> on = MustCreateSession(daemon, 10000);  // the fake answers at once
+  for (int i = 0; i < 50; ++i) {
+    REQUIRE(RoundTrip(*off, "off" + std::to_string(i), static_cast<float>(i)));
+    REQUIRE(RoundTrip(*on, "on" + std::to_string(i), static_cast<float>(i)));
+  }
+  CHECK(off->spin_answers() == 0);
+  CHECK(on->spin_answers() > 0);
 }
 
 TEST_CASE("waiters on several threads and callbacks share the socket") {
