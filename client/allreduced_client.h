@@ -113,8 +113,10 @@ enum {
  * GPU path only, from the environment (no option fields): $ALLREDUCED_GPU_ARENA_BYTES (default
  * 64 MiB, at least 4096) sizes the device staging arena, $ALLREDUCED_GPU_EVENTS (default 64,
  * 1..1024; the daemon's max_gpu_event_pool may allow fewer) the interprocess event pool; both are
- * created at the first ard_submit_device. A bad value fails ard_client_create with
- * ARD_INVALID_ARGUMENT naming the variable.
+ * created at the first ard_submit_device. $ALLREDUCED_WAIT_SPIN_US (default 0: off; at most
+ * 10000): how long a thread in ard_wait polls for its answer before it sleeps (it pays only when
+ * answers come within that time and cores are idle; after a miss the next 32 waits sleep at
+ * once). A bad value fails ard_client_create with ARD_INVALID_ARGUMENT naming the variable.
  * The strings are only read during ard_client_create. */
 typedef struct {
   const char* socket_path;

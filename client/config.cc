@@ -121,6 +121,19 @@ Status ResolveElastic(const EnvLookup& env, ClientConfig* out) {
   return OkStatus();
 }
 
+// ard_wait's spin: environment only, 0 (off, the default) .. kMaxWaitSpinUs.
+Status ResolveWaitSpin(const EnvLookup& env, ClientConfig* out) {
+  const char* value = env("ALLREDUCED_WAIT_SPIN_US");
+  if (value == nullptr || value[0] == '\0') return OkStatus();
+  int64_t parsed;
+  if (!ParseInt64(value, 0, static_cast<int64_t>(kMaxWaitSpinUs), &parsed)) {
+    return InvalidArgument(std::string("environment variable ALLREDUCED_WAIT_SPIN_US='") + value +
+                           "' is not 0.." + std::to_string(kMaxWaitSpinUs) + " (microseconds)");
+  }
+  out->wait_spin_us = static_cast<uint64_t>(parsed);
+  return OkStatus();
+}
+
 }  // namespace
 
 Status ResolveConfig(const ard_options& options, const EnvLookup& env, ClientConfig* out) {
@@ -151,13 +164,7 @@ Status ResolveConfig(const ard_options& options, const EnvLookup& env, ClientCon
   ARD_CLIENT_RETURN_IF_ERROR(ResolveArena(options, env, &config));
   ARD_CLIENT_RETURN_IF_ERROR(ResolveGpu(env, &config));
   ARD_CLIENT_RETURN_IF_ERROR(ResolveElastic(env, &config));
-  ARD_CLIENT_RETURN_IF_ERROR(
-      UintOption(0, env, "ALLREDUCED_WAIT_SPIN_US", 0, &config.wait_spin_us));
-  if (config.wait_spin_us > kMaxWaitSpinUs) {
-    return InvalidArgument(
-        "environment variable ALLREDUCED_WAIT_SPIN_US=" + std::to_string(config.wait_spin_us) +
-        " is above " + std::to_string(kMaxWaitSpinUs));
-  }
+  ARD_CLIENT_RETURN_IF_ERROR(ResolveWaitSpin(env, &config));
   *out = std::move(config);
   return OkStatus();
 }

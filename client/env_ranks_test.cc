@@ -232,6 +232,8 @@ TEST_CASE("ResolveConfig: ard_wait's spin from the environment, off by default")
   CHECK(config.wait_spin_us == 0);
   REQUIRE(ResolveConfig(Defaults(), Lookup({{"ALLREDUCED_WAIT_SPIN_US", "50"}}), &config).ok());
   CHECK(config.wait_spin_us == 50);
+  REQUIRE(ResolveConfig(Defaults(), Lookup({{"ALLREDUCED_WAIT_SPIN_US", "0"}}), &config).ok());
+  CHECK(config.wait_spin_us == 0);
   Status s = ResolveConfig(Defaults(), Lookup({{"ALLREDUCED_WAIT_SPIN_US", "10001"}}), &config);
   CHECK(s.code() == wire::Code::kInvalidArgument);
   CHECK(s.message().find("ALLREDUCED_WAIT_SPIN_US") != std::string::npos);
