@@ -14,7 +14,8 @@ using negotiation::ReadyTensor;
 using negotiation::Response;
 using negotiation::TensorRequest;
 
-CoordinatedNegotiator::CoordinatedNegotiator(EventLoop& loop, cluster::NegotiationClient& coordinator,
+CoordinatedNegotiator::CoordinatedNegotiator(EventLoop& loop,
+                                             cluster::NegotiationClient& coordinator,
                                              const JobOptions& options, std::string data_address,
                                              std::string job, int size, int local_size,
                                              ElasticSpec elastic)
@@ -181,7 +182,7 @@ void CoordinatedNegotiator::PlanGpusAsync(
                                      ? options_.gpu_physical_ids[device]
                                      : "");
   }
-  offer.nccl_version = options_.gpu_device->Describe();
+  offer.nccl_version = options_.gpu_device->NcclVersion();
   offer.gpu_mode = options_.gpu_mode;
   if (cross_rank_ == 0) {  // the only offer (see gpu::PlanFromLayout)
     auto unique_id = options_.gpu_device->NewUniqueId();

@@ -45,6 +45,8 @@ struct JobGpuOptions {
   std::string gpu_mode = "auto";
   uint64_t gpu_fusion_buffer_bytes = 64ull << 20;
   absl::Duration gpu_init_timeout = absl::Seconds(60);
+  // Every GPU wait after init (a collective's completion, a finalize): past it the job fails.
+  absl::Duration gpu_op_timeout = absl::Seconds(60);
   uint32_t max_gpu_event_pool = 1024;
   // Each GPU's physical identity ("<machine id>/<PCI bus id>"; index = ordinal; may be short or
   // empty when unknown): tells the coordinator's plan which daemons share a GPU.
