@@ -90,9 +90,9 @@ def test_a_timeline_that_cannot_start_is_a_warning(tmp_path):
 @pytest.mark.parametrize("environment", ["given", "trainer's own"])
 def test_horovod_timeline_records_the_whole_job(tmp_path, environment):
     """HOROVOD_TIMELINE=path on a 2-host job (2 daemons x 2 TensorFlow ranks): rank 0 records
-    every rank of both hosts until exit (README "Timeline"); with allreducectl and the daemon's
-    address given, or with nothing but the trainer's environment (PATH without allreducectl:
-    rank 0 finds both through its daemon's socket)."""
+    every rank of both hosts until exit (docs/operator-guide.md "Timeline"); with allreducectl
+    and the daemon's address given, or with nothing but the trainer's environment (PATH without
+    allreducectl: rank 0 finds both through its daemon's socket)."""
     path = str(tmp_path / "timeline.json")
     cluster = Cluster(host_timeout_ms=10000)
     try:
