@@ -59,10 +59,25 @@ void JobRegistry::Drop(const std::string& name, uint32_t id) {
   if (Job* ended = current ? it->second.get() : succession_.Find(id)) succession_.Ended(*ended);
   if (current) jobs_.erase(it);
   if (succession_.Drop(id)) succession_.TryForm(Find(name));  // its successor may form now
-  if (succession_.awaited(name)) {
-    loop_.PostAfter(options_.elastic_settle + absl::Milliseconds(1),
-                    [this, name] { succession_.TryForm(Find(name)); });
+  if (succession_.awaited(name)) TryFormSettled(name);
+}
+
+void JobRegistry::TryFormSettled(const std::string& name) {
+  loop_.PostAfter(options_.elastic_settle + absl::Milliseconds(1),
+                  [this, name] { TryFormPolling(name, false); });
+}
+
+void JobRegistry::TryFormPolling(const std::string& name, bool polled) {
+  if (shut_down_) return;
+  if (polled) polling_.erase(name);
+  Job* job = Find(name);
+  succession_.TryForm(job);
+  // Still waiting: for a survivor that runs, which may yet die with nothing else to tell.
+  if (job == nullptr || !job->elastic() || job->state() != JobState::kForming ||
+      job->formation_in_flight() || !polling_.insert(name).second) {
+    return;
   }
+  loop_.PostAfter(options_.elastic_settle / 4, [this, name] { TryFormPolling(name, true); });
 }
 
 Job* JobRegistry::NewJob(const std::string& name, int size, int local_size, uid_t uid,
@@ -169,8 +184,7 @@ void JobRegistry::HandleHello(const std::shared_ptr<Session>& s, const wire::Hel
   job->AddMember(s);
   if (!elastic) return;
   succession_.TryForm(job);
-  loop_.PostAfter(options_.elastic_settle + absl::Milliseconds(1),
-                  [this, name] { succession_.TryForm(Find(name)); });
+  TryFormSettled(name);
 }
 
 void JobRegistry::OnClosed(const std::shared_ptr<Session>& s, bool graceful,
