@@ -61,6 +61,7 @@ Status Session::Start() {
 }
 
 Session::~Session() {
+  const bool free_gpu = UnregisterGpu();
   closing_ = true;
   if (connection_ != nullptr) {
     connection_->Send(MsgType::kBye, 0, nullptr, 0);  // best effort: the daemon may be gone
@@ -71,6 +72,10 @@ Session::~Session() {
     Deliver(requests_.FailAll({wire::Code::kCancelled, "allreduced client destroyed"}, true));
   } catch (...) {  // out of memory while cancelling: nothing more can be done from a destructor
   }
+  // CUDA: freeing memory (or an event) that another process still has open through IPC is
+  // undefined and can poison the daemon's context for every job on that GPU. Without the daemon's
+  // word the staging stays allocated until this process exits (its end closes the daemon's side).
+  if (!free_gpu) (void)gpu_.release();
 }
 
 Status Session::SendHello() {
@@ -133,8 +138,7 @@ Status Session::AcceptWelcome(Frame& frame) {
   wire::Welcome welcome;
   if (!ReadPayload(frame, &welcome)) return Internal("WELCOME frame of the wrong length");
   if (welcome.result_segment_bytes > 0) {
-    ARD_CLIENT_RETURN_IF_ERROR(
-        results_.Map(0, std::move(frame.fd), welcome.result_segment_bytes));
+    ARD_CLIENT_RETURN_IF_ERROR(results_.Map(0, std::move(frame.fd), welcome.result_segment_bytes));
   }
   topology_ = {welcome.rank,       welcome.size,       welcome.local_rank,
                welcome.local_size, welcome.cross_rank, welcome.cross_size};
@@ -149,8 +153,7 @@ Status Session::PublishSegment(uint32_t index, int fd, uint64_t bytes) {
   return connection_->Send(MsgType::kAddSegment, 0, &segment, sizeof(segment), nullptr, 0, fd);
 }
 
-Status Session::Submit(const ard_request& request, ard_done_fn done, void* user,
-                       uint64_t* handle) {
+Status Session::Submit(const ard_request& request, ard_done_fn done, void* user, uint64_t* handle) {
   ARD_CLIENT_RETURN_IF_ERROR(ValidateRequest(request, max_tensor_bytes_));
   ARD_CLIENT_RETURN_IF_ERROR(requests_.failure());  // fail fast, before taking a slot
   InputArena::Slot slot;
@@ -193,6 +196,10 @@ void Session::SendRelease(uint64_t handle) {
 }
 
 void Session::ReceiveLoop() {
+  struct Exited {
+    Session* self;
+    ~Exited() { self->ReceiverExited(); }
+  } exited{this};
   try {
     while (true) {
       Frame frame;
@@ -227,8 +234,10 @@ Status Session::HandleFrame(Frame& frame) {
     case MsgType::kNotify:
       return HandleError(frame, /*notify=*/true);
     case MsgType::kGpuRegistered:
+    case MsgType::kGpuUnregistered:
       if (HandleGpuReply(frame, OkStatus())) return OkStatus();
-      return Internal("unexpected GPU_REGISTERED");
+      return Internal("unexpected GPU_REGISTERED/GPU_UNREGISTERED for request " +
+                      std::to_string(frame.header.request_id));
     case MsgType::kResultSegment: {
       wire::Segment segment;
       ARD_CLIENT_RETURN_IF_ERROR(DecodeSegment(frame.payload, frame.payload_bytes, &segment));

@@ -7,8 +7,9 @@
 //      config.timeout_ms for WELCOME (+ result segment 0) or ERROR, start the receiver thread.
 //   2. Submit()/Wait()/Release() from any thread. The receiver thread handles RESULT_SEGMENT,
 //      COMPLETE, ERROR, NOTIFY and the socket closing; it runs completion callbacks.
-//   3. ~Session(): BYE, shut the socket down, join the receiver, cancel what is pending (callbacks
-//      run on the destroying thread), unmap everything.
+//   3. ~Session(): GPU_UNREGISTER and its answer when a GPU was registered, BYE, shut the socket
+//      down, join the receiver, cancel what is pending (callbacks run on the destroying thread),
+//      unmap everything; the GPU staging is freed only if the daemon answered GPU_UNREGISTERED.
 // Thread-safe; a terminal failure (NOTIFY, lost connection, protocol error) fails every pending
 // request and every later Submit() with the same status.
 #pragma once
@@ -67,13 +68,13 @@ class Session {
   Status AcceptWelcome(Frame& frame);
   Status PublishSegment(uint32_t index, int fd, uint64_t bytes);
 
-  void ReceiveLoop();                   // receiver thread
-  Status HandleFrame(Frame& frame);     // receiver thread; an error is a protocol failure
+  void ReceiveLoop();                // receiver thread
+  Status HandleFrame(Frame& frame);  // receiver thread; an error is a protocol failure
   Status HandleComplete(const Frame& frame);
   Status HandleError(const Frame& frame, bool notify);
   void SendRelease(uint64_t handle);
-  void FreeInput(uint64_t handle);      // the daemon is done reading the request's input
-  void FailAll(const Status& status);   // terminal
+  void FreeInput(uint64_t handle);               // the daemon is done reading the request's input
+  void FailAll(const Status& status);            // terminal
   void Deliver(std::vector<Finished> finished);  // frees input slots, runs callbacks
 
   // GPU path (session_gpu.cc).
@@ -85,13 +86,18 @@ class Session {
     void* out = nullptr;
     void* stream = nullptr;
   };
-  Status RegisterGpu(int device);  // once per process, under gpu_mu_
+  Status RegisterGpu(int device);                           // once per process, under gpu_mu_
   Status AllocateGpu(uint64_t bytes, GpuPending* pending);  // under gpu_mu_
   // COMPLETE/ERROR of a device submit: enqueues the copy-out of the result (its size from
   // `complete`'s shape; NULL for an ERROR) when `status` is OK and frees its staging range and
   // event. Returns the status to report. False: `id` is not a device submit.
   bool FinishGpu(uint64_t id, Status* status, const wire::Complete* complete);
-  bool HandleGpuReply(const Frame& frame, const Status& status);  // GPU_REGISTER's answer
+  // GPU_REGISTER's or GPU_UNREGISTER's answer. False: `frame` answers neither.
+  bool HandleGpuReply(const Frame& frame, const Status& status);
+  // ~Session, before BYE: GPU_UNREGISTER, then waits for GPU_UNREGISTERED, the connection's end or
+  // the timeout. True when the staging may be freed (the daemon said so, or none was registered).
+  bool UnregisterGpu();
+  void ReceiverExited();  // wakes a GPU_REGISTER/GPU_UNREGISTER wait
 
   const ClientConfig config_;
   std::unique_ptr<Connection> connection_;
@@ -107,9 +113,11 @@ class Session {
 
   std::mutex gpu_mu_;
   std::condition_variable gpu_cv_;
-  std::unique_ptr<GpuStaging> gpu_;        // after a successful registration
-  uint64_t gpu_register_id_ = 0;           // in flight
+  std::unique_ptr<GpuStaging> gpu_;  // after a successful registration
+  uint64_t gpu_register_id_ = 0;     // in flight
+  uint64_t gpu_unregister_id_ = 0;   // in flight
   bool gpu_answered_ = false;
+  bool receiver_exited_ = false;  // nothing more will be answered
   Status gpu_register_status_;
   std::map<uint64_t, uint64_t> gpu_free_;  // staging offset -> bytes (free ranges)
   std::vector<uint32_t> gpu_free_events_;
