@@ -83,6 +83,7 @@ class Session {
     uint64_t capacity = 0;  // result bytes that fit (allgather: size x input bytes)
     uint64_t elem = 1;      // dtype size: the result's bytes follow from COMPLETE's shape
     uint32_t event = 0;
+    bool skip_copy_out = false;  // a broadcast root in place: the output already holds the result
     void* out = nullptr;
     void* stream = nullptr;
   };

@@ -163,8 +163,14 @@ Status Session::SubmitDevice(const ard_request& request, int device, void* devic
   Status status = AllocateGpu(capacity, &pending);
   pending.bytes = request.bytes;
   pending.elem = wire::DataTypeSize(static_cast<uint32_t>(request.dtype));
+  // A broadcast reads only the root's input: elsewhere the event is recorded without a copy. A
+  // root whose output is its input (in place) needs no copy-out either.
+  const bool broadcast = collective == wire::Collective::kBroadcast;
+  const bool root = request.root_rank == topology_.rank;
+  pending.skip_copy_out = broadcast && root && device_out == request.data;
   if (status.ok()) {
-    status = gpu_->CopyIn(pending.offset, request.data, request.bytes, pending.event, stream);
+    status = gpu_->CopyIn(pending.offset, request.data, broadcast && !root ? 0 : request.bytes,
+                          pending.event, stream);
     if (!status.ok()) {
       gpu_free_[pending.offset] = pending.reserved;
       gpu_free_events_.push_back(pending.event);
@@ -221,9 +227,10 @@ bool Session::FinishGpu(uint64_t id, Status* status, const wire::Complete* compl
                                                     " bytes reserved for it");
       }
     }
-    // The stream waits for the daemon's record of the event, then copies the result out.
+    // The stream waits for the daemon's record of the event, then copies the result out (or only
+    // waits: a later copy-in into this range must not overtake the daemon).
     if (status->ok() && bytes > 0) {
-      *status = gpu_->CopyOut(p.offset, p.out, bytes, p.event, p.stream);
+      *status = gpu_->CopyOut(p.offset, p.out, p.skip_copy_out ? 0 : bytes, p.event, p.stream);
     }
   }
   gpu_free_[p.offset] = p.reserved;

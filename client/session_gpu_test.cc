@@ -28,6 +28,7 @@ struct FakeCuda {
   int (*live_allocations)() = nullptr;
   int (*live_events)() = nullptr;
   int (*misuses)() = nullptr;
+  int (*async_copies)() = nullptr;
 };
 
 std::string DoublePath() {
@@ -57,7 +58,9 @@ const FakeCuda& Double() {
     f->misuses = reinterpret_cast<int (*)()>(dlsym(lib, "ard_fake_cuda_misuses"));
     REQUIRE(f->live_allocations != nullptr);
     REQUIRE(f->live_events != nullptr);
+    f->async_copies = reinterpret_cast<int (*)()>(dlsym(lib, "ard_fake_cuda_async_copies"));
     REQUIRE(f->misuses != nullptr);
+    REQUIRE(f->async_copies != nullptr);
     return f;
   }();
   return *fake;
@@ -156,6 +159,57 @@ TEST_CASE("a daemon that hangs up before confirming: the staging stays allocated
   destroyer.join();
   CHECK(cuda.live_allocations() == allocations + 1);
   CHECK(cuda.misuses() == 0);
+}
+
+// One device submit of `t`; the number of device copies it made.
+int CopiesOf(ard_client* client, FloatTensor& t, void* out) {
+  const int before = Double().async_copies();
+  char err[512] = "";
+  uint64_t handle = 0;
+  int code = ard_submit_device(client, &t.request, 0, out, nullptr, nullptr, nullptr, &handle, err,
+                               sizeof(err));
+  INFO(err);
+  REQUIRE(code == ARD_OK);
+  ard_result result;
+  REQUIRE(ard_wait(client, handle, testing::kWaitMs, &result) == ARD_OK);
+  ard_release(client, handle);
+  return Double().async_copies() - before;
+}
+
+TEST_CASE("device copies: a broadcast copies in only at its root, and out only where needed") {
+  Double();
+  testing::FakeDaemonOptions options;
+  options.welcome.size = 2;  // this process is rank 0 of 2
+  options.welcome.local_size = 2;
+  FakeDaemon daemon(options);
+  ard_options client_options = testing::TestOptions(daemon);
+  client_options.size = 2;
+  client_options.local_size = 2;
+  ard_client* client = testing::MustCreate(client_options);
+
+  FloatTensor sum("sum", {1.0f, 2.0f});
+  std::vector<float> out(2, 0.0f);
+  CHECK(CopiesOf(client, sum, out.data()) == 2);  // in and out
+  CHECK(out == std::vector<float>{2.0f, 4.0f});
+
+  FloatTensor from_1("b1", {1.0f, 2.0f});  // rank 1's broadcast: this input is never read
+  from_1.request.collective = ARD_BROADCAST;
+  from_1.request.root_rank = 1;
+  CHECK(CopiesOf(client, from_1, out.data()) == 1);  // out only
+  uint32_t bits;
+  std::memcpy(&bits, out.data(), 4);
+  CHECK(bits == 0x42424242u);  // what the (fake) daemon delivered
+
+  FloatTensor from_0("b0", {5.0f, 6.0f});  // this rank's broadcast
+  from_0.request.collective = ARD_BROADCAST;
+  from_0.request.root_rank = 0;
+  CHECK(CopiesOf(client, from_0, out.data()) == 2);  // into another output: in and out
+  CHECK(out == std::vector<float>{5.0f, 6.0f});
+  CHECK(CopiesOf(client, from_0, from_0.values.data()) == 1);  // in place: in only
+  CHECK(from_0.values == std::vector<float>{5.0f, 6.0f});
+  ard_client_destroy(client);
+  CHECK(daemon.State().violations.empty());
+  CHECK(Double().misuses() == 0);
 }
 
 TEST_CASE("a client that never used the GPU says BYE without GPU_UNREGISTER") {

@@ -39,6 +39,7 @@ struct State {
   std::set<FakeEvent*> events;
   int context_retains = 0;
   int misuses = 0;  // calls on memory or events this driver does not hold
+  int async_copies = 0;
 };
 
 State& S() {
@@ -64,6 +65,10 @@ int ard_fake_cuda_live_allocations() {
 int ard_fake_cuda_live_events() {
   std::lock_guard<std::mutex> lock(S().mu);
   return static_cast<int>(S().events.size());
+}
+int ard_fake_cuda_async_copies() {  // cuMemcpyAsync calls (the GPU path's copies)
+  std::lock_guard<std::mutex> lock(S().mu);
+  return S().async_copies;
 }
 int ard_fake_cuda_misuses() {
   std::lock_guard<std::mutex> lock(S().mu);
@@ -186,6 +191,10 @@ CUresult cuStreamWaitEvent(void* stream, FakeEvent* event, unsigned flags) {
 }
 
 CUresult cuMemcpyAsync(uintptr_t dst, uintptr_t src, size_t bytes, void* stream) {
+  {
+    std::lock_guard<std::mutex> lock(S().mu);
+    ++S().async_copies;
+  }
   std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
   return kSuccess;
 }

@@ -353,7 +353,14 @@ void FakeDaemon::Impl::HandleGpuSubmit(FakeConn* c, const wire::FrameHeader& h, 
                                     "bad GPU placement"));
   }
   char* at = arena->second.base + where.offset;
-  FakeResult(s.submit, at, at);
+  const bool from_elsewhere =
+      s.submit.collective == static_cast<uint32_t>(wire::Collective::kBroadcast) &&
+      s.submit.root_rank != options.welcome.rank;
+  if (from_elsewhere) {
+    std::memset(at, 0x42, s.submit.bytes);  // as if the root's tensor arrived
+  } else {
+    FakeResult(s.submit, at, at);
+  }
   wire::Complete out{};
   out.ndims = s.submit.ndims;
   std::memcpy(out.shape, s.submit.shape, sizeof(out.shape));

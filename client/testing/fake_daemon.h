@@ -38,7 +38,8 @@ struct FakeDaemonOptions {
   // GPU path: GPU_REGISTER is answered GPU_REGISTERED; GPU_UNREGISTER is answered at once unless
   // this is false (then AnswerGpuUnregister). A GPU_SUBMIT is answered as a SUBMIT, in place in the
   // staging arena, which must come from the client's host double of the CUDA driver
-  // (client/testing/fake_cuda.cc: its IPC handle holds the arena's address in this process).
+  // (client/testing/fake_cuda.cc: its IPC handle holds the arena's address in this process). A
+  // broadcast from another rank's root arrives as bytes 0x42.
   bool answer_gpu_unregister = true;
 };
 
