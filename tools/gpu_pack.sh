@@ -29,7 +29,11 @@ if [ -n "$unlisted" ]; then
   exit 1
 fi
 labels=()
-for b in "${binaries[@]}"; do labels+=("//$(dirname "$b"):$(basename "$b")"); done
+for b in "${binaries[@]}"; do # the label: the nearest package above the path
+  pkg=$(dirname "$b")
+  while [ ! -f "$pkg/BUILD" ] && [ ! -f "$pkg/BUILD.bazel" ]; do pkg=$(dirname "$pkg"); done
+  labels+=("//$pkg:${b#"$pkg"/}")
+done
 bazel build "${labels[@]}"
 if grep -q "CUDA_ENABLED = False" "$(bazel info output_base)/external/local_config_cuda/defs.bzl"; then
   echo "gpu_pack: this build found no CUDA toolkit + NCCL (set CUDA_PATH)" >&2
