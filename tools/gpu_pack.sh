@@ -59,7 +59,7 @@ cp tests/pytest_main.py "$A/py/tests/"
 cp -r python/allreduced/__init__.py python/allreduced/launch "$A/py/python/allreduced/"
 # pytest and what it imports, pure Python: the GPU machine needs only python3.
 "$python" - "$A/py/site" <<'EOF'
-import importlib, os, shutil, sys
+import glob, importlib, os, shutil, sys
 for name in ["pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py", "exceptiongroup",
              "tomli"]:
     try:
@@ -72,6 +72,12 @@ for name in ["pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py", "exc
                         ignore=shutil.ignore_patterns("__pycache__"))
     else:
         shutil.copy(path, sys.argv[1])
+    # Its metadata too: pytest and pluggy read their own versions through importlib.metadata.
+    site = os.path.dirname(os.path.dirname(path) if path.endswith("__init__.py") else path)
+    for info in glob.glob(os.path.join(site, name.lstrip("_") + "-*.dist-info")):
+        target = os.path.join(sys.argv[1], os.path.basename(info))
+        if not os.path.exists(target):
+            shutil.copytree(info, target)
 EOF
 {
   git rev-parse HEAD

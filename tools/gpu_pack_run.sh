@@ -184,11 +184,11 @@ step() {
 # C++ cases: Catch2's names, escaped for its test spec (\ , [ ] are special).
 cc_cases() { LD_LIBRARY_PATH=$ARD_LD "./$cc" --list-test-names-only | grep -v '^$'; }
 cc_case() { cmd=(env "LD_LIBRARY_PATH=$ARD_LD" "./$cc" "$(sed 's/[][\\,]/\\&/g' <<<"$1")"); }
-# Python cases: pytest's node ids.
 py=(env PYTHONUNBUFFERED=1 "PYTHONPATH=$A/py/site" "$python" "$A/py/tests/pytest_main.py"
   "allreduced=$A/wrap/allreduced" "allreducectl=$A/wrap/allreducectl")
-py_cases() { (cd "$A/py/tests/gpu" && "${py[@]}" --collect-only -q -p no:cacheprovider "$pyt.py" | grep '::'); }
-py_case() { cmd=(env -C "$A/py/tests/gpu" "${py[@]}" -v -p no:cacheprovider "$1"); }
+# Python cases: pytest's node ids (pytest_main.py already passes -q, so one id a line).
+py_cases() { (cd "$A/py/tests/gpu" && "${py[@]}" --collect-only "$pyt.py" | grep '::'); }
+py_case() { cmd=(env -C "$A/py/tests/gpu" "${py[@]}" -v "$1"); }
 # One daemon; `allreducectl bench --device gpu --check` next to NCCL's own allreduce through the
 # same GPUs (nccl-tests-style algbw/busbw rows, then ratios), float32 sum, 4 B to 64 MiB.
 bench_cases() {
