@@ -45,8 +45,8 @@ cc_tests=(
 )
 # Then the Python tests in tests/gpu (real daemons, real trainers: allreducectl bench processes).
 py_tests=(
-  trainer_kill_test 60
-  two_daemons_hierarchical_test 60
+  trainer_kill_test 90
+  two_daemons_hierarchical_test 90
   nccl_one_gpu_test 40
   bench_device_test 90
 )

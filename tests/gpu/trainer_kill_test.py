@@ -50,7 +50,7 @@ def job_on_gpu(daemon, name):
 def test_sigkill_mid_collective_leaves_the_daemon_and_other_jobs_working(daemon):
     victim = bench(daemon, "victim", "--sizes", "64M", "--warmup", "0", "--iters", "1000000")
     bystander = bench(daemon, "bystander", "--sizes", "4K,1M,16M", "--warmup", "2", "--iters",
-                      "200", "--check", "--json")
+                      "50", "--check", "--json")
     try:
         pids = wait_until(lambda: job_on_gpu(daemon, "victim"), 60, "job victim on the GPU")
         os.kill(pids[0], signal.SIGKILL)
