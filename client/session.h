@@ -151,6 +151,7 @@ class Session {
   std::condition_variable gpu_cv_;
   std::unique_ptr<GpuStaging> gpu_;  // after a successful registration
   uint64_t gpu_register_id_ = 0;     // in flight
+  uint64_t gpu_unregister_id_ = 0;   // in flight
   bool gpu_answered_ = false;
   bool receiver_exited_ = false;  // nothing more will be answered
   Status gpu_register_status_;
