@@ -136,6 +136,13 @@ void JobRegistry::OnFrame(const std::shared_ptr<Session>& s, local::DecodedFrame
       if (frame.type == wire::MsgType::kGpuRegister) return job->GpuRegister(s, frame);
       return job->Submit(s, std::move(frame));
     }
+    case wire::MsgType::kGpuUnregister: {
+      // Nothing of this process is held without a job (or without a GPU): answered at once.
+      Job* job = s->welcomed && options_.gpu_device != nullptr ? JobOf(*s) : nullptr;
+      if (job != nullptr) return job->GpuUnregister(s, frame.request_id);
+      s->Send(local::EncodeEmpty(wire::MsgType::kGpuUnregistered, frame.request_id));
+      return;
+    }
     default:
       if (fd >= 0) close(fd);
       s->Reject(frame.request_id, absl::InvalidArgumentError("unexpected frame"));
