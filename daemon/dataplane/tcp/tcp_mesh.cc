@@ -288,9 +288,9 @@ absl::Status TcpMesh::Enqueue(int peer, bool send, const void* data, size_t byte
   return absl::OkStatus();
 }
 
-void TcpMesh::Seal(Queue& q, bool send) {
-  if (q.iov.empty()) return;
+void TcpMesh::Seal(Queue& q, bool send) const {
   q.data_iovs = q.iov.size();
+  if (q.iov.empty() || !options_.checksum) return;
   q.crc = Crc32cExtend(0, &q.transfers, sizeof q.transfers);
   if (send) {
     for (const iovec& v : q.iov) q.crc = Crc32cExtend(q.crc, v.iov_base, v.iov_len);
@@ -384,14 +384,15 @@ absl::Status TcpMesh::PumpPeer(int peer, bool* progressed) {
     for (size_t left = n; left > 0;) {
       iovec& v = q.iov[q.next];
       const size_t step = std::min(left, v.iov_len);
-      if (!send && q.next < q.data_iovs) q.crc = Crc32cExtend(q.crc, v.iov_base, step);
+      if (!send && q.next < q.data_iovs && options_.checksum)
+        q.crc = Crc32cExtend(q.crc, v.iov_base, step);
       v.iov_base = static_cast<char*>(v.iov_base) + step;
       v.iov_len -= step;
       left -= step;
       if (v.iov_len == 0) ++q.next;
     }
     while (!q.done() && q.iov[q.next].iov_len == 0) ++q.next;
-    if (!send && q.done()) ARD_RETURN_IF_ERROR(CheckReceived(peer, q));
+    if (!send && q.done() && options_.checksum) ARD_RETURN_IF_ERROR(CheckReceived(peer, q));
   }
   return absl::OkStatus();
 }

@@ -57,6 +57,9 @@ struct TcpMeshOptions {
   // Keep retrying non-blocking sends/receives for this long after the last progress before
   // sleeping in poll(): trades CPU for the ~100 us cross-core wake-up on small transfers.
   absl::Duration busy_poll = absl::ZeroDuration();
+  // false: transfers carry no CRC32C. Only for mesh_bench's measurement of what the checksum
+  // costs; every host of a mesh must agree (the daemon always checksums).
+  bool checksum = true;
 };
 
 // The job a mesh serves, as the coordinator formed it: its id and the data-plane credentials of
@@ -165,7 +168,7 @@ class TcpMesh {
   absl::Status CheckUsable() const;
   absl::Status Enqueue(int peer, bool send, const void* data, size_t bytes);
   // Appends the checksum trailer to a queue that moves any bytes (after Enqueue).
-  static void Seal(Queue& q, bool send);
+  void Seal(Queue& q, bool send) const;
   // A receiving queue just completed: its checksum must match.
   absl::Status CheckReceived(int peer, Queue& q);
   absl::Status Pump();

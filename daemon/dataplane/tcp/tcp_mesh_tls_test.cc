@@ -1,7 +1,6 @@
 // TcpMesh with --data_plane_tls (data_tls.h, secure_mesh.h): certificates made here with the
-// openssl command (a CA signing "good" and "elsewhere", a rogue CA signing "intruder").
+// openssl command (test_pki.h).
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -12,46 +11,16 @@
 #include "daemon/dataplane/tcp/data_tls.h"
 #include "daemon/dataplane/tcp/mesh_fixture.h"
 #include "daemon/dataplane/tcp/tcp_mesh.h"
+#include "daemon/dataplane/tcp/test_pki.h"
 
 namespace ard::dataplane::tcp {
 namespace {
 
 using Meshes = std::vector<std::unique_ptr<TcpMesh>>;
 
-// Makes the test PKI once per process under TEST_TMPDIR; returns its directory.
-const std::string& Pki() {
-  static const std::string dir = [] {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    const std::string d = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/pki");
-    const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-    std::string script = absl::StrCat("set -e; mkdir -p ", d, "; cd ", d, "; exec 2>log; ");
-    for (const char* ca : {"ca", "rogue"}) {
-      absl::StrAppend(&script, "openssl req -x509 ", key, " -keyout ", ca, ".key -out ", ca,
-                      ".pem -days 2 -subj /CN=", ca, " >/dev/null; ");
-    }
-    const char* certs[][3] = {{"good", "ca", "IP:127.0.0.1"},
-                              {"elsewhere", "ca", "DNS:elsewhere.example"},
-                              {"intruder", "rogue", "IP:127.0.0.1"}};
-    for (const auto& [name, ca, san] : certs) {
-      absl::StrAppend(&script, "printf 'subjectAltName=", san,
-                      "\\nextendedKeyUsage=serverAuth,clientAuth\\n' > ", name, ".ext; ",
-                      "openssl req ", key, " -keyout ", name, ".key -out ", name,
-                      ".csr -subj /CN=", name, " >/dev/null; openssl x509 -req -in ", name,
-                      ".csr -CA ", ca, ".pem -CAkey ", ca, ".key -CAcreateserial -out ", name,
-                      ".pem -days 2 ", "-extfile ", name, ".ext >/dev/null; ");
-    }
-    REQUIRE(std::system(script.c_str()) == 0);
-    return d;
-  }();
-  return dir;
-}
-
 // Listener options of a host presenting certificate `name`, trusting the CA `ca`.
 DataListenerOptions WithTls(const std::string& name, const std::string& ca = "ca") {
-  const std::string& d = Pki();
-  absl::StatusOr<std::shared_ptr<DataTlsContext>> context = DataTlsContext::Create(
-      {absl::StrCat(d, "/", name, ".pem"), absl::StrCat(d, "/", name, ".key"),
-       absl::StrCat(d, "/", ca, ".pem")});
+  absl::StatusOr<std::shared_ptr<DataTlsContext>> context = TestTlsContext(name, ca);
   INFO(context.status().ToString());
   REQUIRE(context.ok());
   DataListenerOptions options;
@@ -120,7 +89,7 @@ TEST_CASE(
 }
 
 TEST_CASE("DataTlsContext names a file it cannot load") {
-  const std::string& d = Pki();
+  const std::string& d = TestPki();
   absl::StatusOr<std::shared_ptr<DataTlsContext>> context =
       DataTlsContext::Create({d + "/missing.pem", d + "/good.key", d + "/ca.pem"});
   REQUIRE(context.status().code() == absl::StatusCode::kInvalidArgument);
