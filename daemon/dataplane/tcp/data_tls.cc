@@ -141,12 +141,14 @@ ssize_t TlsStream::Result(int ret) {
     case SSL_ERROR_ZERO_RETURN:
       return 0;
     case SSL_ERROR_SYSCALL:
-      // An EOF (errno 0) or the socket's own error (e.g. ECONNRESET, or EPIPE after shutdown).
-      if (ERR_peek_error() == 0) {
-        if (saved_errno == 0) return 0;
+      // The socket's own error (e.g. ECONNRESET, or EPIPE after TcpMesh::Abort's shutdown), or
+      // an end of stream when neither errno nor OpenSSL says more.
+      if (saved_errno != 0) {
+        ERR_clear_error();
         errno = saved_errno;
         return -1;
       }
+      if (ERR_peek_error() == 0) return 0;
       [[fallthrough]];
     default:
       error_ = OpenSslErrors();
