@@ -22,6 +22,7 @@
 #include "daemon/config/config_loader.h"
 #include "daemon/daemon_options.h"
 #include "daemon/dataplane/tcp/data_listener.h"
+#include "daemon/dataplane/tcp/data_tls.h"
 #include "daemon/gpu/cuda_device.h"
 #include "daemon/gpu/device_query.h"
 #include "daemon/jobs/job_registry.h"
@@ -145,7 +146,8 @@ std::string Daemon::DescribeSelf() {
   self_.set_name(config_.host_name());
   self_.set_version(kVersion);
   self_.set_protocol_version(kProtocolVersion);
-  self_.set_data_plane_security("authenticated");  // handshake.h; no encryption (not built)
+  // handshake.h; data_tls.h with --data_plane_tls.
+  self_.set_data_plane_security(config_.data_plane_tls() ? "encrypted" : "authenticated");
   self_.set_instance_id(NewInstanceId());
   self_.set_start_time_unix_ms(absl::ToUnixMillis(absl::Now()));
   self_.set_pid(getpid());
@@ -230,7 +232,17 @@ absl::Status Daemon::OpenEndpoints(std::shared_ptr<grpc::ServerCredentials> serv
 }
 
 absl::Status Daemon::StartDataPlane() {
-  const dataplane::tcp::DataListenerOptions options = DataListenerFrom(config_);
+  dataplane::tcp::DataListenerOptions options = DataListenerFrom(config_);
+  if (config_.data_plane_tls()) {
+    ARD_ASSIGN_OR_RETURN(
+        options.tls, dataplane::tcp::DataTlsContext::Create(
+                         {config_.tls_cert_file(), config_.tls_key_file(), config_.tls_ca_file()}));
+    Logger("dataplane")
+        ->info(
+            "data plane tls on: TLS 1.3 with certificate {} (kernel TLS where this kernel "
+            "offers it, else userspace; each mesh logs which)",
+            config_.tls_cert_file());
+  }
   data_listener_ = std::make_unique<dataplane::tcp::DataListener>(options);
   if (auto s = data_listener_->Start(); !s.ok()) {
     return absl::UnavailableError(

@@ -15,7 +15,8 @@ inline constexpr char kVersion[] = "0.1.0";
 // as neither could read the other's messages right. Bump it when a message changes meaning.
 // 0: daemons older than the field; 1: the first with it (JobEvent's compact response form,
 // JobLayout.JobHost.registered_local_ranks); 2: JobLayout.data_secret and the authenticated,
-// checksummed data plane (dataplane/tcp/handshake.h kDataVersion 2).
-inline constexpr uint32_t kProtocolVersion = 2;
+// checksummed data plane (dataplane/tcp/handshake.h kDataVersion 2); 3: the data plane's
+// encryption byte and optional TLS (kDataVersion 3, data_plane_tls).
+inline constexpr uint32_t kProtocolVersion = 3;
 
 }  // namespace ard

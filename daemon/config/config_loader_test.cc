@@ -63,6 +63,16 @@ TEST_CASE("cross-host algorithm flags set the data plane's selection") {
   CHECK(c->cross_host_chunk_bytes() == 65536);
 }
 
+TEST_CASE("data_plane_tls needs the gRPC certificates") {
+  auto c = Load({"--data_plane_tls=true"});
+  REQUIRE(c.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(c.status().message()).find("tls_cert_file") != std::string::npos);
+  c = Load({"--data_plane_tls=true", "--tls_cert_file=c.pem", "--tls_key_file=k.pem",
+            "--tls_ca_file=ca.pem"});
+  REQUIRE(c.ok());
+  CHECK(c->data_plane_tls());
+}
+
 TEST_CASE("file overrides defaults and flags override the file") {
   std::string path = WriteTemp("good.conf",
                                "cluster_address: \"127.0.0.1:0\"\n"

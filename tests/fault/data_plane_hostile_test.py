@@ -14,7 +14,7 @@ import pytest
 from fault_util import harness, make_cluster, run_job, wait_until
 
 NAMES = ["h-a", "h-b"]
-MAGIC, VERSION = 0x54445241, 2
+MAGIC, VERSION = 0x54445241, 3
 HELLO = struct.Struct("<IIQQII16s")  # dataplane/tcp/handshake.h DataHello
 PROOF_BYTES, NONCE_BYTES = 32, 16
 HANDSHAKE_TIMEOUT_S = 10  # DataListenerOptions.handshake_timeout

@@ -2,38 +2,17 @@
 tls_ca_file), with certificates this test makes with openssl: a CA for the cluster and a rogue
 CA that nobody trusts."""
 import json
-import os
 import shutil
 import subprocess
 import tempfile
 
 import pytest
 
-from fault_util import (HOST_TIMEOUT_MS, STALL_WARNING_MS, harness, run_job, wait_until)
+from fault_util import (HOST_TIMEOUT_MS, STALL_WARNING_MS, harness, make_pki, run_job, tls_flags,
+                        wait_until)
 
 if shutil.which("openssl") is None:
     pytest.skip("openssl is not installed", allow_module_level=True)
-
-
-def openssl(*args, cwd):
-    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def make_pki(d):
-    """CA `ca` signing h-a, h-b and ctl; rogue CA `rogue` signing `intruder`. Every certificate
-    names 127.0.0.1 (peers verify the address they dial) and may serve and be a client."""
-    with open(os.path.join(d, "ext"), "w") as f:
-        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                "extendedKeyUsage=serverAuth,clientAuth\n")
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    for ca in ("ca", "rogue"):
-        openssl("req", "-x509", *key, "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-days", "2",
-                "-subj", f"/CN=ard-test-{ca}", cwd=d)
-    for name, ca in (("h-a", "ca"), ("h-b", "ca"), ("ctl", "ca"), ("intruder", "rogue")):
-        openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj",
-                f"/CN={name}", cwd=d)
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", "ext", cwd=d)
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +21,6 @@ def pki():
     make_pki(d)
     yield d
     shutil.rmtree(d, ignore_errors=True)
-
-
-def tls_flags(pki, name, ca="ca"):
-    return [f"--tls_cert_file={pki}/{name}.pem", f"--tls_key_file={pki}/{name}.key",
-            f"--tls_ca_file={pki}/{ca}.pem"]
 
 
 def ctl_tls(pki, address, name="ctl", ca="ca", command=("status", "--json")):

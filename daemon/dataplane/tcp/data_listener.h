@@ -36,6 +36,7 @@
 #include "absl/time/time.h"
 #include "daemon/dataplane/tcp/algorithms.h"
 #include "daemon/dataplane/tcp/data_auth.h"
+#include "daemon/dataplane/tcp/data_tls.h"
 #include "daemon/dataplane/tcp/handshake.h"
 #include "daemon/dataplane/tcp/socket_util.h"
 #include "daemon/dataplane/tcp/warn_limiter.h"
@@ -55,6 +56,9 @@ struct DataListenerOptions {
   // The daemon's cross-host algorithm settings: every mesh connected through this listener runs
   // its collectives with them (the listener is the daemon's one data-plane endpoint).
   AlgorithmOptions algorithms;
+  // --data_plane_tls: every mesh connected through this listener encrypts its connections with
+  // it (secure_mesh.h). Null: plaintext, authenticated by the job secret only.
+  std::shared_ptr<const DataTlsContext> tls;
 };
 
 // Bytes moved by every mesh built on one listener (the daemon's data-plane totals, for metrics).

@@ -7,8 +7,8 @@
 //   3. dialer   -> acceptor  the dialer's proof (kProofBytes): HMAC over both nonces and the hello
 //   4. acceptor -> dialer    the acceptor's proof, sent when the acceptor's job takes the
 //                            connection and has checked the dialer's proof (DataListener)
-// Anything else is closed by the acceptor. After step 4 the connection carries checksummed
-// transfers (tcp_mesh.h).
+// Anything else is closed by the acceptor. After step 4 both ends agree on encryption and may run
+// TLS (secure_mesh.h); then the connection carries checksummed transfers (tcp_mesh.h).
 //
 // Layout: fixed sizes, little-endian, no padding. Tensor bytes that follow are in the hosts'
 // native layout, so every host of a job must be little-endian (checked at compile time below).
@@ -29,8 +29,9 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 namespace ard::dataplane::tcp {
 
 inline constexpr uint32_t kDataMagic = 0x54445241;  // "ARDT" in memory
-// 1: a 24-byte unauthenticated header; 2: this challenge-response and checksummed transfers.
-inline constexpr uint32_t kDataVersion = 2;
+// 1: a 24-byte unauthenticated header; 2: this challenge-response and checksummed transfers;
+// 3: then one byte each way saying whether the connection runs TLS (secure_mesh.h).
+inline constexpr uint32_t kDataVersion = 3;
 // Largest host index a handshake may name (a sanity bound, far above any real job).
 inline constexpr uint32_t kMaxHosts = 1u << 16;
 inline constexpr size_t kNonceBytes = 16;

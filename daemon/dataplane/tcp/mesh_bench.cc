@@ -4,7 +4,11 @@
 // allreduce (median of rounds), algbw = size / time, busbw = algbw * 2(n-1)/n. No assertions.
 //   bazel run //daemon/dataplane/tcp:mesh_bench -- [--hosts=2,4] [--sizes=4,1048576,...]
 //       [--socket_buffer=BYTES (0 = kernel auto-tuning)] [--chunk=BYTES] [--seconds=S]
-//       [--mode=allreduce|ring] [--busy_poll_us=US]
+//       [--mode=allreduce|ring] [--busy_poll_us=US] [--variants=plain,checksum,tls]
+// --variants runs each size once per variant in the same run, interleaved (so the machine's load
+// hits them alike): "checksum" is the daemon's plaintext data plane (authenticated, CRC32C per
+// transfer; the default), "plain" the same without the checksum, "tls" the daemon with
+// --data_plane_tls (TLS 1.3, certificates made with the openssl command: test_pki.h).
 // --mode=ring is the baseline of MEASUREMENTS.md's "raw TCP ring": every host sends `size` bytes
 // to the next host while receiving as much from the previous one (TcpMesh::Exchange, no
 // reduction); its busbw column is then the per-link rate, size / time.
@@ -21,6 +25,7 @@
 #include "daemon/common/logging.h"
 #include "daemon/dataplane/tcp/host_collectives.h"
 #include "daemon/dataplane/tcp/mesh_fixture.h"
+#include "daemon/dataplane/tcp/test_pki.h"
 
 namespace ard::dataplane::tcp {
 namespace {
@@ -33,6 +38,7 @@ struct BenchOptions {
   double seconds = 2.0;  // per row, roughly
   bool ring = false;
   absl::Duration busy_poll;
+  std::vector<std::string> variants = {"checksum"};
 };
 
 template <typename T>
@@ -78,6 +84,8 @@ BenchOptions Parse(int argc, char** argv) {
       o.busy_poll = absl::Microseconds(std::atoi(value.c_str()));
     else if (key == "--seconds")
       o.seconds = std::atof(value.c_str());
+    else if (key == "--variants")
+      o.variants = absl::StrSplit(value, ',');
     else if (key == "--mode" && (value == "ring" || value == "allreduce"))
       o.ring = value == "ring";
     else {
@@ -118,31 +126,61 @@ double TimeRound(std::vector<std::unique_ptr<TcpMesh>>& meshes,
   return seconds / iterations;
 }
 
-void BenchHosts(int n, const BenchOptions& o) {
+// One variant's hosts and meshes (see --variants).
+struct Variant {
+  std::string name;
+  std::unique_ptr<LocalHosts> hosts;
+  std::vector<std::unique_ptr<TcpMesh>> meshes;
+};
+
+Variant Connect(int n, const std::string& name, const BenchOptions& o) {
   DataListenerOptions listener_options;
   listener_options.socket_buffer_bytes = o.socket_buffer;
   listener_options.algorithms = o.collective;
-  LocalHosts hosts(n, listener_options);
   TcpMeshOptions mesh_options;
   mesh_options.socket_buffer_bytes = o.socket_buffer;
   mesh_options.busy_poll = o.busy_poll;
-  auto meshes = hosts.ConnectAll(1, mesh_options);
-  if (!hosts.start_status().ok() || !meshes.ok()) {
+  if (name == "plain") {
+    mesh_options.checksum = false;
+  } else if (name == "tls") {
+    absl::StatusOr<std::shared_ptr<DataTlsContext>> tls = TestTlsContext("good");
+    if (!tls.ok()) {
+      std::fprintf(stderr, "tls: %s\n", tls.status().ToString().c_str());
+      std::exit(1);
+    }
+    listener_options.tls = *tls;
+  } else if (name != "checksum") {
+    std::fprintf(stderr, "unknown variant %s (plain, checksum, tls)\n", name.c_str());
+    std::exit(2);
+  }
+  Variant v{name, std::make_unique<LocalHosts>(n, listener_options), {}};
+  auto meshes = v.hosts->ConnectAll(1, mesh_options);
+  if (!v.hosts->start_status().ok() || !meshes.ok()) {
     std::fprintf(stderr, "setup failed: %s\n", meshes.status().ToString().c_str());
     std::exit(1);
   }
+  v.meshes = std::move(*meshes);
+  return v;
+}
+
+void BenchHosts(int n, const BenchOptions& o) {
+  std::vector<Variant> variants;
+  for (const std::string& name : o.variants) variants.push_back(Connect(n, name, o));
   for (size_t bytes : o.sizes) {
-    std::vector<std::vector<float>> bufs(n, std::vector<float>(bytes / 4, 1.0f));
-    double per_op = TimeRound(*meshes, bufs, 1, o);  // warm-up, sizes the rounds
-    const int iterations = std::max(1, static_cast<int>(o.seconds / 5 / per_op));
-    std::vector<double> rounds;
-    for (int r = 0; r < 5; ++r) rounds.push_back(TimeRound(*meshes, bufs, iterations, o));
-    std::sort(rounds.begin(), rounds.end());
-    per_op = rounds[2];
-    const double algbw = bytes / per_op / 1e9;
-    const double busbw = o.ring ? algbw : algbw * 2 * (n - 1) / n;
-    std::printf("%5d %12zu %12.1f %10.3f %10.3f\n", n, bytes, per_op * 1e6, algbw, busbw);
-    std::fflush(stdout);
+    for (Variant& v : variants) {
+      std::vector<std::vector<float>> bufs(n, std::vector<float>(bytes / 4, 1.0f));
+      double per_op = TimeRound(v.meshes, bufs, 1, o);  // warm-up, sizes the rounds
+      const int iterations = std::max(1, static_cast<int>(o.seconds / 5 / per_op));
+      std::vector<double> rounds;
+      for (int r = 0; r < 5; ++r) rounds.push_back(TimeRound(v.meshes, bufs, iterations, o));
+      std::sort(rounds.begin(), rounds.end());
+      per_op = rounds[2];
+      const double algbw = bytes / per_op / 1e9;
+      const double busbw = o.ring ? algbw : algbw * 2 * (n - 1) / n;
+      std::printf("%5d %12zu %12.1f %10.3f %10.3f  %s\n", n, bytes, per_op * 1e6, algbw, busbw,
+                  v.name.c_str());
+      std::fflush(stdout);
+    }
   }
 }
 
@@ -155,7 +193,7 @@ int main(int argc, char** argv) {
   const BenchOptions o = Parse(argc, argv);
   std::printf(
       "# %s, hosts as threads over loopback TCP; socket_buffer=%d chunk=%zu algorithm=%s\n"
-      "# hosts        bytes    time(us) algbw(GB/s) busbw(GB/s)\n",
+      "# hosts        bytes    time(us) algbw(GB/s) busbw(GB/s)  variant\n",
       o.ring ? "raw ring exchange (busbw = per link)" : "float32 Sum allreduce", o.socket_buffer,
       o.collective.chunk_bytes, AllreduceAlgorithmName(o.collective.allreduce).c_str());
   for (int n : o.hosts) BenchHosts(n, o);

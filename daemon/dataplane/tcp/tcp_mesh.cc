@@ -18,6 +18,7 @@
 #include "daemon/dataplane/tcp/crc32c.h"
 #include "daemon/dataplane/tcp/dial_handshake.h"
 #include "daemon/dataplane/tcp/handshake.h"
+#include "daemon/dataplane/tcp/secure_mesh.h"
 
 namespace ard::dataplane::tcp {
 namespace {
@@ -79,6 +80,17 @@ absl::StatusOr<UniqueFd> Dial(const std::string& address, const DialIdentity& id
   }
 }
 
+std::string DescribeEncryption(const std::vector<std::unique_ptr<TlsStream>>& tls) {
+  bool any = false, all_kernel = true;
+  for (const auto& stream : tls) {
+    if (stream == nullptr) continue;
+    any = true;
+    all_kernel = all_kernel && stream->kernel_tls();
+  }
+  if (!any) return "off";
+  return all_kernel ? "tls1.3 (kernel)" : "tls1.3 (userspace)";
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(
@@ -128,25 +140,32 @@ absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(
           proved.code(), DialError(identity(j), data_addresses[j]) + std::string(proved.message()));
     }
   }
+  const SecureMeshInput secure{
+      job_id, self, &peers, &fds, &data_addresses, listener.options().tls.get()};
+  ARD_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<TlsStream>> tls, SecureMesh(secure, deadline));
   const size_t connections = peers.size();
-  std::unique_ptr<TcpMesh> mesh(new TcpMesh(job_id, self, std::move(fds), std::move(peers), options,
-                                            listener.options().algorithms, listener.traffic()));
+  std::unique_ptr<TcpMesh> mesh(new TcpMesh(job_id, self, std::move(fds), std::move(peers),
+                                            std::move(tls), options, listener.options().algorithms,
+                                            listener.traffic()));
   ARD_RETURN_IF_ERROR(mesh->CheckPeersAgree());
   Logger("dataplane")
-      ->info("tcp mesh connected job={} generation={} host={} hosts={} connections={}", job_id,
-             job.generation, self, n, connections);
+      ->info(
+          "tcp mesh connected job={} generation={} host={} hosts={} connections={} encryption={}",
+          job_id, job.generation, self, n, connections, mesh->encryption());
   return mesh;
 }
 
 TcpMesh::TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, std::vector<int> peers,
-                 TcpMeshOptions options, AlgorithmOptions algorithms,
-                 std::shared_ptr<DataTraffic> traffic)
+                 std::vector<std::unique_ptr<TlsStream>> tls, TcpMeshOptions options,
+                 AlgorithmOptions algorithms, std::shared_ptr<DataTraffic> traffic)
     : job_id_(job_id),
       self_(self),
       options_(options),
       traffic_(std::move(traffic)),
       fds_(std::move(fds)),
       peers_(std::move(peers)),
+      tls_(std::move(tls)),
+      encryption_(DescribeEncryption(tls_)),
       algorithms_(algorithms),
       io_(fds_.size()) {}
 
@@ -203,6 +222,9 @@ absl::Status TcpMesh::Transfer(absl::Span<const Send> sends, absl::Span<const Re
 
 absl::StatusOr<bool> TcpMesh::WaitReadable(absl::Span<const int> also, absl::Duration timeout) {
   ARD_RETURN_IF_ERROR(CheckUsable());
+  for (int peer : peers_) {  // bytes TLS already read and decrypted: poll() cannot see them
+    if (tls_[peer] != nullptr && tls_[peer]->pending()) return true;
+  }
   poll_fds_.clear();
   for (int peer : peers_) poll_fds_.push_back(pollfd{fds_[peer].get(), POLLIN, 0});
   for (int fd : also) poll_fds_.push_back(pollfd{fd, POLLIN, 0});
@@ -266,9 +288,9 @@ absl::Status TcpMesh::Enqueue(int peer, bool send, const void* data, size_t byte
   return absl::OkStatus();
 }
 
-void TcpMesh::Seal(Queue& q, bool send) {
-  if (q.iov.empty()) return;
+void TcpMesh::Seal(Queue& q, bool send) const {
   q.data_iovs = q.iov.size();
+  if (q.iov.empty() || !options_.checksum) return;
   q.crc = Crc32cExtend(0, &q.transfers, sizeof q.transfers);
   if (send) {
     for (const iovec& v : q.iov) q.crc = Crc32cExtend(q.crc, v.iov_base, v.iov_len);
@@ -316,40 +338,61 @@ absl::Status TcpMesh::Pump() {
   }
 }
 
+absl::StatusOr<size_t> TcpMesh::MoveBytes(int peer, bool send, Queue& q) {
+  const int fd = fds_[peer].get();
+  TlsStream* tls = tls_[peer].get();
+  ssize_t n;
+  if (tls != nullptr) {  // one range per call: a TLS record never spans two ranges
+    iovec& v = q.iov[q.next];
+    n = send ? tls->Write(v.iov_base, v.iov_len) : tls->Read(v.iov_base, v.iov_len);
+  } else {
+    msghdr msg{};
+    msg.msg_iov = q.iov.data() + q.next;
+    msg.msg_iovlen = std::min<size_t>(q.iov.size() - q.next, IOV_MAX);
+    n = send ? ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recvmsg(fd, &msg, MSG_DONTWAIT);
+  }
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+  if (n < 0 && tls != nullptr && errno == EBADMSG) {
+    return absl::DataLossError(
+        absl::StrCat("job ", job_id_, ": host ", self_, " lost the TLS stream with host ", peer,
+                     " while ", send ? "sending" : "receiving",
+                     " (a record failed its check: the bytes were changed on "
+                     "the way, or the stream broke): ",
+                     tls->error()));
+  }
+  if (n <= 0) {
+    closed_by_peer_ = n == 0;
+    const std::string why = n == 0 ? "connection closed by the peer" : ErrnoText(errno);
+    return absl::UnavailableError(absl::StrCat("job ", job_id_, ": host ", self_, " lost host ",
+                                               peer, " while ", send ? "sending" : "receiving",
+                                               ": ", why));
+  }
+  return static_cast<size_t>(n);
+}
+
 absl::Status TcpMesh::PumpPeer(int peer, bool* progressed) {
   PeerIo& io = io_[peer];
-  const int fd = fds_[peer].get();
   for (int dir = 0; dir < 2; ++dir) {
     const bool send = dir == 0;
     Queue& q = send ? io.out : io.in;
     if (q.done()) continue;
-    msghdr msg{};
-    msg.msg_iov = q.iov.data() + q.next;
-    msg.msg_iovlen = std::min<size_t>(q.iov.size() - q.next, IOV_MAX);
-    const ssize_t n =
-        send ? ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recvmsg(fd, &msg, MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-    if (n <= 0) {
-      closed_by_peer_ = n == 0;
-      const std::string why = n == 0 ? "connection closed by the peer" : ErrnoText(errno);
-      return absl::UnavailableError(absl::StrCat("job ", job_id_, ": host ", self_, " lost host ",
-                                                 peer, " while ", send ? "sending" : "receiving",
-                                                 ": ", why));
-    }
+    ARD_ASSIGN_OR_RETURN(const size_t n, MoveBytes(peer, send, q));
+    if (n == 0) continue;
     *progressed = true;
     (send ? traffic_->sent_bytes : traffic_->received_bytes)
         .fetch_add(n, std::memory_order_relaxed);
-    for (size_t left = static_cast<size_t>(n); left > 0;) {
+    for (size_t left = n; left > 0;) {
       iovec& v = q.iov[q.next];
       const size_t step = std::min(left, v.iov_len);
-      if (!send && q.next < q.data_iovs) q.crc = Crc32cExtend(q.crc, v.iov_base, step);
+      if (!send && q.next < q.data_iovs && options_.checksum)
+        q.crc = Crc32cExtend(q.crc, v.iov_base, step);
       v.iov_base = static_cast<char*>(v.iov_base) + step;
       v.iov_len -= step;
       left -= step;
       if (v.iov_len == 0) ++q.next;
     }
     while (!q.done() && q.iov[q.next].iov_len == 0) ++q.next;
-    if (!send && q.done()) ARD_RETURN_IF_ERROR(CheckReceived(peer, q));
+    if (!send && q.done() && options_.checksum) ARD_RETURN_IF_ERROR(CheckReceived(peer, q));
   }
   return absl::OkStatus();
 }

@@ -10,7 +10,9 @@
 // shifted or truncated stream, or bytes past a transfer's end, fails the transfer that reads them
 // with DataLoss naming the host. A transfer that fails leaves the byte streams out of step, so
 // after any error the mesh is poisoned (every later call fails) and its sockets are shut down,
-// which makes the peers' pending transfers fail promptly too.
+// which makes the peers' pending transfers fail promptly too. With the listener's TLS context
+// (--data_plane_tls) every connection is TLS 1.3 (data_tls.h): a record that fails its MAC fails
+// the transfer with DataLoss naming the host, like a checksum mismatch.
 //
 // Threads: Exchange/Transfer from one thread at a time (the job's executor). Abort() from any
 // thread, concurrently with a transfer, but not concurrently with the destructor.
@@ -18,8 +20,10 @@
 // (handshake.h), then takes the connections of peers j < i from the DataListener, which checks
 // their proofs, then checks the proofs of peers j > i (this order cannot deadlock: listeners
 // answer the first half on their own thread), then checks with every peer that both use the same
-// AlgorithmOptions (the listener's); 2. transfers; 3. optionally Abort(why) (or an error) poisons
-// the mesh; 4. the destructor closes every socket (peers blocked on this host see Unavailable).
+// AlgorithmOptions (the listener's), after agreeing on encryption and, with data_plane_tls,
+// running TLS on every connection (secure_mesh.h); 2. transfers; 3. optionally Abort(why) (or an
+// error) poisons the mesh; 4. the destructor closes every socket (peers blocked on this host see
+// Unavailable).
 #pragma once
 
 #include <poll.h>
@@ -40,6 +44,7 @@
 #include "absl/types/span.h"
 #include "daemon/dataplane/tcp/algorithms.h"
 #include "daemon/dataplane/tcp/data_listener.h"
+#include "daemon/dataplane/tcp/data_tls.h"
 #include "daemon/dataplane/tcp/socket_util.h"
 
 namespace ard::dataplane::tcp {
@@ -52,6 +57,9 @@ struct TcpMeshOptions {
   // Keep retrying non-blocking sends/receives for this long after the last progress before
   // sleeping in poll(): trades CPU for the ~100 us cross-core wake-up on small transfers.
   absl::Duration busy_poll = absl::ZeroDuration();
+  // false: transfers carry no CRC32C. Only for mesh_bench's measurement of what the checksum
+  // costs; every host of a mesh must agree (the daemon always checksums).
+  bool checksum = true;
 };
 
 // The job a mesh serves, as the coordinator formed it: its id and the data-plane credentials of
@@ -86,7 +94,7 @@ class TcpMesh {
   // listener.options().algorithms. InvalidArgument for bad arguments (a secret of the wrong
   // size), DeadlineExceeded / Unavailable naming the job and the host that could not be reached,
   // Unauthenticated naming a host that did not prove the secret, FailedPrecondition when a
-  // peer's AlgorithmOptions differ.
+  // peer's AlgorithmOptions or data_plane_tls setting differ; TlsStream::Handshake's errors.
   static absl::StatusOr<std::unique_ptr<TcpMesh>> Connect(
       const MeshJob& job, int self, const std::vector<std::string>& data_addresses,
       DataListener& listener, absl::Duration timeout, TcpMeshOptions options = {});
@@ -101,6 +109,8 @@ class TcpMesh {
   // The hosts this mesh has a connection to (MeshPeers(self, size)).
   const std::vector<int>& peers() const { return peers_; }
   const AlgorithmOptions& algorithms() const { return algorithms_; }
+  // "off", or how TLS runs: "tls1.3 (kernel)" or "tls1.3 (userspace)".
+  const std::string& encryption() const { return encryption_; }
 
   // Sends `send_bytes` to host `send_to` while receiving `recv_bytes` from host `recv_from`, both
   // progressing together (no deadlock for any sizes). Either peer may be -1 (none); they may be
@@ -149,8 +159,8 @@ class TcpMesh {
   };
 
   TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, std::vector<int> peers,
-          TcpMeshOptions options, AlgorithmOptions algorithms,
-          std::shared_ptr<DataTraffic> traffic);
+          std::vector<std::unique_ptr<TlsStream>> tls, TcpMeshOptions options,
+          AlgorithmOptions algorithms, std::shared_ptr<DataTraffic> traffic);
 
   // Formation step 3: every peer's AlgorithmOptions fingerprint must equal ours.
   absl::Status CheckPeersAgree();
@@ -158,11 +168,13 @@ class TcpMesh {
   absl::Status CheckUsable() const;
   absl::Status Enqueue(int peer, bool send, const void* data, size_t bytes);
   // Appends the checksum trailer to a queue that moves any bytes (after Enqueue).
-  static void Seal(Queue& q, bool send);
+  void Seal(Queue& q, bool send) const;
   // A receiving queue just completed: its checksum must match.
   absl::Status CheckReceived(int peer, Queue& q);
   absl::Status Pump();
   absl::Status PumpPeer(int peer, bool* progressed);
+  // One sendmsg/recvmsg (or TLS write/read) on q's next ranges; the errors of Transfer.
+  absl::StatusOr<size_t> MoveBytes(int peer, bool send, Queue& q);
   absl::Status StalledError() const;
   // Turns a transfer error into the mesh's final state (and the abort status, if aborted).
   absl::Status Fail(absl::Status error);
@@ -174,6 +186,9 @@ class TcpMesh {
   const std::shared_ptr<DataTraffic> traffic_;  // the listener's totals
   const std::vector<UniqueFd> fds_;             // index = host; valid for peers_ only
   const std::vector<int> peers_;
+  // Index = host: the connection's TLS, or null (plaintext). Op thread only.
+  const std::vector<std::unique_ptr<TlsStream>> tls_;
+  const std::string encryption_;
   const AlgorithmOptions algorithms_;
 
   std::vector<PeerIo> io_;  // op thread only
