@@ -16,7 +16,8 @@ using local::Session;
 JobRegistry::JobRegistry(EventLoop& loop, JobOptions options)
     : loop_(loop),
       options_(std::move(options)),
-      succession_(options_.form_timeout, options_.elastic_settle) {
+      succession_(options_.form_timeout, options_.elastic_settle),
+      ended_(cluster::JobHistory::kEndedJobsKept, cluster::JobHistory::kEndedJobsMaxAge) {
   if (options_.gpu_device != nullptr) gpu_ = std::make_unique<GpuProcesses>(*options_.gpu_device);
 }
 
@@ -57,7 +58,13 @@ void JobRegistry::Drop(const std::string& name, uint32_t id) {
   auto it = jobs_.find(name);
   const bool current = it != jobs_.end() && it->second->id() == id;
   if (Job* ended = current ? it->second.get() : succession_.Find(id)) succession_.Ended(*ended);
-  if (current) jobs_.erase(it);
+  if (current) {
+    // A single-host job's end is known here only; a cross-host job's is the coordinator's.
+    if (JobSummary last = it->second->Summary(absl::Now()); last.job_id() == 0) {
+      ended_.Add(std::move(last), absl::Now());
+    }
+    jobs_.erase(it);
+  }
   if (succession_.Drop(id)) succession_.TryForm(Find(name));  // its successor may form now
   if (succession_.awaited(name)) TryFormSettled(name);
 }
