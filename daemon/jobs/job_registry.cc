@@ -59,14 +59,19 @@ void JobRegistry::Drop(const std::string& name, uint32_t id) {
   const bool current = it != jobs_.end() && it->second->id() == id;
   if (Job* ended = current ? it->second.get() : succession_.Find(id)) succession_.Ended(*ended);
   if (current) {
-    // A single-host job's end is known here only; a cross-host job's is the coordinator's.
-    if (JobSummary last = it->second->Summary(absl::Now()); last.job_id() == 0) {
-      ended_.Add(std::move(last), absl::Now());
-    }
+    RecordEnded(*it->second);
     jobs_.erase(it);
   }
   if (succession_.Drop(id)) succession_.TryForm(Find(name));  // its successor may form now
   if (succession_.awaited(name)) TryFormSettled(name);
+}
+
+void JobRegistry::RecordEnded(const Job& job) {
+  if (job.cross_host()) return;  // the coordinator's history has it
+  const absl::Time now = absl::Now();
+  JobSummary last = job.Summary(now);
+  if (job.failed()) last.set_state(JobStateName(JobState::kFailed));  // then every process left
+  ended_.Add(std::move(last), now);
 }
 
 void JobRegistry::TryFormSettled(const std::string& name) {

@@ -79,6 +79,8 @@ class JobRegistry : public local::SessionHandler {
   // Every job here: current ones and retired generations.
   void ForEachJob(const std::function<void(Job&)>& f);
   void Drop(const std::string& name, uint32_t id);
+  // A single-host job that ended goes to ended_ ("failed" if it failed before its processes left).
+  void RecordEnded(const Job& job);
   // Forms `name`'s forming elastic generation once the settle window passed, polling (once per
   // name) while it still waits.
   void TryFormSettled(const std::string& name);
