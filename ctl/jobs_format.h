@@ -1,6 +1,7 @@
 // `allreducectl jobs`: the cluster's running jobs and its recently finished and failed ones (the
-// coordinator's job history), one row each with duration, throughput and, for a failed job, the
-// reason. Pure functions over the cluster view; unit-tested.
+// coordinator's job history of cross-host jobs, each daemon's of its single-host ones), one row
+// each with duration, throughput and, for a failed job, the reason. Pure functions over the cluster
+// view; unit-tested.
 #pragma once
 
 #include <string>

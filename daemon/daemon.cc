@@ -161,13 +161,19 @@ std::string Daemon::DescribeSelf() {
   return "";
 }
 
+std::vector<JobSummary> Daemon::LocalJobs() const {
+  std::vector<JobSummary> jobs = jobs_->Summaries();
+  for (JobSummary& ended : jobs_->EndedSummaries()) jobs.push_back(std::move(ended));
+  return jobs;
+}
+
 void Daemon::BuildCoordinator() {
   cluster::JobCoordinatorOptions job_coordination =
       JobCoordinatorFrom(config_, absl::ToUnixSeconds(absl::Now()));
   job_coordination.is_up = [this](const std::string& host) { return coordinator_->IsUp(host); };
   job_coordinator_ = std::make_unique<cluster::JobCoordinator>(*loop_, job_coordination);
   cluster::CoordinatorOptions membership = CoordinatorFrom(config_);
-  membership.local_jobs = [this] { return jobs_->Summaries(); };
+  membership.local_jobs = [this] { return LocalJobs(); };
   membership.cluster_jobs = [this] { return job_coordinator_->Summaries(); };
   membership.on_host_down = [this](const std::string& host, const std::string& reason) {
     job_coordinator_->OnHostDown(host, reason);
@@ -183,7 +189,7 @@ void Daemon::BuildFollower() {
   peer_ = std::make_unique<rpc::GrpcPeerClient>(
       config_.coordinator(), absl::Milliseconds(config_.rpc_timeout_ms()), channel_credentials_);
   cluster::AgentOptions agent = AgentFrom(config_);
-  agent.local_jobs = [this] { return jobs_->Summaries(); };
+  agent.local_jobs = [this] { return LocalJobs(); };
   agent.on_cut_off = [this](const absl::Status& status) { jobs_->FailCrossHostJobs(status); };
   agent.on_refused = [this](const absl::Status& status) {
     if (on_fatal_) on_fatal_(status);

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -99,6 +100,8 @@ class Daemon {
   std::string DescribeSelf();  // fills self_ and opens the GPU; returns why there is none ("")
   void BuildCoordinator();     // the coordinator role: membership and job negotiation
   void BuildFollower();        // the follower role: the agent and its client to the coordinator
+  // What status shows of this host's jobs: the current ones, then its single-host jobs that ended.
+  std::vector<JobSummary> LocalJobs() const;
   void BuildServices();
   absl::Status OpenEndpoints(std::shared_ptr<grpc::ServerCredentials> server_credentials);
   void Teardown();  // stops and destroys every component, in reverse order

@@ -49,8 +49,8 @@ struct JobCoordinatorOptions {
   // host are refused. Empty: no check (tests).
   std::function<bool(const std::string&)> is_up;
   // Ended jobs shown in Summaries: the last this many, for at most this long.
-  size_t ended_jobs_kept = 32;
-  absl::Duration ended_jobs_max_age = absl::Hours(1);
+  size_t ended_jobs_kept = JobHistory::kEndedJobsKept;
+  absl::Duration ended_jobs_max_age = JobHistory::kEndedJobsMaxAge;
   // How long a host whose WatchJob stream ended may still report `left` (a follower ending
   // normally sends Negotiate(left) and then cancels its stream: the two may arrive either way
   // round) before its job is aborted.

@@ -4,7 +4,8 @@
 // (duration_s). Bounded: the last `capacity` jobs, none older than `max_age`. Also each elastic
 // job's changes (generations formed, hosts waiting to join, generations lost or ended), by job
 // name: the last kChangesKept per job, a job forgotten `max_age` after its last change.
-// Thread: the control loop only (owned by the JobCoordinator).
+// The JobRegistry keeps one too, for the single-host jobs of its daemon that ended.
+// Thread: the control loop only (owned by the JobCoordinator or the JobRegistry).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,10 @@ namespace ard::cluster {
 class JobHistory {
  public:
   JobHistory(size_t capacity, absl::Duration max_age) : capacity_(capacity), max_age_(max_age) {}
+
+  // The daemon's bounds (not configurable): the last 32 ended jobs, for at most an hour.
+  static constexpr size_t kEndedJobsKept = 32;
+  static constexpr absl::Duration kEndedJobsMaxAge = absl::Hours(1);
 
   // Records a job that ended at `ended`: `summary` is its last entry, with state "failed" (and
   // failure) or "ended"; its age_s at that moment.

@@ -68,6 +68,8 @@ class Job : private NegotiationSink {
   uint32_t id() const { return id_; }
   uid_t uid() const { return uid_; }
   JobState state() const { return lifecycle_.state(); }
+  // It failed (it stays so once every process left and it ended).
+  bool failed() const { return lifecycle_.failed(); }
   bool cross_host() const { return local_size_ < size_; }
   bool elastic() const { return succession_.elastic(); }
   uint64_t generation() const { return lifecycle_.generation(); }

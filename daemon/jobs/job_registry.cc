@@ -17,7 +17,8 @@ using local::Session;
 JobRegistry::JobRegistry(EventLoop& loop, JobOptions options)
     : loop_(loop),
       options_(std::move(options)),
-      succession_(options_.form_timeout, options_.elastic_settle) {
+      succession_(options_.form_timeout, options_.elastic_settle),
+      ended_(cluster::JobHistory::kEndedJobsKept, cluster::JobHistory::kEndedJobsMaxAge) {
   if (options_.gpu_device != nullptr) gpu_ = std::make_unique<GpuProcesses>(*options_.gpu_device);
 }
 
@@ -77,9 +78,20 @@ void JobRegistry::Drop(const std::string& name, uint32_t id) {
   auto it = jobs_.find(name);
   const bool current = it != jobs_.end() && it->second->id() == id;
   if (Job* ended = current ? it->second.get() : succession_.Find(id)) succession_.Ended(*ended);
-  if (current) jobs_.erase(it);
+  if (current) {
+    RecordEnded(*it->second);
+    jobs_.erase(it);
+  }
   if (succession_.Drop(id)) succession_.TryForm(Find(name));  // its successor may form now
   if (succession_.awaited(name)) TryFormSettled(name);
+}
+
+void JobRegistry::RecordEnded(const Job& job) {
+  if (job.cross_host()) return;  // the coordinator's history has it
+  const absl::Time now = absl::Now();
+  JobSummary last = job.Summary(now);
+  if (job.failed()) last.set_state(JobStateName(JobState::kFailed));  // then every process left
+  ended_.Add(std::move(last), now);
 }
 
 void JobRegistry::TryFormSettled(const std::string& name) {

@@ -8,7 +8,8 @@
 // Thread: the control loop only (no locks).
 // Lifecycle: 1. constructed by the Daemon with the loop; 2. Start() schedules the stall
 // inspector; 3. frames and closes arrive from the LocalSocketServer; a Job that ended is dropped
-// (posted); 4. Shutdown() fails every job ("daemon shutting down") and joins the executors.
+// (posted), a single-host one into the history of ended jobs; 4. Shutdown() fails every job
+// ("daemon shutting down") and joins the executors.
 #pragma once
 
 #include <functional>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cluster/job_history.h"
 #include "daemon/cluster/negotiation_client.h"
 #include "daemon/common/event_loop.h"
 #include "daemon/dataplane/tcp/data_listener.h"
@@ -66,6 +68,9 @@ class JobRegistry : public local::SessionHandler {
 
   // For status: one summary per job on this host. Pure.
   std::vector<JobSummary> Summaries() const;
+  // For status and `allreducectl jobs`: this host's single-host jobs that ended or failed
+  // (cross-host ones are the coordinator's history), oldest first. Pure.
+  std::vector<JobSummary> EndedSummaries() const { return ended_.Summaries(absl::Now()); }
 
  private:
   // HELLO (one admission for fixed and elastic jobs, hello_admission.h), the process's input
@@ -77,6 +82,8 @@ class JobRegistry : public local::SessionHandler {
   // Every job here: current ones and retired generations.
   void ForEachJob(const std::function<void(Job&)>& f);
   void Drop(const std::string& name, uint32_t id);
+  // A single-host job that ended goes to ended_ ("failed" if it failed before its processes left).
+  void RecordEnded(const Job& job);
   // Forms `name`'s forming elastic generation once the settle window passed, polling (once per
   // name) while it still waits.
   void TryFormSettled(const std::string& name);
@@ -89,6 +96,7 @@ class JobRegistry : public local::SessionHandler {
   const JobOptions options_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by name
   Succession succession_;                             // earlier generations of elastic jobs
+  cluster::JobHistory ended_;                         // single-host jobs that ended
   uint32_t next_job_id_ = 1;
   cluster::NegotiationClient* coordinator_ = nullptr;  // Not owned; null: single-host jobs only.
   dataplane::tcp::DataListener* listener_ = nullptr;   // Not owned.

@@ -1,13 +1,14 @@
 """allreducectl as an operator uses it: --version, `status` exit codes (3: a host is DOWN),
-`status --watch`, and `jobs` (running and finished jobs with duration and throughput), against
-real daemons on loopback."""
+`status --watch`, and `jobs` (running and finished jobs, cross-host and single-host, with
+duration, throughput and a failure's reason), against real daemons on loopback."""
 import json
 import signal
 import subprocess
 
 import pytest
 
-from harness import Cluster, binary, ctl, host_states, lines_with, wait_until, workers_across
+from harness import (Cluster, Workers, binary, ctl, host_states, lines_with, status_json,
+                     wait_until, workers_across)
 
 
 @pytest.fixture
@@ -83,3 +84,39 @@ def test_jobs_lists_a_finished_cross_host_job_with_duration_and_throughput(clust
         assert column in header
     assert row.startswith("xjobs ") and " ended " in row and " ago " in row
     assert "/s " in row and "h-a,h-b" in row, row
+
+
+def test_jobs_lists_ended_and_failed_single_host_jobs_with_state_and_reason(cluster):
+    a = cluster.add("host-a")
+    for rc, out in Workers(a.socket, "solo-ok", 2, "many").wait(timeout_s=120):
+        assert rc == 0 and lines_with(out, "DONE"), "\n".join(out)
+    doomed = Workers(a.socket, "solo-doomed", 2, "stuck")  # rank 1 never submits
+    def running():
+        s = status_json(a.address)
+        return any(j["name"] == "solo-doomed" and j["state"] == "running"
+                   for j in (s or {}).get("jobs", []))
+    wait_until(running, 15, "solo-doomed running")
+    victim = doomed.procs[1]
+    victim.send_signal(signal.SIGKILL)
+    doomed.wait(timeout_s=30)
+
+    def both_recorded():
+        r = ctl("--daemon", a.address, "jobs", "--json")
+        jobs = {j["name"]: j for j in json.loads(r.stdout)["jobs"]} if r.stdout else {}
+        return "solo-ok" in jobs and "solo-doomed" in jobs and jobs
+    jobs = wait_until(both_recorded, 10, "both single-host jobs in `jobs`")
+    ok, failed = jobs["solo-ok"], jobs["solo-doomed"]
+    assert ok["state"] == "ended" and ok["failure"] == "", ok
+    assert ok["hosts"] == ["host-a"] and ok["size"] == 2 and ok["job_id"] == "0", ok
+    assert int(ok["collectives_completed"]) > 0 and ok["duration_s"] > 0, ok
+    assert failed["state"] == "failed", failed
+    assert f"rank 1 (pid {victim.pid}) on host host-a" in failed["failure"], failed
+    table = ctl("--daemon", a.address, "jobs")
+    assert table.returncode == 0, table.stderr
+    rows = {line.split()[0]: line for line in table.stdout.splitlines()[1:]}
+    assert " ended " in rows["solo-ok"] and " ago " in rows["solo-ok"], table.stdout
+    assert " failed " in rows["solo-doomed"] and f"(pid {victim.pid})" in rows["solo-doomed"]
+    # `status` keeps showing them too, and the daemon still serves the name again.
+    assert {j["name"] for j in status_json(a.address)["jobs"]} >= {"solo-ok", "solo-doomed"}
+    for rc, out in Workers(a.socket, "solo-ok", 2, "many").wait(timeout_s=120):
+        assert rc == 0 and lines_with(out, "DONE"), "\n".join(out)

@@ -178,9 +178,10 @@ def discover(hosts_text=None, hostfile=None, slots=None, socket_path=None, daemo
     """The hosts of a launch, as the launcher's options give them: -H's `hosts_text` or
     `hostfile` (a host without a count has `slots`, default 1), else the cluster view's UP hosts
     (`slots` each, else their GPU count; with neither `slots` nor any GPU, as horovodrun's
-    localhost:np, the answering daemon's host with `np` slots). Sockets: `socket_path` for every host (then the
-    cluster view is not asked, and the hosts must be given), else the cluster view's. The
-    cluster view comes from `daemon` through `allreducectl` (find_allreducectl) with `tls`."""
+    localhost:np, the answering daemon's host with `np` slots). Sockets: `socket_path` for every
+    host (then the cluster view is not asked, and the hosts must be given), else the cluster
+    view's. The cluster view comes from `daemon` through `allreducectl` (find_allreducectl)
+    with `tls`."""
     if hosts_text:
         hosts = parse_hosts(hosts_text, slots or 1)
     elif hostfile:
