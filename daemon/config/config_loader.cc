@@ -18,6 +18,8 @@
 #include "daemon/common/status_macros.h"
 #include "daemon/common/version.h"
 #include "daemon/config/flag_docs.h"
+#include "daemon/dataplane/tcp/algorithms.h"
+#include "daemon/negotiation/fusion_planner.h"
 #include "daemon/negotiation/steady_defaults.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/descriptor.pb.h"
@@ -37,7 +39,8 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
   explicit FirstErrorCollector(std::string file) : file_(std::move(file)) {}
   void AddError(int line, int column, const std::string& message) override {
-    if (error_.empty()) error_ = absl::StrFormat("%s:%d:%d: %s", file_, line + 1, column + 1, message);
+    if (error_.empty())
+      error_ = absl::StrFormat("%s:%d:%d: %s", file_, line + 1, column + 1, message);
   }
   const std::string& error() const { return error_; }
 
@@ -154,15 +157,15 @@ DaemonConfig Defaults() {
   c.set_max_input_arena_bytes(16ull << 30);
   c.set_result_segment_bytes(64ull << 20);
   c.set_max_result_arena_bytes(8ull << 30);
-  c.set_fusion_threshold_bytes(128ull << 20);
+  c.set_fusion_threshold_bytes(negotiation::kFusionThresholdBytesDefault);
   c.set_cache_capacity(1024);
   c.set_cycle_time_ms(0);
   c.set_steady_state(negotiation::kSteadyStateDefault);
   c.set_steady_round_data_max_bytes(negotiation::kSteadyRoundDataMaxBytesDefault);
   c.set_steady_round_partial_wait_us(negotiation::kSteadyRoundPartialWaitUsDefault);
   c.set_cross_host_algorithm("auto");
-  c.set_cross_host_ring_threshold_bytes(64 << 10);
-  c.set_cross_host_chunk_bytes(4 << 20);
+  c.set_cross_host_ring_threshold_bytes(dataplane::tcp::kRingThresholdBytesDefault);
+  c.set_cross_host_chunk_bytes(dataplane::tcp::kChunkBytesDefault);
   c.set_max_clients(4096);
   c.set_max_jobs(1024);
   c.set_max_pending_tensors(65536);
@@ -188,7 +191,8 @@ absl::StatusOr<DaemonConfig> LoadConfig(const std::vector<std::string>& args, bo
       return DaemonConfig();
     }
     if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "' (see --help)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument '", arg, "' (see --help)"));
     }
     std::string body = arg.substr(2);
     size_t eq = body.find('=');
@@ -211,10 +215,10 @@ absl::StatusOr<DaemonConfig> LoadConfig(const std::vector<std::string>& args, bo
   // Pass 2: defaults < Horovod's environment knobs < file < flags.
   DaemonConfig config = Defaults();
   // Horovod's knobs, honoured when set in the daemon's environment (the file and flags win).
-  for (const auto& [env, field] : {std::pair<const char*, const char*>{"HOROVOD_FUSION_THRESHOLD",
-                                                                      "fusion_threshold_bytes"},
-                                   {"HOROVOD_CACHE_CAPACITY", "cache_capacity"},
-                                   {"HOROVOD_CYCLE_TIME", "cycle_time_ms"}}) {
+  for (const auto& [env, field] :
+       {std::pair<const char*, const char*>{"HOROVOD_FUSION_THRESHOLD", "fusion_threshold_bytes"},
+        {"HOROVOD_CACHE_CAPACITY", "cache_capacity"},
+        {"HOROVOD_CYCLE_TIME", "cycle_time_ms"}}) {
     const char* value = std::getenv(env);
     if (value == nullptr || *value == '\0') continue;
     std::string v = value;
@@ -293,14 +297,14 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
     }
   }
   if (c->local_socket().empty() || c->local_socket().size() > kMaxUnixPath) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "local_socket: path must be 1-", kMaxUnixPath, " bytes, got ", c->local_socket().size()));
+    return absl::InvalidArgumentError(absl::StrCat("local_socket: path must be 1-", kMaxUnixPath,
+                                                   " bytes, got ", c->local_socket().size()));
   }
   if (c->heartbeat_ms() == 0) return absl::InvalidArgumentError("heartbeat_ms must be > 0");
   if (c->gpu_mode().empty()) c->set_gpu_mode("auto");
   if (c->gpu_mode() != "auto" && c->gpu_mode() != "nccl" && c->gpu_mode() != "hierarchical") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gpu_mode: '", c->gpu_mode(), "' is not one of auto, nccl, hierarchical"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu_mode: '", c->gpu_mode(), "' is not one of auto, nccl, hierarchical"));
   }
   if (c->cross_host_algorithm().empty()) c->set_cross_host_algorithm("auto");
   if (c->cross_host_algorithm() != "auto" && c->cross_host_algorithm() != "ring" &&
@@ -313,9 +317,9 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
     return absl::InvalidArgumentError("cross_host_chunk_bytes must be > 0");
   }
   if (c->host_timeout_ms() < 2 * c->heartbeat_ms()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("host_timeout_ms (", c->host_timeout_ms(), ") must be at least twice ",
-                     "heartbeat_ms (", c->heartbeat_ms(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("host_timeout_ms (", c->host_timeout_ms(),
+                                                   ") must be at least twice ", "heartbeat_ms (",
+                                                   c->heartbeat_ms(), ")"));
   }
   if (c->rpc_timeout_ms() == 0) return absl::InvalidArgumentError("rpc_timeout_ms must be > 0");
   if (c->join_backoff_initial_ms() == 0 ||
@@ -343,10 +347,9 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
     return absl::InvalidArgumentError(
         "max_clients, max_jobs, max_pending_tensors and hello_timeout_ms must be > 0");
   }
-  if (c->peer_policy() != "same_user" && c->peer_policy() != "group" &&
-      c->peer_policy() != "any") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "peer_policy '", c->peer_policy(), "' must be same_user, group or any"));
+  if (c->peer_policy() != "same_user" && c->peer_policy() != "group" && c->peer_policy() != "any") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("peer_policy '", c->peer_policy(), "' must be same_user, group or any"));
   }
   if (c->max_client_outbox_bytes() < (64 << 10)) {
     return absl::InvalidArgumentError("max_client_outbox_bytes must be >= 64 KiB");
