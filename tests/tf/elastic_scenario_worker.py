@@ -10,7 +10,8 @@ change between epochs; when --discovery-schedule says the hosts change after thi
 waits (at most --discovery-wait s) until the launcher's notice reached State._host_messages, as
 Horovod's own test script does (and after the --wait-after-epochs too).
 --exit-schedule {"(epoch, batch)": [start ranks]} makes those workers fail there, by exception
-or by SIGKILL (--exit-mode).
+or by SIGKILL (--exit-mode). --slow-rejoin START_RANK:SECONDS makes that worker re-initialise that
+much later after a failure (a survivor whose framework is slow to come back on a loaded host).
 """
 import argparse
 import json
@@ -33,9 +34,17 @@ parser.add_argument("--exit-schedule", default="{}")
 parser.add_argument("--wait-after-epochs", default="[]",
                     help="epochs after which rank 0 waits for a host update anyway")
 parser.add_argument("--exit-mode", default="exception", choices=["exception", "kill"])
+parser.add_argument("--slow-rejoin", default="")
 args = parser.parse_args()
 
 hvd.init()
+if args.slow_rejoin and args.slow_rejoin.split(":")[0] == os.environ["HOROVOD_RANK"]:
+    import allreduced.tensorflow.basics as _basics  # what hvd.elastic.run re-initialises with
+
+    def _slow_init(init=_basics.init, delay=float(args.slow_rejoin.split(":")[1])):
+        time.sleep(delay)
+        init()
+    _basics.init = _slow_init
 
 START_RANK = int(os.environ["HOROVOD_RANK"])
 HOSTNAME = os.environ["HOROVOD_HOSTNAME"]

@@ -97,6 +97,18 @@ def test_single_rank_failure(cluster, tmp_path, mode):
     expect(results, out, (0, 0, 4, None, 1), (1, 2, 2, None, 2), (2, 2, 2, None, 2))
 
 
+def test_a_slow_survivor_is_waited_for(cluster, tmp_path):
+    # Start rank 0 fails at epoch 1; survivor start rank 2 re-initialises 3 s after start rank 3
+    # (far past the 0.5 s settle window): the daemon waits for it while it runs, so the job goes
+    # on with both, not with start rank 3 alone in a generation below min_np.
+    code, results, out = run(cluster, tmp_path, [(None, ["localhost:2", "127.0.0.1:2"])],
+                             worker_args=["--exit-schedule", json.dumps({"(1, 0)": [0]}),
+                                          "--slow-rejoin", "2:3"])
+    assert code == 0, out
+    assert len(results) == 3, (results, out)
+    expect(results, out, (0, 0, 4, None, 1), (1, 2, 2, None, 2), (2, 2, 2, None, 2))
+
+
 def test_fault_tolerance_without_scaling(cluster, tmp_path):
     # The same failure with fixed hosts (-H, no discovery script).
     code, results, out = run(cluster, tmp_path, hosts="localhost:2,127.0.0.1:2",
