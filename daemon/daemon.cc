@@ -115,6 +115,9 @@ absl::Status Daemon::Start() {
     Teardown();  // quietly: the caller prints the one error line
     return status;
   }
+  jobs_->OnGpuLost([this](const absl::Status& status) {
+    if (on_fatal_) on_fatal_(status);
+  });
   jobs_->Start();
   if (coordinator_ != nullptr) coordinator_->Start(self_);
   if (agent_ != nullptr) agent_->Start(self_);

@@ -16,6 +16,7 @@
 #include "daemon/config/config_loader.h"
 #include "daemon/config/config_reload.h"
 #include "daemon/daemon.h"
+#include "daemon/gpu/device.h"
 
 namespace ard {
 namespace {
@@ -23,6 +24,9 @@ namespace {
 // The daemon stopped itself: the coordinator refused it (its host name is held by another live
 // daemon, or another protocol version; see DaemonMain).
 constexpr int kExitRefused = 3;
+// The daemon stopped itself: a GPU context became unusable (a sticky CUDA error); only a new
+// process gets a working one (systemd's Restart=on-failure starts it).
+constexpr int kExitGpuLost = 4;
 
 // Every local client and peer connection is a file descriptor: raise the soft limit to the hard
 // one (often 1024 vs 1M) and warn when it cannot hold max_clients plus room for the rest.
@@ -138,7 +142,7 @@ int DaemonMain(int argc, char** argv) {
   if (!why.ok()) {
     daemon.Shutdown();
     std::fprintf(stderr, "allreduced: %s\n", std::string(why.message()).c_str());
-    return kExitRefused;
+    return gpu::IsStickyError(why) ? kExitGpuLost : kExitRefused;
   }
   Logger("daemon")->info("received {}", signo == SIGTERM ? "SIGTERM" : "SIGINT");
   daemon.Shutdown();

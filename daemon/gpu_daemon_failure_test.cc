@@ -1,6 +1,6 @@
 // The GPU path through the real daemon (host-memory device double, real local socket) when a
 // process misbehaves: bad registrations and a process hanging up mid-job fail that process or
-// that job, and the daemon closes the IPC mappings.
+// that job, and the daemon closes the IPC mappings; a sticky CUDA error stops the daemon.
 //
 // All simulated processes share this test's real pid (SO_PEERCRED), so the daemon's IpcCache,
 // keyed by pid, closes their mappings when the last of them leaves.
@@ -9,13 +9,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
 #include "catch2/catch.hpp"
-#include "proto/local_wire.h"
 #include "daemon/daemon.h"
 #include "daemon/gpu/testing/fake_process.h"
 #include "daemon/gpu/testing/host_device.h"
 #include "daemon/gpu_daemon_fixtures.h"
 #include "daemon/gpu_wire_client.h"
+#include "proto/local_wire.h"
 
 namespace ard {
 namespace {
@@ -104,6 +105,54 @@ TEST_CASE_METHOD(
   // Both simulated processes share this test's pid: the mappings close with the last of them.
   c0.reset();
   CHECK(Eventually([&] { return device.open_mappings() == 0; }));
+  daemon.Shutdown();
+}
+
+// Item 6, the daemon's part: a sticky CUDA error (here: a process freed its staging memory and
+// the daemon's copy from it is an illegal address) leaves the context unusable for the rest of
+// the process. Every job on the daemon fails naming the cause, then the daemon stops itself
+// (its fatal handler; allreduced then exits 4 and systemd restarts it).
+TEST_CASE("GPU path: a sticky CUDA error fails every job, then the daemon stops for a restart") {
+  TempDir dir;
+  HostWorld world;
+  HostDevice device(world, "h", 1, 1);
+  DaemonConfig config = Config(dir);
+  config.set_stall_warning_ms(1000);  // inspected with stalls: every 250 ms
+  Daemon daemon(config, &device);
+  absl::Notification stopped;
+  absl::Status why;
+  daemon.SetFatalHandler([&](const absl::Status& s) {
+    why = s;
+    stopped.Notify();
+  });
+  REQUIRE(daemon.Start().ok());
+  const std::string sock = dir.path() + "/h.sock";
+  FakeProcess p0(world, "h", 100, 1, 0, 0), p1(world, "h", 101, 1, 0, 1);
+  WireClient c0(sock, "poisoned", 0, 2), c1(sock, "poisoned", 1, 2);
+  WireClient bystander(sock, "cpu-only", 0, 1);
+  c0.Expect(wire::MsgType::kWelcome);
+  c1.Expect(wire::MsgType::kWelcome);
+  bystander.Expect(wire::MsgType::kWelcome);
+  c0.Register(p0.Registration(), 1);
+  c1.Register(p1.Registration(), 1);
+  REQUIRE(c0.Next().type == wire::MsgType::kGpuRegistered);
+  REQUIRE(c1.Next().type == wire::MsgType::kGpuRegistered);
+  CHECK(device.Lost().ok());
+
+  p0.Submit<float>(0, {1.0f}, 0);
+  p1.FreeArena();
+  c0.Submit(2, "t", wire::DataType::kFloat32, wire::ReduceOp::kSum, 1, 0, 0);
+  c1.Submit(2, "t", wire::DataType::kFloat32, wire::ReduceOp::kSum, 1, 0, 0);
+  CHECK(c0.Expect(wire::MsgType::kComplete).code != 0);
+  CHECK_FALSE(device.Lost().ok());
+
+  REQUIRE(stopped.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  CHECK(gpu::IsStickyError(why));
+  CHECK_THAT(std::string(why.message()), Catch::Contains("GPU context is unusable"));
+  CHECK_THAT(std::string(why.message()), Catch::Contains("illegal memory access"));
+  // A job that never touched the GPU hears why too: the daemon it runs on restarts.
+  Reply told = bystander.Expect(wire::MsgType::kNotify);
+  CHECK_THAT(told.message, Catch::Contains("GPU context is unusable"));
   daemon.Shutdown();
 }
 

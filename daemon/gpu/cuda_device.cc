@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/gpu/cuda_device_internal.h"
 
@@ -33,13 +34,27 @@ bool Sticky(cudaError_t err) {
   }
 }
 
+// The process's first sticky error: CUDA contexts are per process, so one record serves every
+// CudaDevice (there is one per daemon).
+ABSL_CONST_INIT absl::Mutex lost_mu(absl::kConstInit);
+absl::Status* lost ABSL_GUARDED_BY(lost_mu) = nullptr;
+
 }  // namespace
 
 absl::Status CudaError(cudaError_t err, const char* call, int device) {
   cudaGetLastError();  // clear a non-sticky error so later calls start clean
   absl::Status status =
       absl::InternalError(absl::StrCat(call, " on GPU ", device, ": ", cudaGetErrorString(err)));
-  return Sticky(err) ? StickyError(std::move(status)) : status;
+  if (!Sticky(err)) return status;
+  status = StickyError(std::move(status));
+  absl::MutexLock lock(&lost_mu);
+  if (lost == nullptr) lost = new absl::Status(status);  // kept until the process exits
+  return status;
+}
+
+absl::Status CudaDevice::Lost() const {
+  absl::MutexLock lock(&lost_mu);
+  return lost == nullptr ? absl::OkStatus() : *lost;
 }
 
 std::string CudaDevice::Describe() const {

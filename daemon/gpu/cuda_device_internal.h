@@ -137,6 +137,7 @@ class CudaDevice : public Device {
 
   std::string Describe() const override;
   std::string NcclVersion() const override;
+  absl::Status Lost() const override;
   absl::StatusOr<int> DeviceCount() override { return count_; }
 
   // cuda_device.cc

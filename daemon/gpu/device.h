@@ -118,6 +118,9 @@ class Device {
   virtual std::string Describe() const = 0;
   // "2.28.3": what hosts compare before one NCCL communicator spans them ("" without NCCL).
   virtual std::string NcclVersion() const = 0;
+  // The first sticky error a call on any of this process's GPUs returned (OK: none): that GPU's
+  // context is unusable until the process exits. Cheap; any thread.
+  virtual absl::Status Lost() const = 0;
   // GPUs visible to this process; an error when there is no driver or no GPU.
   virtual absl::StatusOr<int> DeviceCount() = 0;
 

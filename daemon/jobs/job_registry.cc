@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/logging.h"
+#include "daemon/gpu/device.h"
 #include "daemon/jobs/hello_admission.h"
 #include "daemon/jobs/negotiator_choice.h"
 
@@ -30,8 +31,27 @@ void JobRegistry::ScheduleStallInspection() {
     if (shut_down_) return;
     const absl::Time now = absl::Now();
     ForEachJob([now](Job& job) { job.InspectStalls(now); });
+    InspectGpu();
     ScheduleStallInspection();
   });
+}
+
+void JobRegistry::InspectGpu() {
+  if (options_.gpu_device == nullptr || gpu_lost_) return;
+  const absl::Status lost = options_.gpu_device->Lost();
+  if (lost.ok()) return;
+  gpu_lost_ = true;
+  // The context stays unusable until the process exits (CUDA's sticky errors): no job here can
+  // use the GPU again, and recovering in-process is not possible. Every job fails with the cause;
+  // the daemon then exits (systemd restarts it with fresh contexts) once the failures are sent.
+  const absl::Status status = gpu::StickyError(absl::UnavailableError(absl::StrCat(
+      "this host's GPU context is unusable (", lost.message(), "); allreduced on host ",
+      options_.host_name, " restarts; start the job again")));
+  Logger("daemon")->critical("{}", status.message());
+  ForEachJob([&](Job& job) { job.Fail(status); });
+  if (on_gpu_lost_) {
+    loop_.PostAfter(absl::Seconds(1), [this, status] { on_gpu_lost_(status); });
+  }
 }
 
 void JobRegistry::ForEachJob(const std::function<void(Job&)>& f) {

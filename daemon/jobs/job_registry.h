@@ -35,6 +35,9 @@ class JobRegistry : public local::SessionHandler {
   ~JobRegistry() override;
 
   void Start() { ScheduleStallInspection(); }
+  // Called (on the loop) once the GPU device's context became unusable, after every job here
+  // failed with `status` (a gpu::StickyError naming the cause): the daemon exits.
+  void OnGpuLost(std::function<void(const absl::Status& status)> f) { on_gpu_lost_ = std::move(f); }
   void Shutdown();
   // Enables cross-host jobs: `coordinator` reaches the coordinator's Negotiation service (this
   // daemon's own JobCoordinator on the coordinator), `listener` accepts other hosts' data
@@ -79,6 +82,8 @@ class JobRegistry : public local::SessionHandler {
   void TryFormSettled(const std::string& name);
   void TryFormPolling(const std::string& name, bool polled);
   void ScheduleStallInspection();
+  // The GPU device's sticky error, once: fails every job and calls on_gpu_lost_.
+  void InspectGpu();
 
   EventLoop& loop_;
   const JobOptions options_;
@@ -89,6 +94,8 @@ class JobRegistry : public local::SessionHandler {
   dataplane::tcp::DataListener* listener_ = nullptr;   // Not owned.
   std::string data_address_;
   bool shut_down_ = false;
+  bool gpu_lost_ = false;
+  std::function<void(const absl::Status&)> on_gpu_lost_;
   std::set<std::string> polling_;      // names with a TryFormPolling posted
   std::unique_ptr<GpuProcesses> gpu_;  // GPU path: with a device only
 };

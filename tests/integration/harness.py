@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -203,6 +204,46 @@ class Workers:
 
     def kill(self):
         self.group.kill()
+
+
+class WatchedJob:
+    """A RankGroup of `per_host` processes of `command` on each daemon socket (text output, kept
+    as lines per start rank), for tests that act when a rank printed a line (the elastic tests
+    kill a host once rank 0 reached a step). `env`: the processes' extra variables."""
+
+    def __init__(self, sockets, per_host, command, job, env, give_rank=True):
+        self.lines = [[] for _ in range(len(sockets) * per_host)]
+        self.seen = threading.Condition()
+        self.group = RankGroup(sockets, per_host, command, job=job, env=env, text=True,
+                               on_line=self._on_line, give_rank=give_rank)
+
+    def _on_line(self, rank, line):
+        with self.seen:
+            self.lines[rank].append(line.rstrip("\n"))
+            self.seen.notify_all()
+
+    def wait_line(self, rank, prefix, timeout_s=300):
+        """Returns once `rank` printed a line starting with `prefix` (fails after timeout_s)."""
+        deadline = time.monotonic() + timeout_s
+        with self.seen:
+            while not any(line.startswith(prefix) for line in self.lines[rank]):
+                left = deadline - time.monotonic()
+                assert left > 0, f"no '{prefix}' from rank {rank}:\n" + self.output()
+                self.seen.wait(left)
+
+    def line(self, rank, prefix):
+        """The first line of `rank` that starts with `prefix`."""
+        found = [line for line in self.lines[rank] if line.startswith(prefix)]
+        assert found, f"no '{prefix}' from rank {rank}:\n" + self.output()
+        return found[0]
+
+    def wait(self, timeout_s=400):
+        """Every process's return code, once all ended (stragglers killed after timeout_s)."""
+        self.group.wait(timeout_s=timeout_s)
+        return [p.returncode for p in self.group.procs]
+
+    def output(self):
+        return "\n".join(f"--- rank {r}\n" + "\n".join(ls) for r, ls in enumerate(self.lines))
 
 
 def group_outputs(group, timeout_s=180):

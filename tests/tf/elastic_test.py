@@ -10,15 +10,14 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-from harness import Cluster, ctl, host_states, status_json, wait_until  # noqa: E402
-from allreduced.launch import RankGroup  # noqa: E402
+from harness import (Cluster, WatchedJob, ctl, host_states, status_json,  # noqa: E402
+                     wait_until)
 
 PACKAGE_DIR = os.path.join(HERE, "..", "..", "python")
 WORKER = os.path.join(HERE, "elastic_worker.py")
@@ -35,41 +34,17 @@ def base_env(min_np, extra=None):
                 ALLREDUCED_ELASTIC_MIN_NP=str(min_np))
 
 
-class Job:
+class Job(WatchedJob):
     """`per_host` elastic workers on each daemon socket; their output lines by start rank."""
 
     def __init__(self, sockets, per_host, min_np, job, extra_env=None, give_rank=True):
-        self.lines = [[] for _ in range(len(sockets) * per_host)]
-        self.seen = threading.Condition()
-        self.group = RankGroup(sockets, per_host, [sys.executable, WORKER], job=job,
-                               env=base_env(min_np, extra_env), text=True,
-                               on_line=self._on_line, give_rank=give_rank)
-
-    def _on_line(self, rank, line):
-        with self.seen:
-            self.lines[rank].append(line.rstrip("\n"))
-            self.seen.notify_all()
-
-    def wait_line(self, rank, prefix, timeout_s=300):
-        deadline = time.monotonic() + timeout_s
-        with self.seen:
-            while not any(l.startswith(prefix) for l in self.lines[rank]):
-                left = deadline - time.monotonic()
-                assert left > 0, f"no '{prefix}' from rank {rank}:\n" + self.output()
-                self.seen.wait(left)
-
-    def wait(self, timeout_s=400):
-        self.group.wait(timeout_s=timeout_s)
-        return [p.returncode for p in self.group.procs]
-
-    def output(self):
-        return "\n".join(f"--- rank {r}\n" + "\n".join(ls) for r, ls in enumerate(self.lines))
+        super().__init__(sockets, per_host, [sys.executable, WORKER], job,
+                         base_env(min_np, extra_env), give_rank=give_rank)
 
     def finals(self, ranks):
         out = {}
         for r in ranks:
-            line = next(l for l in self.lines[r] if l.startswith("FINAL "))
-            _, rank, size, rest = line.split(" ", 3)
+            _, rank, size, rest = self.line(r, "FINAL ").split(" ", 3)
             weights, flags = rest.rsplit("] ", 1)
             out[r] = (int(rank), int(size), json.loads(weights + "]"), flags)
         return out
@@ -86,8 +61,8 @@ def assert_finished_alike(job, survivors, size):
 
 
 def resumed_after_death(job, victim, survivor):
-    died = float(next(l for l in job.lines[victim] if l.startswith("DIE ")).split()[1])
-    resumed = float(next(l for l in job.lines[survivor] if l.startswith("RESUMED ")).split()[1])
+    died = float(job.line(victim, "DIE ").split()[1])
+    resumed = float(job.line(survivor, "RESUMED ").split()[1])
     return resumed - died
 
 
@@ -123,7 +98,7 @@ def test_a_lost_host_shrinks_the_job_to_the_other_hosts():
         codes = job.wait()
         assert [codes[r] for r in range(4)] == [0] * 4, job.output() + cluster.logs()
         assert_finished_alike(job, [0, 1, 2, 3], 4)
-        resumed = float(next(l for l in job.lines[0] if l.startswith("RESUMED ")).split()[1])
+        resumed = float(job.line(0, "RESUMED ").split()[1])
         print(f"BENCH host kill -> first collective of the new generation: "
               f"{resumed - killed_at:.2f} s (host_timeout 1.0 s, machine under load)")
     finally:

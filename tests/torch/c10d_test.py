@@ -2,7 +2,8 @@
 processes, and 1 x 2): every collective it serves, checked on every rank (c10d_worker.py ops),
 and (2 x 2) DistributedDataParallel training that ends with the same parameters on every rank
 as the same script on gloo, torch's own CPU backend, in the same run; a rank lost mid-job fails
-the others' collectives with DistBackendError."""
+the others' collectives with DistBackendError. Where CUDA is available, the collectives and DDP
+also on CUDA tensors (staged through host memory); elsewhere those two tests skip."""
 import contextlib
 import os
 import sys
@@ -55,6 +56,23 @@ def test_ddp_matches_gloo():
         ddp_matches_gloo(sockets, 2)
 
 
+def cuda_or_skip():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here: the backend's CUDA tensor staging was not exercised")
+
+
+def test_collectives_on_cuda_tensors():
+    cuda_or_skip()
+    with daemons(1) as sockets, tempfile.TemporaryDirectory() as out_dir:
+        run_workers(sockets, 2, "allreduced", "cuda_ops", out_dir)
+
+
+def test_ddp_on_cuda_matches_gloo_on_cpu():
+    cuda_or_skip()
+    with daemons(1) as sockets:
+        ddp_matches_gloo(sockets, 2, scenario="cuda_ddp")
+
+
 def test_a_lost_rank_fails_the_others_collectives():
     with daemons(2) as sockets, tempfile.TemporaryDirectory() as out_dir:
         outputs = run_workers(sockets, 2, "allreduced", "lost_rank", out_dir, expect_ok=[0, 2, 3])
@@ -63,19 +81,22 @@ def test_a_lost_rank_fails_the_others_collectives():
         assert "ERROR allreduced: " in outputs[rank][1], outputs[rank][1]
 
 
-def ddp_matches_gloo(sockets, per_host):
+def ddp_matches_gloo(sockets, per_host, scenario="ddp"):
+    """`scenario` ("ddp" or "cuda_ddp") on the allreduced backend, then "ddp" on gloo."""
     size = len(sockets) * per_host
     params = {}
     for backend in ("allreduced", "gloo"):
         with tempfile.TemporaryDirectory() as out_dir:
-            run_workers(sockets, per_host, backend, "ddp", out_dir)
+            run_workers(sockets, per_host, backend, scenario if backend == "allreduced" else "ddp",
+                        out_dir)
             params[backend] = [torch.load(os.path.join(out_dir, f"rank{r}.pt"))
                                for r in range(size)]
             params["initial"] = torch.load(os.path.join(out_dir, "initial.pt"))
     for r in range(size):
         for mine, first in zip(params["allreduced"][r], params["allreduced"][0]):
             assert torch.equal(mine, first), f"rank {r} differs from rank 0"
-        # gloo may add a bucket's gradients in another order: equal up to float rounding.
+        # gloo may add a bucket's gradients in another order (and a GPU computes the model's
+        # float32 arithmetic in its own order): equal up to float rounding.
         for mine, gloo in zip(params["allreduced"][r], params["gloo"][r]):
             assert torch.allclose(mine, gloo, rtol=1e-5, atol=1e-6), (mine, gloo)
         start = params["initial"]

@@ -4,7 +4,9 @@ OUT_DIR (init_method file://).
 Scenarios: "ops" checks every collective the allreduced backend serves against values computed
 locally; "ddp" trains a small model with DistributedDataParallel and saves the rank's final
 parameters to OUT_DIR/rank<r>.pt (rank 0 also the initial ones, initial.pt); "lost_rank":
-rank 1 dies, the others' next collective must fail. Prints `OK <scenario>` when done."""
+rank 1 dies, the others' next collective must fail; "cuda_ops" and "cuda_ddp" are "ops" and "ddp"
+on CUDA tensors (device local_rank modulo the devices there are). Prints `OK <scenario>` when
+done."""
 import os
 import sys
 
@@ -74,27 +76,42 @@ def ops_scenario(_):
     close(t, torch.full([1], float(n)), "after a refused call")
 
 
-def ddp_scenario(out_dir):
+def cuda_device():
+    """This rank's CUDA device, made the current one."""
+    device = torch.device("cuda", int(os.environ["HOROVOD_LOCAL_RANK"]) % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
+def cuda_ops_scenario(out_dir):
+    torch.set_default_device(cuda_device())  # every tensor ops_scenario makes is a CUDA tensor
+    ops_scenario(out_dir)
+    check(torch.empty(1).device.type == "cuda", "the ops ran on CUDA tensors")
+
+
+def ddp_scenario(out_dir, device="cpu"):
     """8 steps of SGD with momentum on a fixed data set, each rank on its own shard."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     if dist.get_rank() != 0:  # DDP broadcasts rank 0's parameters at construction
         for p in model.parameters():
             torch.nn.init.normal_(p)
-    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
+    model.to(device)
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[device] if device != "cpu" else None, bucket_cap_mb=0.001)
     if dist.get_rank() == 0:
-        torch.save([p.detach().clone() for p in model.parameters()],
+        torch.save([p.detach().cpu().clone() for p in model.parameters()],
                    os.path.join(out_dir, "initial.pt"))
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-    data = torch.randn(64, 8, generator=torch.Generator().manual_seed(1))
-    target = torch.randn(64, 4, generator=torch.Generator().manual_seed(2))
+    data = torch.randn(64, 8, generator=torch.Generator().manual_seed(1)).to(device)
+    target = torch.randn(64, 4, generator=torch.Generator().manual_seed(2)).to(device)
     shard = slice(dist.get_rank(), None, dist.get_world_size())
     for step in range(8):
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(ddp(data[shard] * (step + 1)), target[shard])
         loss.backward()
         optimizer.step()
-    torch.save([p.detach() for p in model.parameters()],
+    torch.save([p.detach().cpu() for p in model.parameters()],
                os.path.join(out_dir, f"rank{dist.get_rank()}.pt"))
 
 
@@ -119,8 +136,9 @@ def main():
     dist.init_process_group(backend, init_method=f"file://{os.path.join(out_dir, 'store')}",
                             rank=int(os.environ["HOROVOD_RANK"]),
                             world_size=int(os.environ["HOROVOD_SIZE"]))
-    {"ops": ops_scenario, "ddp": ddp_scenario,
-     "lost_rank": lost_rank_scenario}[scenario](out_dir)
+    {"ops": ops_scenario, "ddp": ddp_scenario, "lost_rank": lost_rank_scenario,
+     "cuda_ops": cuda_ops_scenario,
+     "cuda_ddp": lambda out: ddp_scenario(out, cuda_device())}[scenario](out_dir)
     dist.destroy_process_group()
     print(f"OK {scenario}", flush=True)
 

@@ -35,7 +35,8 @@ def ops_scenario():
                 check(got.dtype == dtype, f"dtype kept {dtype}")
                 close(got, want.to(dtype), f"allreduce op {op} {dtype}")
     for dtype, tol in ((torch.float16, 1e-2), (torch.bfloat16, 5e-2)):
-        got = hvd.allreduce(torch.full([5], 0.5 * (r + 1), dtype=dtype), op=hvd.Sum, name=str(dtype))
+        got = hvd.allreduce(torch.full([5], 0.5 * (r + 1), dtype=dtype), op=hvd.Sum,
+                            name=str(dtype))
         close(got, torch.full([5], 0.5 * n * (n + 1) / 2), f"allreduce {dtype}", tol)
     got = hvd.allreduce(mine(r), op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0)
     close(got, every.sum(0) * 1.5, "prescale/postscale")

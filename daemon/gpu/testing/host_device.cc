@@ -194,6 +194,11 @@ std::string HostDevice::Describe() const {
   return absl::StrCat("host test double (no GPU): cuda ", cuda_version_, " nccl ", nccl_version_);
 }
 
+absl::Status HostDevice::Lost() const {
+  absl::MutexLock lock(&mu_);
+  return sticky_.empty() ? absl::OkStatus() : sticky_.begin()->second;
+}
+
 absl::Status HostDevice::sticky(int device) const {
   absl::MutexLock lock(&mu_);
   auto it = sticky_.find(device);

@@ -68,6 +68,7 @@ class HostDevice : public Device {
 
   std::string Describe() const override;
   std::string NcclVersion() const override { return nccl_version_; }
+  absl::Status Lost() const override;
   // What Describe() and NcclVersion() report (tests of version agreement between hosts).
   void set_versions(std::string cuda, std::string nccl) {
     cuda_version_ = std::move(cuda);

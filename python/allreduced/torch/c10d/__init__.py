@@ -6,8 +6,8 @@ DistributedDataParallel scripts run their collectives on the daemons.
 
 Registered with torch.distributed.Backend.register_backend as a Python subclass of c10d's
 Backend (torch's PyBackend trampoline dispatches each collective to it), so nothing is compiled
-against torch. CPU tensors only (the daemon's TCP data plane). See backend.py for the collectives
-and the sequence numbers that name them; work.py for the Work objects and their futures.
+against torch. CPU tensors, and CUDA tensors staged through host memory. See backend.py for the
+collectives and the sequence numbers that name them; work.py for the Work objects and futures.
 """
 import torch.distributed as dist
 
@@ -24,7 +24,7 @@ def register():
     """Registers the backend with torch.distributed (once per process; later calls do nothing)."""
     if hasattr(dist.Backend, NAME.upper()):
         return
-    dist.Backend.register_backend(NAME, _create, devices=["cpu"])
+    dist.Backend.register_backend(NAME, _create, devices=["cpu", "cuda"])
 
 
 register()

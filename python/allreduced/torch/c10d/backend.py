@@ -3,9 +3,15 @@
 Each process group is one daemon job (rendezvous.py names it through torch's store) reached
 through one client connection. c10d requires every rank to issue a group's collectives in the
 same order, so a per-group sequence number names each request ("c10d.<n>"); a call on a list of
-tensors is one atomic group of requests ("c10d.<n>.<i>"). Tensors are CPU tensors; a call that
-the daemon cannot serve (a reduce op it lacks, a dtype it lacks) raises before it takes a
+tensors is one atomic group of requests ("c10d.<n>.<i>"). A call that the daemon cannot serve (a
+reduce op it lacks, a dtype it lacks, a device other than CPU or CUDA) raises before it takes a
 sequence number, on every rank alike.
+
+CUDA tensors are staged through host memory: the inputs are copied to the host when the call is
+made (on the caller's current stream, which that copy waits for), the results are copied back
+by the completion thread, which waits for those copies before it completes the Work, so the
+outputs are ready on every stream once the Work's future or wait() returns. (The client
+library's ard_submit_device GPU path is not used here: allreduced.torch has no device submit.)
 
 How each c10d collective maps onto the daemon's:
   allreduce, allreduce_coalesced, reduce -> ALLREDUCE (in place);  broadcast -> BROADCAST;
@@ -43,11 +49,17 @@ def _reduce_op(opts):
     return op
 
 
-def _check_cpu(tensors):
+def _check(tensors):
     for tensor in tensors:
-        if tensor.device.type != "cpu":
-            raise ValueError(f"allreduced backend: tensors must be on the CPU, got {tensor.device}")
+        if tensor.device.type not in ("cpu", "cuda"):
+            raise ValueError("allreduced backend: tensors must be on the CPU or a CUDA device, "
+                             f"got {tensor.device}")
         wire_dtype(tensor)  # ValueError for a dtype the daemon lacks
+
+
+def _cuda_devices(tensors):
+    """The CUDA devices among `tensors`' (what the Work's future and its wait cover)."""
+    return sorted({t.device for t in tensors if t.device.type == "cuda"}, key=str)
 
 
 def _flat(tensor):
@@ -82,7 +94,7 @@ class AllreducedBackend(C10dBackend):
     # -- the collectives ------------------------------------------------------------------------
 
     def allreduce(self, tensors, opts):
-        _check_cpu(tensors)
+        _check(tensors)
         return self._run("allreduce", tensors, [host_contiguous(t) for t in tensors],
                          self._results_into(tensors), collective=ALLREDUCE,
                          reduce_op=_reduce_op(opts))
@@ -95,13 +107,13 @@ class AllreducedBackend(C10dBackend):
         return self.allreduce(tensors, opts)
 
     def broadcast(self, tensors, opts):
-        _check_cpu(tensors)
+        _check(tensors)
         return self._run("broadcast", tensors, [host_contiguous(t) for t in tensors],
                          self._results_into(tensors), collective=BROADCAST,
                          root_rank=opts.rootRank)
 
     def allgather(self, output_lists, inputs, opts):
-        _check_cpu(inputs)
+        _check(inputs)
         outputs = [t for outs in output_lists for t in outs]
 
         def finish(results):
@@ -114,7 +126,7 @@ class AllreducedBackend(C10dBackend):
                          collective=ALLGATHER)
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
-        _check_cpu(inputs)
+        _check(inputs)
 
         def finish(results):
             for result, out in zip(results, outputs):
@@ -129,12 +141,12 @@ class AllreducedBackend(C10dBackend):
     all_gather_single = _allgather_base
 
     def reduce_scatter(self, outputs, input_lists, opts):
-        _check_cpu(outputs)
+        _check(outputs)
         stacked = [torch.cat([_flat(t) for t in inputs]) for inputs in input_lists]
         return self._reduce_scatter(outputs, stacked, opts)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):
-        _check_cpu(inputs)
+        _check(inputs)
         return self._reduce_scatter(outputs, [_flat(t) for t in inputs], opts)
 
     def _reduce_scatter_base(self, output, input, opts):
@@ -157,7 +169,7 @@ class AllreducedBackend(C10dBackend):
                          finish, collective=REDUCESCATTER, reduce_op=_reduce_op(opts))
 
     def alltoall(self, outputs, inputs, opts):
-        _check_cpu(inputs)
+        _check(inputs)
         flat = torch.cat([_flat(t) for t in inputs])
 
         def finish(results):
@@ -169,7 +181,7 @@ class AllreducedBackend(C10dBackend):
                          splits=[t.numel() for t in inputs])
 
     def all_to_all_single(self, output, input, output_splits, input_splits, opts):
-        _check_cpu([input])
+        _check([input])
         data = host_contiguous(input)
         rows = data.shape[0] if data.dim() else 1
         splits = list(input_splits) or [rows // self.size()] * self.size()
@@ -201,7 +213,7 @@ class AllreducedBackend(C10dBackend):
                                          group=group, **params), request_name))
         except HorovodInternalError as error:  # the job failed: c10d's backend error
             raise dist.DistBackendError(f"allreduced: {error}") from None
-        work = Work(f"{kind} {name}")
+        work = Work(f"{kind} {name}", _cuda_devices(outputs))
         self._completer.add(Operation(self._conn, submitted, finish), work)
         return work
 

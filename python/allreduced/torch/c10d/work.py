@@ -17,17 +17,22 @@ from allreduced.common.exceptions import HorovodInternalError
 
 
 class Work(dist._Work):
-    """One c10d collective in flight; its future's value is the list of output tensors."""
+    """One c10d collective in flight; its future's value is the list of output tensors.
+    `cuda_devices`: the CUDA devices of those outputs (their results are copied there by the
+    completion thread, whose copies complete before the Work does)."""
 
-    def __init__(self, what):
+    def __init__(self, what, cuda_devices=()):
         super().__init__()
         self._what = what
+        self._cuda_devices = list(cuda_devices)
         self._done = threading.Event()
         self._error = None
-        self._future = torch.futures.Future()
+        self._future = torch.futures.Future(devices=self._cuda_devices or None)
 
     def complete(self, value=None, error=None):
         """From the completion thread: the op finished with `value` or failed with `error`."""
+        for device in self._cuda_devices:  # the host-to-device copies of the results
+            torch.cuda.current_stream(device).synchronize()
         self._error = error
         self._done.set()
         if error is None:
