@@ -18,6 +18,8 @@
 #include "daemon/common/status_macros.h"
 #include "daemon/common/version.h"
 #include "daemon/config/flag_docs.h"
+#include "daemon/dataplane/tcp/algorithms.h"
+#include "daemon/negotiation/fusion_planner.h"
 #include "daemon/negotiation/steady_defaults.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/descriptor.pb.h"
@@ -155,15 +157,15 @@ DaemonConfig Defaults() {
   c.set_max_input_arena_bytes(16ull << 30);
   c.set_result_segment_bytes(64ull << 20);
   c.set_max_result_arena_bytes(8ull << 30);
-  c.set_fusion_threshold_bytes(128ull << 20);
+  c.set_fusion_threshold_bytes(negotiation::kFusionThresholdBytesDefault);
   c.set_cache_capacity(1024);
   c.set_cycle_time_ms(0);
   c.set_steady_state(negotiation::kSteadyStateDefault);
   c.set_steady_round_data_max_bytes(negotiation::kSteadyRoundDataMaxBytesDefault);
   c.set_steady_round_partial_wait_us(negotiation::kSteadyRoundPartialWaitUsDefault);
   c.set_cross_host_algorithm("auto");
-  c.set_cross_host_ring_threshold_bytes(64 << 10);
-  c.set_cross_host_chunk_bytes(4 << 20);
+  c.set_cross_host_ring_threshold_bytes(dataplane::tcp::kRingThresholdBytesDefault);
+  c.set_cross_host_chunk_bytes(dataplane::tcp::kChunkBytesDefault);
   c.set_max_clients(4096);
   c.set_max_jobs(1024);
   c.set_max_pending_tensors(65536);

@@ -28,8 +28,8 @@ bool HasGpuTensors(const Response& response) {
 }  // namespace
 
 Executor::Executor(std::shared_ptr<JobContext> job, std::unique_ptr<Collective> host,
-                   IdleRounds* rounds)
-    : job_(std::move(job)), host_(std::move(host)), rounds_(rounds) {
+                   CommitGate& gate, IdleRounds* rounds)
+    : job_(std::move(job)), host_(std::move(host)), gate_(gate), rounds_(rounds) {
   if (rounds_ != nullptr) wakeup_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   thread_ = std::thread([this] { Run(); });
 }
@@ -45,19 +45,9 @@ void Executor::Wake() {
   (void)!::write(wakeup_fd_, &one, sizeof(one));
 }
 
-uint64_t Executor::Committed(const Response& response) {
-  const uint64_t group = groups_.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (job_->timeline != nullptr && job_->timeline->on()) {
-    const absl::Time now = absl::Now();
-    for (const auto& t : response.tensors) {
-      job_->timeline->RecordAt(timeline::Mark::kCommit, -1, group, t.name, now);
-    }
-  }
-  return group;
-}
-
-void Executor::Enqueue(Response response) {
-  const uint64_t group = Committed(response);
+void Executor::Commit(Response response) {
+  const uint64_t group = gate_.Admit(response, CommitOrigin::kCentral);
+  if (group == 0 || TryRunInline(response, group)) return;
   {
     absl::MutexLock lock(&mu_);
     queue_.push_back(Item{std::move(response), nullptr, group});
@@ -77,7 +67,7 @@ void Executor::AttachGpu(std::unique_ptr<Collective> gpu) {
   Wake();
 }
 
-bool Executor::TryRunInline(Response& response) {
+bool Executor::TryRunInline(Response& response, uint64_t group) {
   uint64_t bytes = 0;
   for (const auto& t : response.tensors) bytes += t.first().meta.bytes;
   if (!host_->RunsInline(bytes) || HasGpuTensors(response) || response.attach_gpu) return false;
@@ -87,7 +77,6 @@ bool Executor::TryRunInline(Response& response) {
     busy_ = true;  // the executor thread cannot start anything meanwhile: the queue is empty and
                    // only this (the loop) thread enqueues
   }
-  const uint64_t group = Committed(response);
   Item item{std::move(response), nullptr, group};
   Dispatch(item, /*stopping=*/false);
   absl::MutexLock lock(&mu_);
@@ -187,13 +176,15 @@ bool Executor::IdleRound() {
     return false;
   }
   for (Response& response : *released) {
+    // Released by the round: committed now, through the same gate as the loop's responses.
+    const uint64_t group = gate_.Admit(response, CommitOrigin::kReleased);
+    if (group == 0) continue;
     bool stopping;
     {
       absl::MutexLock lock(&mu_);
       busy_ = true;
       stopping = stopping_;
     }
-    const uint64_t group = Committed(response);  // released by the round: committed now
     Item item{std::move(response), nullptr, group};
     Dispatch(item, stopping);
     absl::MutexLock lock(&mu_);

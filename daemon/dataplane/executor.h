@@ -5,11 +5,14 @@
 // through the job's CompletionSink (completion_sink.h). It does
 // not know which data planes it drives (one host, several hosts, GPUs).
 //
-// Lifecycle: 1. constructed when the job forms, with its host-memory collective (thread starts
-// and runs its Prepare first); 2. Enqueue() and AttachGpu() from the loop, in committed order;
-// 3. a failed job (JobContext::Fail) makes the executor complete remaining work with the failure;
-// with IdleRounds (steady state), the executor takes part in readiness rounds whenever nothing is
-// queued, and runs what each round releases at once;
+// Every committed response passes the job's CommitGate (commit_gate.h) once, whichever road it
+// came by: Commit() from the loop, or a readiness round's release on the executor thread.
+//
+// Lifecycle: 1. constructed when the job forms, with its host-memory collective and its gate
+// (thread starts and runs its Prepare first); 2. Commit() and AttachGpu() from the loop, in
+// committed order; 3. a failed job (JobContext::Fail) makes the executor complete remaining work
+// with the failure; with IdleRounds (steady state), the executor takes part in readiness rounds
+// whenever nothing is queued, and runs what each round releases at once;
 // 4. Abort() (any thread) makes a collective blocked on peers return; 5. Stop() aborts, completes
 // queued work with the failure (or "shutting down") and joins the thread.
 #pragma once
@@ -21,6 +24,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/dataplane/collective.h"
+#include "daemon/dataplane/commit_gate.h"
 #include "daemon/dataplane/idle_rounds.h"
 #include "daemon/dataplane/job_context.h"
 #include "daemon/negotiation/tensor_request.h"
@@ -29,25 +33,22 @@ namespace ard::dataplane {
 
 class Executor {
  public:
-  // `rounds` (not owned; may be null) outlives the executor.
-  Executor(std::shared_ptr<JobContext> job, std::unique_ptr<Collective> host,
+  // `gate` and `rounds` (not owned; `rounds` may be null) outlive the executor.
+  Executor(std::shared_ptr<JobContext> job, std::unique_ptr<Collective> host, CommitGate& gate,
            IdleRounds* rounds = nullptr);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  void Enqueue(negotiation::Response response);
+  // The loop's road for a committed response: past the gate (CommitOrigin::kCentral), then run
+  // inline (RunsInline below) or queued.
+  void Commit(negotiation::Response response);
   // The job's GPU data plane, prepared on the executor thread at this place in the committed
   // order; responses with GPU tensors run through it from then on. `gpu` stays alive (for the
   // loop's raw pointer) until the executor is destroyed. With rounds, it is held until a
   // response with attach_gpu runs (released by a round, or enqueued once the rounds ended), so
   // its Prepare (NCCL init across hosts) has the same place in every host's order.
   void AttachGpu(std::unique_ptr<Collective> gpu);
-  // Runs a small host-memory response on the calling thread (the control loop) when the
-  // executor thread has nothing queued or running and the data plane allows it (no peers),
-  // saving a thread wake-up (~100 us here) on the latency path while keeping the committed order.
-  // Returns false (and leaves `response` alone) otherwise.
-  bool TryRunInline(negotiation::Response& response);
   // Any thread: the job failed or ended; collectives waiting for peers return at once.
   void Abort(const absl::Status& why);
   void Stop();
@@ -59,9 +60,11 @@ class Executor {
     uint64_t group = 0;                      // the timeline's group: committed order, from 1
   };
 
-  // Numbers a committed response and records its tensors' commit marks: on the loop (Enqueue,
-  // TryRunInline) or the executor thread (responses a steady-state round released).
-  uint64_t Committed(const negotiation::Response& response);
+  // Runs a small host-memory response on the calling thread (the control loop) when the
+  // executor thread has nothing queued or running and the data plane allows it (no peers),
+  // saving a thread wake-up (~100 us here) on the latency path while keeping the committed order.
+  // Returns false (and leaves `response` alone) otherwise.
+  bool TryRunInline(negotiation::Response& response, uint64_t group);
 
   void Run();
   // Idle with rounds: waits for a round (or new work) and runs it. False once the rounds failed.
@@ -74,6 +77,7 @@ class Executor {
 
   const std::shared_ptr<JobContext> job_;
   const std::unique_ptr<Collective> host_;
+  CommitGate& gate_;    // Not owned (the job's)
   IdleRounds* rounds_;  // Not owned; null without the steady state; null again once failed
   int wakeup_fd_ = -1;  // eventfd: new work or stopping, with rounds
   absl::Mutex mu_;
@@ -82,7 +86,6 @@ class Executor {
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a response is executing (thread or inline)
-  std::atomic<uint64_t> groups_{0};         // responses committed so far
   std::thread thread_;
 };
 

@@ -122,6 +122,30 @@ class ScriptedRounds : public IdleRounds {
   std::atomic<bool> ran_{false};
 };
 
+// The job's side of the commit road: admits what `open` allows and records each admission.
+class RecordingGate : public CommitGate {
+ public:
+  uint64_t Admit(const Response& response, CommitOrigin origin) override {
+    absl::MutexLock lock(&mu_);
+    origins_.push_back(origin);
+    return open_ ? ++groups_ : 0;
+  }
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    open_ = false;
+  }
+  std::vector<CommitOrigin> origins() const {
+    absl::MutexLock lock(&mu_);
+    return origins_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  bool open_ ABSL_GUARDED_BY(mu_) = true;
+  uint64_t groups_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<CommitOrigin> origins_ ABSL_GUARDED_BY(mu_);
+};
+
 bool Eventually(const std::atomic<bool>& flag) {
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (!flag.load() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
@@ -135,7 +159,8 @@ TEST_CASE("with rounds, the GPU data plane is prepared where a round releases it
   std::atomic<bool> host_prepared{false};
   std::atomic<bool> gpu_prepared{false};
   ScriptedRounds rounds;
-  Executor executor(job, std::make_unique<RecordingCollective>(&host_prepared), &rounds);
+  RecordingGate gate;
+  Executor executor(job, std::make_unique<RecordingCollective>(&host_prepared), gate, &rounds);
   REQUIRE(Eventually(host_prepared));
   executor.AttachGpu(std::make_unique<RecordingCollective>(&gpu_prepared));
   absl::SleepFor(absl::Milliseconds(200));  // idle executor, no round yet: NCCL init must wait
@@ -143,6 +168,8 @@ TEST_CASE("with rounds, the GPU data plane is prepared where a round releases it
   rounds.Release();
   CHECK(Eventually(gpu_prepared));
   executor.Stop();
+  // The round's release passed the job's gate like any committed response.
+  CHECK(gate.origins() == std::vector<CommitOrigin>{CommitOrigin::kReleased});
 }
 
 TEST_CASE("without rounds, the GPU data plane is prepared at its place in the queue") {
@@ -150,7 +177,8 @@ TEST_CASE("without rounds, the GPU data plane is prepared at its place in the qu
   job->size = 1;
   std::atomic<bool> host_prepared{false};
   std::atomic<bool> gpu_prepared{false};
-  Executor executor(job, std::make_unique<RecordingCollective>(&host_prepared));
+  RecordingGate gate;
+  Executor executor(job, std::make_unique<RecordingCollective>(&host_prepared), gate);
   executor.AttachGpu(std::make_unique<RecordingCollective>(&gpu_prepared));
   CHECK(Eventually(gpu_prepared));
   executor.Stop();
@@ -161,8 +189,9 @@ TEST_CASE("an executed response completes each taking-part rank through the job'
   job->size = 3;
   auto sink = std::make_shared<RecordingSink>();
   job->sink = sink;
-  Executor executor(job, std::make_unique<ShapingCollective>());
-  executor.Enqueue(TwoOfThreeRanks(/*join_last_rank=*/2));
+  RecordingGate gate;
+  Executor executor(job, std::make_unique<ShapingCollective>(), gate);
+  executor.Commit(TwoOfThreeRanks(/*join_last_rank=*/2));
   const auto completed = sink->AwaitCompleted(2);
   executor.Stop();
   REQUIRE(completed.size() == 2);
@@ -176,14 +205,29 @@ TEST_CASE("an executed response completes each taking-part rank through the job'
   CHECK(completed[1].join_last_rank == 2);
 }
 
+TEST_CASE("a response the job's gate refuses never runs") {
+  auto job = std::make_shared<JobContext>();
+  job->size = 3;
+  auto sink = std::make_shared<RecordingSink>();
+  job->sink = sink;
+  RecordingGate gate;
+  Executor executor(job, std::make_unique<ShapingCollective>(), gate);
+  gate.Close();
+  executor.Commit(TwoOfThreeRanks(/*join_last_rank=*/-1));
+  executor.Stop();
+  CHECK(sink->AwaitCompleted(0).empty());
+  CHECK(gate.origins() == std::vector<CommitOrigin>{CommitOrigin::kCentral});
+}
+
 TEST_CASE("a failed job's responses complete through the sink with the job's failure") {
   auto job = std::make_shared<JobContext>();
   job->size = 3;
   auto sink = std::make_shared<RecordingSink>();
   job->sink = sink;
   REQUIRE(job->Fail(absl::AbortedError("host b left")));
-  Executor executor(job, std::make_unique<ShapingCollective>());
-  executor.Enqueue(TwoOfThreeRanks(/*join_last_rank=*/-1));
+  RecordingGate gate;
+  Executor executor(job, std::make_unique<ShapingCollective>(), gate);
+  executor.Commit(TwoOfThreeRanks(/*join_last_rank=*/-1));
   const auto completed = sink->AwaitCompleted(2);
   executor.Stop();
   REQUIRE(completed.size() == 2);

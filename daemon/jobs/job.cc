@@ -28,9 +28,8 @@ Job::Job(JobEnvironment env, uint32_t id, std::string name, int size, int local_
       uid_(uid),
       created_(absl::Now()),
       negotiator_(std::move(negotiator)),
-      on_finished_(std::move(on_finished)) {
-  if (env_.options.timeline != nullptr) timeline_ = env_.options.timeline->ForJob(name_);
-}
+      on_finished_(std::move(on_finished)),
+      road_(env_.options.timeline != nullptr ? env_.options.timeline->ForJob(name_) : nullptr) {}
 
 Job::~Job() {
   alive_.reset();
@@ -131,7 +130,7 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
   context_->sink = std::make_shared<local::RankSessions>(members_);
   context_->results = *arena;
   context_->metrics = env_.options.metrics;
-  context_->timeline = timeline_;
+  context_->timeline = road_.recorder();
   context_->report_failure = [this, alive = std::weak_ptr<bool>(alive_)](absl::Status status) {
     env_.loop.Post([this, alive, status] {
       if (!alive.expired()) Fail(status);
@@ -154,7 +153,9 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
     host = std::make_unique<dataplane::LocalCollective>(size_);
     table_ = std::make_unique<negotiation::ReadinessTable>(size_);
   }
-  executor_ = std::make_unique<Executor>(context_, std::move(host), negotiator_->StartRounds(tcp_));
+  road_.Open(context_);
+  executor_ =
+      std::make_unique<Executor>(context_, std::move(host), road_, negotiator_->StartRounds(tcp_));
   lifecycle_.Formed().IgnoreError();  // forming -> running (checked above)
   negotiator_->Start(this);
   auto segment = (*arena)->segment(0);

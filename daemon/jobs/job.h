@@ -26,6 +26,7 @@
 #include "daemon/common/event_loop.h"
 #include "daemon/dataplane/executor.h"
 #include "daemon/dataplane/job_context.h"
+#include "daemon/jobs/commit_road.h"
 #include "daemon/jobs/elastic_generation.h"
 #include "daemon/jobs/job_gpu.h"
 #include "daemon/jobs/job_options.h"
@@ -40,10 +41,6 @@
 namespace ard::dataplane::tcp {
 class DataListener;
 }  // namespace ard::dataplane::tcp
-
-namespace ard::timeline {
-class Recorder;
-}  // namespace ard::timeline
 
 namespace ard::jobs {
 
@@ -163,7 +160,9 @@ class Job : private NegotiationSink {
   const std::unique_ptr<Negotiator> negotiator_;
   const std::function<void()> on_finished_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-  std::shared_ptr<timeline::Recorder> timeline_;  // from env_.options.timeline; null: none
+  // Committed responses' one road into the executor; holds the job's timeline recorder (from
+  // env_.options.timeline; null: none).
+  CommitRoad road_;
 
   JobLifecycle lifecycle_;
   ElasticGeneration succession_;  // a fixed-size job: no bounds

@@ -7,6 +7,7 @@
 
 #include "absl/time/time.h"
 #include "daemon/negotiation/elastic_settle.h"
+#include "daemon/negotiation/fusion_planner.h"
 #include "daemon/negotiation/steady_defaults.h"
 
 namespace ard::gpu {
@@ -61,7 +62,7 @@ struct JobGpuOptions {
 // negotiation/steady_defaults.h (DaemonConfig's).
 struct SteadyStateOptions {
   bool steady_state = negotiation::kSteadyStateDefault;
-  uint64_t fusion_threshold_bytes = 128ull << 20;
+  uint64_t fusion_threshold_bytes = negotiation::kFusionThresholdBytesDefault;
   // Cached allreduces of at most this many bytes travel in the rounds themselves (0: none).
   uint64_t steady_round_data_max_bytes = negotiation::kSteadyRoundDataMaxBytesDefault;
   // A vote waits up to this long for a cached tensor some local ranks submitted (0: never).

@@ -2,8 +2,8 @@
 // routes every decoded frame from local clients to its process's job. HELLO creates a job (one
 // host: LocalNegotiator; ranks on several hosts: CoordinatedNegotiator) or adds the process to
 // the forming one; SUBMIT, GPU_REGISTER and a client leaving go to the job; ADD_SEGMENT and
-// RELEASE concern the process alone. Also runs the stall inspector's timer and collects the job
-// summaries `status` shows.
+// RELEASE concern the process alone (the frame routing: job_registry_frames.cc). Also runs the
+// stall inspector's timer and collects the job summaries `status` shows.
 //
 // Thread: the control loop only (no locks).
 // Lifecycle: 1. constructed by the Daemon with the loop; 2. Start() schedules the stall

@@ -49,7 +49,8 @@ void Job::Submit(const std::shared_ptr<Session>& s, local::DecodedFrame frame) {
     if (!input.ok()) return reject(input.status());
     request.input = *std::move(input);
   }
-  if (timeline_ != nullptr) timeline_->Record(timeline::Mark::kSubmit, s->rank, 0, request.name());
+  timeline::Recorder* timeline = road_.recorder().get();
+  if (timeline != nullptr) timeline->Record(timeline::Mark::kSubmit, s->rank, 0, request.name());
   std::vector<negotiation::Response> ready;
   const bool join = request.collective() == wire::Collective::kJoin;
   // The first of several local ranks to submit a tensor: the steady state may delay its vote
@@ -62,10 +63,10 @@ void Job::Submit(const std::shared_ptr<Session>& s, local::DecodedFrame frame) {
   }
   if (join) negotiator_->Join(join_copy);
   if (!partly.empty() && table_->is_pending(partly)) negotiator_->SubmittedPartly(partly);
-  if (timeline_ != nullptr && timeline_->on()) {
+  if (timeline != nullptr && timeline->on()) {
     for (const auto& response : ready) {
       for (const auto& t : response.tensors) {
-        timeline_->Record(timeline::Mark::kReady, -1, 0, t.name);
+        timeline->Record(timeline::Mark::kReady, -1, 0, t.name);
       }
     }
   }
@@ -73,8 +74,9 @@ void Job::Submit(const std::shared_ptr<Session>& s, local::DecodedFrame frame) {
 }
 
 void Job::OnCommitted(negotiation::Response response) {
-  if (state() != JobState::kRunning) return;
-  if (!executor_->TryRunInline(response)) executor_->Enqueue(std::move(response));
+  // The state check and the commit marks are the road's (CommitRoad), shared with the responses
+  // a readiness round releases.
+  executor_->Commit(std::move(response));
 }
 
 void Job::OnJoinDone(const absl::Status& status, int last_rank) {

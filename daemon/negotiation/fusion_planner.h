@@ -13,6 +13,9 @@
 
 namespace ard::negotiation {
 
+// DaemonConfig.fusion_threshold_bytes's default (config_loader and jobs::SteadyStateOptions).
+inline constexpr uint64_t kFusionThresholdBytesDefault = 128ull << 20;
+
 std::vector<Response> PlanFusion(std::vector<Response> ready, uint64_t threshold_bytes);
 
 // Bytes one rank contributes to a response (the fusion buffer size it needs).

@@ -29,16 +29,21 @@ namespace ard::dataplane::tcp {
 
 enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling };
 
+// The defaults of DaemonConfig.cross_host_ring_threshold_bytes and cross_host_chunk_bytes
+// (config_loader starts from these too).
+inline constexpr size_t kRingThresholdBytesDefault = 64 << 10;
+inline constexpr size_t kChunkBytesDefault = 4 << 20;
+
 // Every host of a job must use the same options (TcpMesh::Connect checks it with its peers):
 // they decide each collective's message pattern.
 struct AlgorithmOptions {
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::kAuto;
   // Auto: allreduces of at least this many bytes take the ring.
-  size_t ring_threshold_bytes = 64 << 10;
+  size_t ring_threshold_bytes = kRingThresholdBytesDefault;
   // The ring's reduce-scatter moves and reduces each block in pieces of this many bytes (whole
   // elements), bounding staging memory and letting the kernel's socket buffers carry one piece
   // while the previous one is reduced.
-  size_t chunk_bytes = 4 << 20;
+  size_t chunk_bytes = kChunkBytesDefault;
   // DaemonConfig.steady_state: idle hosts take part in readiness rounds between collectives.
   bool steady_state = negotiation::kSteadyStateDefault;
   // DaemonConfig.steady_round_data_max_bytes: which cached allreduces the rounds carry (it
