@@ -103,8 +103,8 @@ absl::StatusOr<absl::Duration> GrpcEtcdClient::KeepAlive(int64_t lease) {
   absl::Status status =
       OnAnyEndpoint("LeaseKeepAlive", [&](Endpoint& e, grpc::ClientContext& context) {
         auto stream = e.lease->LeaseKeepAlive(&context);
-        const bool answered = stream->Write(request) && stream->WritesDone() &&
-                              stream->Read(&response);
+        const bool answered =
+            stream->Write(request) && stream->WritesDone() && stream->Read(&response);
         grpc::Status finished = stream->Finish();
         if (!finished.ok() || answered) return finished;
         return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream ended without an answer");
@@ -136,7 +136,8 @@ absl::StatusOr<coordination::EtcdKey> GrpcEtcdClient::CreateIfAbsent(const std::
   });
   if (!status.ok()) return status;
   // Created: the transaction's revision is the key's create revision.
-  if (response.succeeded()) return coordination::EtcdKey{value, response.header().revision(), lease};
+  if (response.succeeded())
+    return coordination::EtcdKey{value, response.header().revision(), lease};
   for (const etcdserverpb::ResponseOp& op : response.responses()) {
     if (op.has_response_range() && op.response_range().kvs_size() > 0) {
       return FromKeyValue(op.response_range().kvs(0));
