@@ -86,6 +86,8 @@ class Election {
 
   // Leading: when the next renewal is due.
   absl::Time NextKeepAlive() const { return last_renewed_ + ttl_ / 4; }
+  // Leading: when it is fenced unless a renewal succeeds first.
+  absl::Time SafeUntil() const { return last_renewed_ + ttl_ - margin_; }
 
  private:
   void Follow(const EtcdKey& key, const CoordinatorId& holder, const std::string& why);

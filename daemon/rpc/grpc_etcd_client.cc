@@ -46,10 +46,13 @@ GrpcEtcdClient::~GrpcEtcdClient() = default;
 template <typename Call>
 absl::Status GrpcEtcdClient::OnAnyEndpoint(const char* what, Call call) {
   absl::Status last = absl::UnavailableError("etcd: no endpoints");
+  // One deadline for the whole call, whichever endpoints it tries: the elector's timing relies
+  // on a call taking at most `timeout_`.
+  const absl::Time deadline = absl::Now() + timeout_;
   for (size_t tried = 0; tried < endpoints_.size(); ++tried) {
     Endpoint& endpoint = *endpoints_[current_];
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+    context.set_deadline(absl::ToChronoTime(deadline));
     last = FromGrpcStatus(call(endpoint, context));
     if (!Unreachable(last)) break;
     last = absl::Status(last.code(),

@@ -1,7 +1,7 @@
 // coordination::EtcdClient over etcd's v3 gRPC API (proto/etcd_v3.proto): one channel per
 // endpoint; a call goes to the endpoint that answered last and, when that one is unreachable,
 // to each other endpoint in turn (so one etcd member down costs one failed connect, once).
-// Synchronous calls with a deadline each; one thread at a time (the elector's).
+// Synchronous calls, each within one deadline whatever endpoints it tries; one thread at a time (the elector's).
 #pragma once
 
 #include <memory>
