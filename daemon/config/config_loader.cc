@@ -10,9 +10,11 @@
 #include <memory>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "daemon/common/host_name.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
@@ -36,7 +38,8 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
   explicit FirstErrorCollector(std::string file) : file_(std::move(file)) {}
   void AddError(int line, int column, const std::string& message) override {
-    if (error_.empty()) error_ = absl::StrFormat("%s:%d:%d: %s", file_, line + 1, column + 1, message);
+    if (error_.empty())
+      error_ = absl::StrFormat("%s:%d:%d: %s", file_, line + 1, column + 1, message);
   }
   const std::string& error() const { return error_; }
 
@@ -135,6 +138,39 @@ absl::Status SetField(const std::string& name, const std::string& value, DaemonC
   }
 }
 
+// Coordinator failover (`coordination`): etcd endpoints and lease timing.
+absl::Status CheckCoordination(const DaemonConfig& c) {
+  constexpr absl::string_view kScheme = "etcd://";
+  if (!c.coordinator().empty()) {
+    return absl::InvalidArgumentError(
+        "coordinator and coordination are exclusive: with coordination the coordinator is "
+        "elected");
+  }
+  if (!absl::StartsWith(c.coordination(), kScheme) || c.coordination().size() == kScheme.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("coordination: '", c.coordination(),
+                                                   "' is not etcd://HOST:PORT[,HOST:PORT...]"));
+  }
+  for (absl::string_view endpoint : absl::StrSplit(c.coordination().substr(kScheme.size()), ',')) {
+    std::string host;
+    int port;
+    if (auto s = SplitHostPort(std::string(endpoint), &host, &port); !s.ok() || port == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("coordination: etcd endpoint '", endpoint,
+                                                     "' is not HOST:PORT with a port"));
+    }
+  }
+  if (c.coordination_ttl_ms() < 2000) {
+    return absl::InvalidArgumentError("coordination_ttl_ms must be at least 2000 (etcd's minimum)");
+  }
+  if (c.coordination_poll_ms() == 0 || c.coordination_poll_ms() * 2 > c.coordination_ttl_ms()) {
+    return absl::InvalidArgumentError(
+        "coordination_poll_ms must be > 0 and at most half of coordination_ttl_ms");
+  }
+  if (c.coordination_prefix().empty() || c.coordination_prefix()[0] != '/') {
+    return absl::InvalidArgumentError("coordination_prefix must start with '/'");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 DaemonConfig Defaults() {
@@ -142,6 +178,9 @@ DaemonConfig Defaults() {
   c.set_cluster_address("0.0.0.0:7070");
   c.set_local_socket("/run/allreduced/allreduced.sock");
   c.set_heartbeat_ms(1000);
+  c.set_coordination_ttl_ms(3000);
+  c.set_coordination_poll_ms(500);
+  c.set_coordination_prefix("/allreduced/default");
   c.set_host_timeout_ms(5000);
   c.set_log_level("info");
   c.set_rpc_timeout_ms(2000);
@@ -187,7 +226,8 @@ absl::StatusOr<DaemonConfig> LoadConfig(const std::vector<std::string>& args, bo
       return DaemonConfig();
     }
     if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "' (see --help)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument '", arg, "' (see --help)"));
     }
     std::string body = arg.substr(2);
     size_t eq = body.find('=');
@@ -210,10 +250,10 @@ absl::StatusOr<DaemonConfig> LoadConfig(const std::vector<std::string>& args, bo
   // Pass 2: defaults < Horovod's environment knobs < file < flags.
   DaemonConfig config = Defaults();
   // Horovod's knobs, honoured when set in the daemon's environment (the file and flags win).
-  for (const auto& [env, field] : {std::pair<const char*, const char*>{"HOROVOD_FUSION_THRESHOLD",
-                                                                      "fusion_threshold_bytes"},
-                                   {"HOROVOD_CACHE_CAPACITY", "cache_capacity"},
-                                   {"HOROVOD_CYCLE_TIME", "cycle_time_ms"}}) {
+  for (const auto& [env, field] :
+       {std::pair<const char*, const char*>{"HOROVOD_FUSION_THRESHOLD", "fusion_threshold_bytes"},
+        {"HOROVOD_CACHE_CAPACITY", "cache_capacity"},
+        {"HOROVOD_CYCLE_TIME", "cycle_time_ms"}}) {
     const char* value = std::getenv(env);
     if (value == nullptr || *value == '\0') continue;
     std::string v = value;
@@ -276,6 +316,9 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
     }
     if (port == 0) return absl::InvalidArgumentError("coordinator: port 0 cannot be dialed");
   }
+  if (!c->coordination().empty()) {
+    if (auto s = CheckCoordination(*c); !s.ok()) return s;
+  }
   if (!c->advertise_address().empty()) {
     if (auto s = SplitHostPort(c->advertise_address(), &host, &port); !s.ok()) {
       return field_error("advertise_address", s);
@@ -292,14 +335,14 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
     }
   }
   if (c->local_socket().empty() || c->local_socket().size() > kMaxUnixPath) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "local_socket: path must be 1-", kMaxUnixPath, " bytes, got ", c->local_socket().size()));
+    return absl::InvalidArgumentError(absl::StrCat("local_socket: path must be 1-", kMaxUnixPath,
+                                                   " bytes, got ", c->local_socket().size()));
   }
   if (c->heartbeat_ms() == 0) return absl::InvalidArgumentError("heartbeat_ms must be > 0");
   if (c->gpu_mode().empty()) c->set_gpu_mode("auto");
   if (c->gpu_mode() != "auto" && c->gpu_mode() != "nccl" && c->gpu_mode() != "hierarchical") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gpu_mode: '", c->gpu_mode(), "' is not one of auto, nccl, hierarchical"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu_mode: '", c->gpu_mode(), "' is not one of auto, nccl, hierarchical"));
   }
   if (c->cross_host_algorithm().empty()) c->set_cross_host_algorithm("auto");
   if (c->cross_host_algorithm() != "auto" && c->cross_host_algorithm() != "ring" &&
@@ -312,9 +355,9 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
     return absl::InvalidArgumentError("cross_host_chunk_bytes must be > 0");
   }
   if (c->host_timeout_ms() < 2 * c->heartbeat_ms()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("host_timeout_ms (", c->host_timeout_ms(), ") must be at least twice ",
-                     "heartbeat_ms (", c->heartbeat_ms(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("host_timeout_ms (", c->host_timeout_ms(),
+                                                   ") must be at least twice ", "heartbeat_ms (",
+                                                   c->heartbeat_ms(), ")"));
   }
   if (c->rpc_timeout_ms() == 0) return absl::InvalidArgumentError("rpc_timeout_ms must be > 0");
   if (c->join_backoff_initial_ms() == 0 ||
@@ -342,10 +385,9 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
     return absl::InvalidArgumentError(
         "max_clients, max_jobs, max_pending_tensors and hello_timeout_ms must be > 0");
   }
-  if (c->peer_policy() != "same_user" && c->peer_policy() != "group" &&
-      c->peer_policy() != "any") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "peer_policy '", c->peer_policy(), "' must be same_user, group or any"));
+  if (c->peer_policy() != "same_user" && c->peer_policy() != "group" && c->peer_policy() != "any") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("peer_policy '", c->peer_policy(), "' must be same_user, group or any"));
   }
   if (c->max_client_outbox_bytes() < (64 << 10)) {
     return absl::InvalidArgumentError("max_client_outbox_bytes must be >= 64 KiB");

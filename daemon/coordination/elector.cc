@@ -108,7 +108,8 @@ absl::Time Elector::NextStepAt(absl::Time now) const ABSL_NO_THREAD_SAFETY_ANALY
     case Election::Action::kCampaign:
       return election_.etcd_error().empty() ? now : now + options_.poll;
     case Election::Action::kKeepAlive: {
-      absl::Time at = election_.etcd_error().empty() ? election_.NextKeepAlive() : now + options_.poll;
+      absl::Time at =
+          election_.etcd_error().empty() ? election_.NextKeepAlive() : now + options_.poll;
       if (!election_.view().fenced) at = std::min(at, election_.SafeUntil());
       return at;
     }
