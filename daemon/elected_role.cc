@@ -1,8 +1,11 @@
 #include "daemon/elected_role.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "daemon/cluster/cluster_agent.h"
 #include "daemon/cluster/coordinator.h"
 #include "daemon/cluster/job_coordinator.h"

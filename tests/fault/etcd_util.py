@@ -59,6 +59,19 @@ class EtcdCluster:
             p.kill()
             p.wait()
 
+    def leader(self):
+        """The member that is etcd's raft leader now."""
+        import json
+        r = subprocess.run(["etcdctl", "--endpoints", ",".join(
+            f"127.0.0.1:{self.client[m]}" for m in self.procs), "--command-timeout=2s",
+            "endpoint", "status", "-w", "json"], capture_output=True, text=True,
+            env=dict(os.environ, ETCDCTL_API="3"))
+        for member in json.loads(r.stdout or "[]"):
+            if member["Status"]["leader"] == member["Status"]["header"]["member_id"]:
+                port = int(member["Endpoint"].rsplit(":", 1)[1])
+                return next(m for m, p in self.client.items() if p == port)
+        raise AssertionError("no etcd leader: " + r.stdout + r.stderr)
+
     def healthy(self, members=None):
         members = members or list(self.procs)
         r = subprocess.run(["etcdctl", "--endpoints",

@@ -120,17 +120,20 @@ def test_partitioned_coordinator_comes_back_as_follower(cluster, etcd):
 
 
 def test_one_etcd_member_down_changes_nothing(cluster, etcd):
-    """Promise: with one of the three etcd members killed (the first endpoint every daemon
-    tries), the coordinator keeps its term for several lease TTLs and a new job forms and runs."""
+    """Promise: with etcd's raft leader killed (one member of three; etcd elects another leader
+    within its election timeout), the coordinator keeps its term and stays the coordinator for
+    several lease TTLs (it may be fenced for a moment while etcd elects, never replaced), and a
+    new job forms and runs."""
     first = elected(cluster, NAMES)
-    etcd.kill(etcd.names[0])
+    etcd.kill(etcd.leader())
     deadline = time.monotonic() + 3 * TTL_MS / 1000
     while time.monotonic() < deadline:
         v = coordination(cluster, first["coordinator"])
-        assert v and v["term"] == first["term"] and v["role"] == "coordinator", v
+        assert v and v["term"] == first["term"] and v["role"].startswith("coordinator"), v
         time.sleep(0.3)
     run_job(sockets(cluster, NAMES), "one-etcd-down", steps=3)
-    assert elected(cluster, NAMES)["term"] == first["term"]
+    after = wait_until(lambda: elected(cluster, NAMES), 10, "the same coordinator")
+    assert after["term"] == first["term"] and after["coordinator"] == first["coordinator"]
 
 
 def test_all_of_etcd_down_running_jobs_go_on_no_new_ones_form(cluster, etcd):
@@ -161,7 +164,7 @@ def test_all_of_etcd_down_running_jobs_go_on_no_new_ones_form(cluster, etcd):
         finally:
             refused.kill()
         for i in range(3):
-            error = refused.line(i, "ERROR") or ""
+            error = refused.line(i, "INIT_ERROR") or refused.line(i, "ERROR") or ""
             assert "fenced" in error and not refused.line(i, "DONE"), refused.dump()
         assert all(p.poll() is None for p in procs.procs), procs.dump()
         for m in etcd.names:
