@@ -65,6 +65,7 @@ ElectedRole::ElectedRole(const DaemonConfig& config, ElectedRoleServices service
     : config_(config),
       services_(std::move(services)),
       loop_(*services_.loop),
+      endpoints_(EtcdEndpoints(config.coordination()).value_or(std::vector<std::string>())),
       negotiation_(loop_, absl::Milliseconds(config.coordination_poll_ms())) {
   // This daemon's own coordinator, fenced, forms nothing (a follower's is asked over gRPC).
   negotiation_.SetFormGate([this] {
@@ -82,8 +83,7 @@ void ElectedRole::Start(const HostInfo& self) {
   const absl::Duration poll = absl::Milliseconds(config_.coordination_poll_ms());
   // A renewal must fail well inside the lease: a quarter TTL at most.
   const absl::Duration timeout = std::min(absl::Milliseconds(config_.rpc_timeout_ms()), ttl / 4);
-  etcd_ = std::make_unique<rpc::GrpcEtcdClient>(*EtcdEndpoints(config_.coordination()), timeout,
-                                                services_.etcd_credentials);
+  etcd_ = std::make_unique<rpc::GrpcEtcdClient>(endpoints_, timeout, services_.etcd_credentials);
   coordination::ElectorOptions options;
   options.key = absl::StrCat(config_.coordination_prefix(), "/coordinator");
   options.self = {self.name(), self.address(), self.instance_id()};
@@ -330,7 +330,7 @@ void ElectedRole::HandleGetClusterStatus(const GetClusterStatusRequest& request,
 CoordinationView ElectedRole::ViewOnLoop() const {
   CoordinationView view;
   view.set_mode("etcd");
-  for (const std::string& e : *EtcdEndpoints(config_.coordination())) view.add_endpoints(e);
+  for (const std::string& e : endpoints_) view.add_endpoints(e);
   if (current_ != nullptr) {
     view.set_term(current_->view.term);
     view.set_coordinator(current_->view.coordinator.host);

@@ -94,6 +94,7 @@ class ElectedRole : public cluster::ClusterHandler, public cluster::AdminHandler
   const DaemonConfig config_;
   ElectedRoleServices services_;
   EventLoop& loop_;
+  const std::vector<std::string> endpoints_;  // etcd's, from `coordination` (validated)
   coordination::TermNegotiation negotiation_;
   std::unique_ptr<rpc::GrpcEtcdClient> etcd_;
   std::unique_ptr<coordination::Elector> elector_;
