@@ -20,12 +20,17 @@ class ScriptedCoordinator : public cluster::NegotiationClient {
     absl::MutexLock lock(&mu_);
     return calls_;
   }
-  void RegisterRanksAsync(const RegisterRanksRequest&, absl::Duration,
+  std::vector<std::string> jobs() {
+    absl::MutexLock lock(&mu_);
+    return jobs_;
+  }
+  void RegisterRanksAsync(const RegisterRanksRequest& request, absl::Duration,
                           cluster::Done<RegisterRanksResponse> done) override {
     absl::Status answer;
     {
       absl::MutexLock lock(&mu_);
       ++calls_;
+      jobs_.push_back(request.job());
       answer = script_.front();
       if (script_.size() > 1) script_.pop_front();
     }
@@ -45,6 +50,7 @@ class ScriptedCoordinator : public cluster::NegotiationClient {
   absl::Mutex mu_;
   std::deque<absl::Status> script_ ABSL_GUARDED_BY(mu_);
   int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> jobs_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::Status Register(EventLoop& loop, TermNegotiation& client, absl::Duration timeout) {
@@ -79,6 +85,7 @@ TEST_CASE("a registration waits out a failover and reaches the coordinator that 
   OnLoop(loop, [&] { client.SetTargetOnLoop(&coordinator, ""); });
   CHECK(Register(loop, client, absl::Seconds(30)).ok());
   CHECK(coordinator.calls() == 3);
+  CHECK(coordinator.jobs() == std::vector<std::string>{"j", "j", "j"});
   loop.Stop();
 }
 
