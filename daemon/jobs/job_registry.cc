@@ -128,7 +128,7 @@ void JobRegistry::OnFrame(const std::shared_ptr<Session>& s, local::DecodedFrame
 }
 
 void JobRegistry::HandleHello(const std::shared_ptr<Session>& s, const wire::Hello& hello, int fd) {
-  const std::string name = name;
+  const std::string name = hello.job;
   auto it = jobs_.find(name);
   absl::Status refused =
       s->job.empty()
