@@ -66,7 +66,8 @@ ElectedRole::ElectedRole(const DaemonConfig& config, ElectedRoleServices service
       services_(std::move(services)),
       loop_(*services_.loop),
       endpoints_(EtcdEndpoints(config.coordination()).value_or(std::vector<std::string>())),
-      negotiation_(loop_, absl::Milliseconds(config.coordination_poll_ms())) {
+      negotiation_(loop_, absl::Milliseconds(config.coordination_poll_ms()),
+                   2 * absl::Milliseconds(config.rpc_timeout_ms())) {
   // This daemon's own coordinator, fenced, forms nothing (a follower's is asked over gRPC).
   negotiation_.SetFormGate([this] {
     if (current_ == nullptr || current_->job_coordinator == nullptr) return absl::OkStatus();

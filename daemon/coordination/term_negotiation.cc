@@ -35,7 +35,8 @@ cluster::NegotiationClient* TermNegotiation::Target(absl::Status* why) {
 void TermNegotiation::RegisterRanksAsync(const RegisterRanksRequest& request,
                                          absl::Duration timeout,
                                          cluster::Done<RegisterRanksResponse> done) {
-  loop_.Post([this, request, deadline = absl::Now() + timeout, done = std::move(done)]() mutable {
+  loop_.Post([this, request, deadline = absl::Now() + timeout - reserve_,
+              done = std::move(done)]() mutable {
     RegisterOnLoop(std::move(request), deadline, std::move(done), absl::OkStatus());
   });
 }

@@ -22,7 +22,11 @@ namespace ard::coordination {
 
 class TermNegotiation : public cluster::NegotiationClient {
  public:
-  TermNegotiation(EventLoop& loop, absl::Duration retry) : loop_(loop), retry_(retry) {}
+  // `reserve`: retries stop this long before a RegisterRanks' timeout, so that its caller hears
+  // why (the last failover answer) before its own form timer fires.
+  TermNegotiation(EventLoop& loop, absl::Duration retry,
+                  absl::Duration reserve = absl::ZeroDuration())
+      : loop_(loop), retry_(retry), reserve_(reserve) {}
 
   // `target` (not owned; kept alive by the ElectedRole until shutdown), or null with `why`.
   void SetTargetOnLoop(cluster::NegotiationClient* target, std::string why);
@@ -45,6 +49,7 @@ class TermNegotiation : public cluster::NegotiationClient {
 
   EventLoop& loop_;
   const absl::Duration retry_;
+  const absl::Duration reserve_;
   std::function<absl::Status()> gate_;  // loop thread
   absl::Mutex mu_;
   cluster::NegotiationClient* target_ ABSL_GUARDED_BY(mu_) = nullptr;

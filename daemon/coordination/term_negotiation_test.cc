@@ -79,9 +79,9 @@ TEST_CASE("a registration waits out a failover and reaches the coordinator that 
   EventLoop loop("test-loop");
   loop.Start();
   TermNegotiation client(loop, absl::Milliseconds(5));
-  ScriptedCoordinator coordinator(
-      {absl::UnavailableError("connection refused"),
-       absl::PermissionDeniedError("not an UP member of the cluster"), absl::OkStatus()});
+  ScriptedCoordinator coordinator({absl::UnavailableError("connection refused"),
+                                   absl::PermissionDeniedError("not an UP member of the cluster"),
+                                   absl::OkStatus()});
   OnLoop(loop, [&] { client.SetTargetOnLoop(&coordinator, ""); });
   CHECK(Register(loop, client, absl::Seconds(30)).ok());
   CHECK(coordinator.calls() == 3);
