@@ -115,8 +115,8 @@ def run(table, discover, command, np, max_np, elastic_env, start_options, log, w
     blacklisted gets none; the free slots found together start together, a host's sharing one
     ALLREDUCED_LOCAL_SIZE) while some worker still runs and none has finished; `discover()`
     (returning Hosts with sockets, or raising HostError) is asked again every interval_s.
-    Returns the exit code once every worker has exited: 0 when the last to exit succeeded, else
-    the last failure's code. `workers`: an empty list, holding the running _Workers, for the
+    Returns the exit code once every worker has exited: 0 when a worker finished the job (exited
+    0), whatever workers exit after it, else the last failure's code. `workers`: an empty list, holding the running _Workers, for the
     caller to stop them on a signal; `signals`: the caller's signal state (cli._Signals: a
     `starting` flag its handler heeds, check() raising for a signal held meanwhile).
     log(number, line) gets a worker's output lines, and the launcher's own (number None).
@@ -156,7 +156,10 @@ def run(table, discover, command, np, max_np, elastic_env, start_options, log, w
             w.group.wait()
             rc = w.group.procs[0].returncode
             workers.remove(w)
-            code = rc if rc > 0 else (128 - rc if rc < 0 else 0)
+            # Once a worker finished the job, a later failure (a replacement on a host that died,
+            # which never joined) does not undo it.
+            if not finished[0]:
+                code = rc if rc > 0 else (128 - rc if rc < 0 else 0)
             if rc == 0:
                 finished[0] = True
             if rc != 0:
