@@ -2,7 +2,8 @@
 # Measures allreduced against its peers on this machine, in one run:
 #   daemon HxP (H hosts x P processes each): 1x4, 2x1, 2x2, 4x1, 8x1: allreduced daemons started
 #     here (each one "host" on loopback, as tests/integration/harness.py does), measured with
-#     `allreducectl bench --sockets ... --np P --check`;
+#     `allreducectl bench --sockets ... --np P --check`; daemon HxP_shm (2x1, 2x2, 4x1): the same
+#     with `--device shm` (tensors built in shared memory, results read in place);
 #   at each process count of those cases (2, 4, 8): Gloo (gloo_allreduce_bench --np N, TCP on
 #     loopback, best of its algorithm classes) and Open MPI TCP (btl tcp,self on lo); at 4 also
 #     Open MPI shared memory (btl vader,self).
@@ -32,8 +33,9 @@ ITERS=15
 REPEAT=1
 SMALL_SIZES=4,1K,16K,64K
 SMALL_ITERS=1000
-# Every case, in run order: daemon_<hosts>x<per host>, gloo_<np>, mpi_tcp_<np>, mpi_vader_<np>.
-ALL_CASES=daemon_1x4,daemon_2x1,daemon_2x2,daemon_4x1,daemon_8x1,gloo_2,gloo_4,gloo_8,mpi_tcp_2,mpi_tcp_4,mpi_tcp_8,mpi_vader_4
+# Every case, in run order: daemon_<hosts>x<per host>, the same with _shm (tensors built in shared
+# memory, results read in place: no client copy), gloo_<np>, mpi_tcp_<np>, mpi_vader_<np>.
+ALL_CASES=daemon_1x4,daemon_2x1,daemon_2x2,daemon_4x1,daemon_8x1,daemon_2x1_shm,daemon_2x2_shm,daemon_4x1_shm,gloo_2,gloo_4,gloo_8,mpi_tcp_2,mpi_tcp_4,mpi_tcp_8,mpi_vader_4
 CASES=$ALL_CASES
 REPO=${BUILD_WORKSPACE_DIRECTORY:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=$REPO/bench/RESULTS.md
@@ -183,12 +185,14 @@ run_case() {
 # One repeat of a daemon topology: $1 hosts x $2 processes per host, repeat $3. A failed attempt
 # is retried once (other sessions on this machine have been seen to SIGTERM every allreduced
 # mid-run); its files are kept as <run>.try1.* and make_results.py reports them.
+# $4, if set, is "shm": the case daemon_HxP_shm, inputs built in shared memory and results read
+# in place (allreducectl bench --device shm: no copy in the client).
 run_daemon_case() {
-  local hosts=$1 per_host=$2 run=daemon_${1}x${2}.r$3 attempt f
+  local hosts=$1 per_host=$2 variant=${4:-} run=daemon_${1}x${2}${4:+_$4}.r$3 attempt f
   for attempt in 1 2; do
     if start_daemons "$hosts" "$run" 2>"$LOGS/$run.err"; then
       run_case "$run" "$CTL" bench --sockets "$SOCKETS" --np "$per_host" --warmup "$WARMUP" \
-          --check
+          --check ${variant:+--device "$variant"}
     else
       cat "$LOGS/$run.err" >&2
       : >"$LOGS/$run.out"
@@ -209,6 +213,10 @@ run_named_case() {
   local common=(--warmup "$WARMUP" --check)
   local mpirun=(mpirun --allow-run-as-root --oversubscribe -np "$np")
   case "$c" in
+    daemon_*x*_shm)
+      local topology=${c#daemon_}
+      topology=${topology%_shm}
+      run_daemon_case "${topology%x*}" "${topology#*x}" "$r" shm ;;
     daemon_*x*)
       local topology=${c#daemon_}
       run_daemon_case "${topology%x*}" "${topology#*x}" "$r" ;;

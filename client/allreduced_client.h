@@ -8,7 +8,8 @@
  *
  * Lifecycle of a client:
  *   1. ard_options_init + ard_client_create: connects, registers (HELLO), waits for the job to form
- *      (WELCOME), starts one receiver thread.
+ *      (WELCOME), starts one receiver thread (it reads the daemon's answers while callbacks are in
+ *      use; a thread in ard_wait reads its own, so its answer wakes it directly).
  *   2. ard_submit from any number of threads; each accepted submit yields a handle that completes
  *      exactly once: through its callback (on the receiver thread) or through ard_wait.
  *   3. ard_release once per completed handle (the result's memory stays readable until then).
@@ -92,7 +93,7 @@ enum {
   ARD_MIN = 3,
   ARD_MAX = 4,
   ARD_PRODUCT = 5,
-  ARD_ADASUM = 6, /* allreduce of ARD_FLOAT16/32/64 host memory only (README "Adasum") */
+  ARD_ADASUM = 6, /* ARD_FLOAT16/32/64 host memory only (docs/user-guide.md "Adasum") */
 };
 
 /* How to connect. Fields left at their ard_options_init value come from the environment:
@@ -112,8 +113,10 @@ enum {
  * GPU path only, from the environment (no option fields): $ALLREDUCED_GPU_ARENA_BYTES (default
  * 64 MiB, at least 4096) sizes the device staging arena, $ALLREDUCED_GPU_EVENTS (default 64,
  * 1..1024; the daemon's max_gpu_event_pool may allow fewer) the interprocess event pool; both are
- * created at the first ard_submit_device. A bad value fails ard_client_create with
- * ARD_INVALID_ARGUMENT naming the variable.
+ * created at the first ard_submit_device. $ALLREDUCED_WAIT_SPIN_US (default 0: off; at most
+ * 10000): how long a thread in ard_wait polls for its answer before it sleeps (it pays only when
+ * answers come within that time and cores are idle; after a miss the next 32 waits sleep at
+ * once). A bad value fails ard_client_create with ARD_INVALID_ARGUMENT naming the variable.
  * The strings are only read during ard_client_create. */
 typedef struct {
   const char* socket_path;
@@ -173,7 +176,8 @@ ARD_API void ard_client_topology(const ard_client* client, ard_topology* out);
  *                name on every rank identifies the tensor;
  *   ndims/shape  0..8 dimensions; bytes must equal product(shape) * dtype size for tensor
  *                collectives, and be 0 for barrier and join (data may then be NULL);
- *   data         the input, copied during ard_submit (the caller may reuse it on return);
+ *   data         the input, copied during ard_submit (the caller may reuse it on return),
+ *                unless it lies in an ard_alloc buffer (see there: read in place, no copy);
  *   group_id/group_size  grouped allreduce (-1: not grouped);
  *   num_splits/splits    alltoall: 0 (even split) or one row count per rank. */
 typedef struct {
@@ -208,14 +212,17 @@ typedef struct {
   int join_last_rank;
 } ard_result;
 
-/* Completion callback. Runs exactly once per accepted submit, on the client's receiver thread
- * (or, for requests still pending then, on the thread calling ard_client_destroy). It must not
+/* Completion callback. Runs exactly once per accepted submit, on the client thread that read its
+ * answer: the client's receiver thread, or a thread inside ard_wait (which reads the daemon's
+ * answers itself while it waits), or, for requests still pending then, the thread calling
+ * ard_client_destroy. It must not
  * block and must not call ard_wait or ard_client_destroy; it may call ard_release. The `result`
  * struct itself is only valid during the call (copy it); the memory it points to lives until
  * ard_release. */
 typedef void (*ard_done_fn)(void* user, uint64_t handle, const ard_result* result);
 
-/* Validates `request`, copies its data into the input arena (growing the arena if needed) and
+/* Validates `request`, copies its data into the input arena (growing the arena if needed; not
+ * when the data lies in an ard_alloc buffer) and
  * sends it to the daemon. Returns 0 and the handle (unique, increasing) when accepted: it will then
  * complete exactly once, through `done(user, ...)` when done is not NULL, else through ard_wait.
  * Otherwise returns a code, writes err and nothing was sent: ARD_INVALID_ARGUMENT for misuse,
@@ -223,6 +230,23 @@ typedef void (*ard_done_fn)(void* user, uint64_t handle, const ard_result* resul
  * lost connection) for every later submit. Thread-safe; blocks only while the socket is full. */
 ARD_API int ard_submit(ard_client* client, const ard_request* request, ard_done_fn done,
                        void* user, uint64_t* handle, char* err, size_t err_len);
+
+/* Tensors built in shared memory: a buffer of at least `bytes` (1..4 GiB - 1) in this client's
+ * input arena, 64-byte aligned, zero-filled when first touched, for the caller to build tensors
+ * in. A request whose data lies in such a buffer at a multiple of 64 bytes from its start (one
+ * tensor, or several packed at 64-byte offsets) is not copied by ard_submit: the daemon reads it
+ * where it lies, so the caller must not write that range until the handle completes (it may read
+ * it, and reuse it for the next step after completion). Results are read in place as always
+ * (ard_result.data, until ard_release): with both, an allreduce copies nothing in the client.
+ * Stores the buffer in *data and returns 0, or ARD_RESOURCE_EXHAUSTED at the arena cap
+ * (arena_max_bytes; buffers count against it), ARD_INVALID_ARGUMENT for 0 or too many bytes.
+ * The buffer is valid until ard_free or ard_client_destroy. Thread-safe. */
+ARD_API int ard_alloc(ard_client* client, uint64_t bytes, void** data, char* err, size_t err_len);
+
+/* Gives back a buffer from ard_alloc (once the submits reading it have completed; the caller may
+ * free it earlier, the arena takes it back after them). ARD_INVALID_ARGUMENT when `data` is not
+ * a live ard_alloc buffer. Thread-safe. */
+ARD_API int ard_free(ard_client* client, void* data, char* err, size_t err_len);
 
 /* GPU path (issue 6): a collective on a CUDA device tensor: allreduce (with prescale/postscale),
  * broadcast, allgather or reducescatter. `request` as for ard_submit, with request->data a device

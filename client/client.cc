@@ -97,8 +97,8 @@ ARD_API int ard_client_create(const ard_options* options, ard_client** out, char
     ard_options defaults;
     ard_options_init(&defaults);
     ard::client::ClientConfig config;
-    ARD_CLIENT_RETURN_IF_ERROR(ard::client::ResolveConfig(
-        options != nullptr ? *options : defaults, ard::client::ProcessEnv(), &config));
+    ARD_CLIENT_RETURN_IF_ERROR(ard::client::ResolveConfig(options != nullptr ? *options : defaults,
+                                                          ard::client::ProcessEnv(), &config));
     auto client = std::make_unique<ard_client>();
     ARD_CLIENT_RETURN_IF_ERROR(ard::client::Session::Create(config, &client->session));
     *out = client.release();
@@ -127,13 +127,30 @@ ARD_API void ard_request_init(ard_request* request) {
   request->group_id = -1;
 }
 
-ARD_API int ard_submit(ard_client* client, const ard_request* request, ard_done_fn done,
-                       void* user, uint64_t* handle, char* err, size_t err_len) {
+ARD_API int ard_submit(ard_client* client, const ard_request* request, ard_done_fn done, void* user,
+                       uint64_t* handle, char* err, size_t err_len) {
   return Guarded(err, err_len, [&]() -> Status {
     if (client == nullptr || request == nullptr || handle == nullptr) {
       return ard::client::InvalidArgument("ard_submit: client, request or handle is NULL");
     }
     return client->session->Submit(*request, done, user, handle);
+  });
+}
+
+ARD_API int ard_alloc(ard_client* client, uint64_t bytes, void** data, char* err, size_t err_len) {
+  return Guarded(err, err_len, [&]() -> Status {
+    if (client == nullptr || data == nullptr) {
+      return ard::client::InvalidArgument("ard_alloc: client or data is NULL");
+    }
+    *data = nullptr;
+    return client->session->Allocate(bytes, data);
+  });
+}
+
+ARD_API int ard_free(ard_client* client, void* data, char* err, size_t err_len) {
+  return Guarded(err, err_len, [&]() -> Status {
+    if (client == nullptr) return ard::client::InvalidArgument("ard_free: client is NULL");
+    return client->session->Free(data);
   });
 }
 
@@ -145,8 +162,7 @@ ARD_API int ard_submit_device(ard_client* client, const ard_request* request, in
       return ard::client::InvalidArgument(
           "ard_submit_device: client, request, device_out or handle is NULL");
     }
-    return client->session->SubmitDevice(*request, device, device_out, stream, done, user,
-                                         handle);
+    return client->session->SubmitDevice(*request, device, device_out, stream, done, user, handle);
   });
 }
 
@@ -177,25 +193,43 @@ ARD_API void ard_client_destroy(ard_client* client) { delete client; }
 
 ARD_API const char* ard_code_name(int code) {
   switch (code) {
-    case ARD_PENDING: return "PENDING";
-    case ARD_OK: return "OK";
-    case ARD_CANCELLED: return "CANCELLED";
-    case ARD_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case ARD_DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case ARD_NOT_FOUND: return "NOT_FOUND";
-    case ARD_ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case ARD_PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case ARD_RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case ARD_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case ARD_ABORTED: return "ABORTED";
-    case ARD_OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case ARD_UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case ARD_INTERNAL: return "INTERNAL";
-    case ARD_UNAVAILABLE: return "UNAVAILABLE";
+    case ARD_PENDING:
+      return "PENDING";
+    case ARD_OK:
+      return "OK";
+    case ARD_CANCELLED:
+      return "CANCELLED";
+    case ARD_INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case ARD_DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case ARD_NOT_FOUND:
+      return "NOT_FOUND";
+    case ARD_ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case ARD_PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case ARD_RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case ARD_FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case ARD_ABORTED:
+      return "ABORTED";
+    case ARD_OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case ARD_UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case ARD_INTERNAL:
+      return "INTERNAL";
+    case ARD_UNAVAILABLE:
+      return "UNAVAILABLE";
     // absl codes the daemon never sends, named for completeness.
-    case 15: return "DATA_LOSS";
-    case 16: return "UNAUTHENTICATED";
-    default: return "UNKNOWN";
+    case 15:
+      return "DATA_LOSS";
+    case 16:
+      return "UNAUTHENTICATED";
+    default:
+      return "UNKNOWN";
   }
 }
 

@@ -53,9 +53,8 @@ void Override(int option, int* field) {
 }
 
 Status ResolveArena(const ard_options& options, const EnvLookup& env, ClientConfig* out) {
-  ARD_CLIENT_RETURN_IF_ERROR(UintOption(options.arena_max_bytes, env,
-                                        "ALLREDUCED_ARENA_MAX_BYTES", kDefaultArenaMaxBytes,
-                                        &out->arena_max_bytes));
+  ARD_CLIENT_RETURN_IF_ERROR(UintOption(options.arena_max_bytes, env, "ALLREDUCED_ARENA_MAX_BYTES",
+                                        kDefaultArenaMaxBytes, &out->arena_max_bytes));
   ARD_CLIENT_RETURN_IF_ERROR(UintOption(options.arena_segment_bytes, env,
                                         "ALLREDUCED_ARENA_SEGMENT_BYTES", kDefaultSegmentBytes,
                                         &out->arena_segment_bytes));
@@ -66,8 +65,8 @@ Status ResolveArena(const ard_options& options, const EnvLookup& env, ClientConf
   uint64_t segment = out->arena_segment_bytes;
   if (segment < kMinSegmentBytes) segment = kMinSegmentBytes;
   segment = (segment + kMinSegmentBytes - 1) / kMinSegmentBytes * kMinSegmentBytes;
-  if (segment > out->arena_max_bytes) segment = out->arena_max_bytes / kMinSegmentBytes *
-                                                kMinSegmentBytes;
+  if (segment > out->arena_max_bytes)
+    segment = out->arena_max_bytes / kMinSegmentBytes * kMinSegmentBytes;
   out->arena_segment_bytes = segment;
   return OkStatus();
 }
@@ -122,6 +121,19 @@ Status ResolveElastic(const EnvLookup& env, ClientConfig* out) {
   return OkStatus();
 }
 
+// ard_wait's spin: environment only, 0 (off, the default) .. kMaxWaitSpinUs.
+Status ResolveWaitSpin(const EnvLookup& env, ClientConfig* out) {
+  const char* value = env("ALLREDUCED_WAIT_SPIN_US");
+  if (value == nullptr || value[0] == '\0') return OkStatus();
+  int64_t parsed;
+  if (!ParseInt64(value, 0, static_cast<int64_t>(kMaxWaitSpinUs), &parsed)) {
+    return InvalidArgument(std::string("environment variable ALLREDUCED_WAIT_SPIN_US='") + value +
+                           "' is not 0.." + std::to_string(kMaxWaitSpinUs) + " (microseconds)");
+  }
+  out->wait_spin_us = static_cast<uint64_t>(parsed);
+  return OkStatus();
+}
+
 }  // namespace
 
 Status ResolveConfig(const ard_options& options, const EnvLookup& env, ClientConfig* out) {
@@ -152,6 +164,7 @@ Status ResolveConfig(const ard_options& options, const EnvLookup& env, ClientCon
   ARD_CLIENT_RETURN_IF_ERROR(ResolveArena(options, env, &config));
   ARD_CLIENT_RETURN_IF_ERROR(ResolveGpu(env, &config));
   ARD_CLIENT_RETURN_IF_ERROR(ResolveElastic(env, &config));
+  ARD_CLIENT_RETURN_IF_ERROR(ResolveWaitSpin(env, &config));
   *out = std::move(config);
   return OkStatus();
 }

@@ -21,13 +21,14 @@ inline constexpr uint64_t kMinSegmentBytes = 4096;
 inline constexpr uint64_t kDefaultGpuArenaBytes = 64ull << 20;
 inline constexpr uint64_t kMinGpuArenaBytes = 4096;
 inline constexpr uint32_t kDefaultGpuEvents = 64;
+inline constexpr uint64_t kMaxWaitSpinUs = 10000;
 
 struct ClientConfig {
   std::string socket_path;
   std::string job;
   std::string job_source;  // where the name came from (env_job.h), for messages
   RankInfo ranks;
-  int timeout_ms = kDefaultInitTimeoutMs;  // < 0: wait forever
+  int timeout_ms = kDefaultInitTimeoutMs;               // < 0: wait forever
   uint64_t arena_segment_bytes = kDefaultSegmentBytes;  // page multiple, <= arena_max_bytes
   uint64_t arena_max_bytes = kDefaultArenaMaxBytes;
   // GPU path: device staging arena and interprocess event pool, created at the first device
@@ -40,6 +41,9 @@ struct ClientConfig {
   int elastic_min_np = 0;
   int elastic_max_np = -1;
   int elastic_order = -1;
+  // ard_wait's bounded spin ($ALLREDUCED_WAIT_SPIN_US, 0..kMaxWaitSpinUs; 0: off, the default):
+  // how long a waiting thread polls the socket before it sleeps (session_read.cc).
+  uint64_t wait_spin_us = 0;
 };
 
 // InvalidArgument (naming the option or variable) for a bad job name, socket path, rank value or

@@ -1,10 +1,11 @@
 // Rank discovery from launcher environments and resolution of ard_options (fake environments).
+#include "client/env_ranks.h"
+
 #include <map>
 #include <string>
 
 #include "catch2/catch.hpp"
 #include "client/config.h"
-#include "client/env_ranks.h"
 
 namespace ard::client {
 namespace {
@@ -36,35 +37,47 @@ void CheckRanks(const RankInfo& r, int rank, int size, int local_rank, int local
 }
 
 TEST_CASE("each launcher family is read as a whole") {
-  CheckRanks(Ranks({{"ALLREDUCED_RANK", "5"}, {"ALLREDUCED_SIZE", "8"},
-                    {"ALLREDUCED_LOCAL_RANK", "1"}, {"ALLREDUCED_LOCAL_SIZE", "4"}}),
+  CheckRanks(Ranks({{"ALLREDUCED_RANK", "5"},
+                    {"ALLREDUCED_SIZE", "8"},
+                    {"ALLREDUCED_LOCAL_RANK", "1"},
+                    {"ALLREDUCED_LOCAL_SIZE", "4"}}),
              5, 8, 1, 4, "ALLREDUCED");
-  CheckRanks(Ranks({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                    {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}),
+  CheckRanks(Ranks({{"OMPI_COMM_WORLD_RANK", "3"},
+                    {"OMPI_COMM_WORLD_SIZE", "4"},
+                    {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                    {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}),
              3, 4, 1, 2, "OMPI");
-  CheckRanks(Ranks({{"PMI_RANK", "2"}, {"PMI_SIZE", "6"}, {"MPI_LOCALRANKID", "0"},
+  CheckRanks(Ranks({{"PMI_RANK", "2"},
+                    {"PMI_SIZE", "6"},
+                    {"MPI_LOCALRANKID", "0"},
                     {"MPI_LOCALNRANKS", "3"}}),
              2, 6, 0, 3, "PMI");
   CheckRanks(Ranks({{"PMI_RANK", "2"}, {"PMI_SIZE", "6"}}), 2, 6, -1, -1, "PMI");
-  CheckRanks(Ranks({{"SLURM_PROCID", "7"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "3"},
+  CheckRanks(Ranks({{"SLURM_PROCID", "7"},
+                    {"SLURM_NTASKS", "8"},
+                    {"SLURM_LOCALID", "3"},
                     {"SLURM_NTASKS_PER_NODE", "4"}}),
              7, 8, 3, 4, "SLURM");
-  CheckRanks(Ranks({{"HOROVOD_RANK", "1"}, {"HOROVOD_SIZE", "2"}, {"HOROVOD_LOCAL_RANK", "1"},
+  CheckRanks(Ranks({{"HOROVOD_RANK", "1"},
+                    {"HOROVOD_SIZE", "2"},
+                    {"HOROVOD_LOCAL_RANK", "1"},
                     {"HOROVOD_LOCAL_SIZE", "2"}}),
              1, 2, 1, 2, "HOROVOD");
   CheckRanks(Ranks({}), -1, -1, -1, -1, "");
 }
 
 TEST_CASE("SLURM_NTASKS_PER_NODE counts only when it is a plain integer") {
-  CheckRanks(Ranks({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "0"},
+  CheckRanks(Ranks({{"SLURM_PROCID", "4"},
+                    {"SLURM_NTASKS", "6"},
+                    {"SLURM_LOCALID", "0"},
                     {"SLURM_NTASKS_PER_NODE", "2(x3)"}}),
              4, 6, 0, -1, "SLURM");
 }
 
 TEST_CASE("the first family with a rank or size wins; families never mix") {
-  Env env = {{"OMPI_COMM_WORLD_RANK", "3"},     {"OMPI_COMM_WORLD_SIZE", "4"},
-             {"SLURM_PROCID", "0"},             {"SLURM_NTASKS", "1"},
-             {"HOROVOD_LOCAL_RANK", "1"},       {"ALLREDUCED_LOCAL_RANK", "1"},
+  Env env = {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+             {"SLURM_PROCID", "0"},         {"SLURM_NTASKS", "1"},
+             {"HOROVOD_LOCAL_RANK", "1"},   {"ALLREDUCED_LOCAL_RANK", "1"},
              {"SLURM_LOCALID", "0"}};
   // ALLREDUCED has only a local rank (neither rank nor size): skipped; OMPI wins as a whole,
   // so its missing local fields stay unknown rather than coming from another family.
@@ -86,8 +99,7 @@ TEST_CASE("a malformed variable of the chosen family is an error naming it") {
     CHECK(status.message().find("environment variable") != std::string::npos);
   }
   // A malformed variable of a family that does not win is never read.
-  CheckRanks(Ranks({{"ALLREDUCED_RANK", "0"}, {"PMI_RANK", "junk"}}), 0, -1, -1, -1,
-             "ALLREDUCED");
+  CheckRanks(Ranks({{"ALLREDUCED_RANK", "0"}, {"PMI_RANK", "junk"}}), 0, -1, -1, -1, "ALLREDUCED");
 }
 
 TEST_CASE("ValidateRanks names the bad value and says what -1 means") {
@@ -130,9 +142,12 @@ TEST_CASE("ResolveConfig: defaults, environment, then explicit options") {
   CHECK(config.arena_max_bytes == (16ull << 30));
   CHECK(config.ranks.rank == -1);
 
-  Env env = {{"ALLREDUCED_SOCKET", "/tmp/x.sock"},     {"ALLREDUCED_JOB", "bert-large.1"},
-             {"ALLREDUCED_INIT_TIMEOUT_MS", "250"},    {"ALLREDUCED_ARENA_SEGMENT_BYTES", "5000"},
-             {"ALLREDUCED_ARENA_MAX_BYTES", "1048576"}, {"SLURM_PROCID", "1"},
+  Env env = {{"ALLREDUCED_SOCKET", "/tmp/x.sock"},
+             {"ALLREDUCED_JOB", "bert-large.1"},
+             {"ALLREDUCED_INIT_TIMEOUT_MS", "250"},
+             {"ALLREDUCED_ARENA_SEGMENT_BYTES", "5000"},
+             {"ALLREDUCED_ARENA_MAX_BYTES", "1048576"},
+             {"SLURM_PROCID", "1"},
              {"SLURM_NTASKS", "2"}};
   REQUIRE(ResolveConfig(Defaults(), Lookup(env), &config).ok());
   CHECK(config.socket_path == "/tmp/x.sock");
@@ -175,8 +190,7 @@ TEST_CASE("ResolveConfig rejects bad values with a clear message") {
         wire::Code::kInvalidArgument);
   CHECK(code(Defaults(), {{"ALLREDUCED_RANK", "4"}, {"ALLREDUCED_SIZE", "4"}}) ==
         wire::Code::kInvalidArgument);
-  CHECK(code(Defaults(), {{"ALLREDUCED_INIT_TIMEOUT_MS", "soon"}}) ==
-        wire::Code::kInvalidArgument);
+  CHECK(code(Defaults(), {{"ALLREDUCED_INIT_TIMEOUT_MS", "soon"}}) == wire::Code::kInvalidArgument);
   CHECK(code(Defaults(), {{"ALLREDUCED_ARENA_MAX_BYTES", "-1"}}) == wire::Code::kInvalidArgument);
   // All four ranks explicit: the environment's rank variables are not even parsed.
   options = Defaults();
@@ -210,6 +224,19 @@ TEST_CASE("ResolveConfig: GPU staging sizes from the environment, validated") {
   CHECK(message({{"ALLREDUCED_GPU_EVENTS", "0"}}).find("ALLREDUCED_GPU_EVENTS") !=
         std::string::npos);
   CHECK(message({{"ALLREDUCED_GPU_EVENTS", "1025"}}).find("1..1024") != std::string::npos);
+}
+
+TEST_CASE("ResolveConfig: ard_wait's spin from the environment, off by default") {
+  ClientConfig config;
+  REQUIRE(ResolveConfig(Defaults(), Lookup({}), &config).ok());
+  CHECK(config.wait_spin_us == 0);
+  REQUIRE(ResolveConfig(Defaults(), Lookup({{"ALLREDUCED_WAIT_SPIN_US", "50"}}), &config).ok());
+  CHECK(config.wait_spin_us == 50);
+  REQUIRE(ResolveConfig(Defaults(), Lookup({{"ALLREDUCED_WAIT_SPIN_US", "0"}}), &config).ok());
+  CHECK(config.wait_spin_us == 0);
+  Status s = ResolveConfig(Defaults(), Lookup({{"ALLREDUCED_WAIT_SPIN_US", "10001"}}), &config);
+  CHECK(s.code() == wire::Code::kInvalidArgument);
+  CHECK(s.message().find("ALLREDUCED_WAIT_SPIN_US") != std::string::npos);
 }
 
 }  // namespace

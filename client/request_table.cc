@@ -81,13 +81,13 @@ std::vector<Finished> RequestTable::FailAll(const Status& status, bool terminal)
   return finished;
 }
 
-int RequestTable::Wait(uint64_t handle, int timeout_ms, ard_result* out) {
+int RequestTable::Wait(uint64_t handle, int timeout_ms, ard_result* out, bool once) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   std::unique_lock<std::mutex> lock(mu_);
   static const char kUnknown[] = "unknown, released or callback handle passed to ard_wait";
   static const char kTimedOut[] = "request still pending when ard_wait timed out";
   *out = ard_result{};
-  bool timed_out = false;
+  bool timed_out = false, woken = false;
   while (true) {
     // Looked up afresh after every wake-up: another thread may have released it meanwhile.
     auto it = records_.find(handle);
@@ -100,7 +100,7 @@ int RequestTable::Wait(uint64_t handle, int timeout_ms, ard_result* out) {
       FillResult(*it->second, out);
       return out->code;
     }
-    if (timed_out) {
+    if (timed_out || timeout_ms == 0 || (once && woken)) {  // 0: a poll, never a futex wait
       out->code = ARD_PENDING;
       out->message = kTimedOut;
       return out->code;
@@ -110,6 +110,7 @@ int RequestTable::Wait(uint64_t handle, int timeout_ms, ard_result* out) {
     } else {
       timed_out = completed_cv_.wait_until(lock, deadline) == std::cv_status::timeout;
     }
+    woken = true;
   }
 }
 

@@ -68,8 +68,13 @@ class RequestTable {
   // later Add() calls return (the first terminal failure wins).
   std::vector<Finished> FailAll(const Status& status, bool terminal);
 
-  // ard_wait semantics (see allreduced_client.h).
-  int Wait(uint64_t handle, int timeout_ms, ard_result* out);
+  // ard_wait semantics (see allreduced_client.h). With `once`, returns ARD_PENDING after the
+  // first wake-up of the table (any completion, or Wake()) even before timeout_ms: the caller
+  // re-checks whether it should read the socket itself (Session::Wait).
+  int Wait(uint64_t handle, int timeout_ms, ard_result* out, bool once = false);
+
+  // Wakes every Wait(once) caller (the thread reading the socket stepped aside).
+  void Wake() { completed_cv_.notify_all(); }
 
   // Erases a completed record. Returns false for unknown or pending handles; *send_release tells
   // whether the daemon holds a result slot for it.

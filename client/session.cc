@@ -42,6 +42,7 @@ Status Session::Start() {
       config_.arena_segment_bytes, config_.arena_max_bytes,
       [this](uint32_t index, int fd, uint64_t bytes) { return PublishSegment(index, fd, bytes); },
       &arena_));
+  shared_ = std::make_unique<SharedBuffers>(*arena_);
   if (Status hello = SendHello(); !hello.ok()) {
     // A daemon that refuses this process (peer_policy, max_clients) sends an ERROR at once and
     // may hang up before our HELLO: report its reason rather than the broken pipe.
@@ -66,6 +67,7 @@ Session::~Session() {
     connection_->Send(MsgType::kBye, 0, nullptr, 0);  // best effort: the daemon may be gone
     connection_->Shutdown();
   }
+  WakeReceiver();
   if (receiver_.joinable()) receiver_.join();
   try {
     Deliver(requests_.FailAll({wire::Code::kCancelled, "allreduced client destroyed"}, true));
@@ -133,8 +135,7 @@ Status Session::AcceptWelcome(Frame& frame) {
   wire::Welcome welcome;
   if (!ReadPayload(frame, &welcome)) return Internal("WELCOME frame of the wrong length");
   if (welcome.result_segment_bytes > 0) {
-    ARD_CLIENT_RETURN_IF_ERROR(
-        results_.Map(0, std::move(frame.fd), welcome.result_segment_bytes));
+    ARD_CLIENT_RETURN_IF_ERROR(results_.Map(0, std::move(frame.fd), welcome.result_segment_bytes));
   }
   topology_ = {welcome.rank,       welcome.size,       welcome.local_rank,
                welcome.local_size, welcome.cross_rank, welcome.cross_size};
@@ -149,37 +150,34 @@ Status Session::PublishSegment(uint32_t index, int fd, uint64_t bytes) {
   return connection_->Send(MsgType::kAddSegment, 0, &segment, sizeof(segment), nullptr, 0, fd);
 }
 
-Status Session::Submit(const ard_request& request, ard_done_fn done, void* user,
-                       uint64_t* handle) {
+Status Session::Submit(const ard_request& request, ard_done_fn done, void* user, uint64_t* handle) {
   ARD_CLIENT_RETURN_IF_ERROR(ValidateRequest(request, max_tensor_bytes_));
   ARD_CLIENT_RETURN_IF_ERROR(requests_.failure());  // fail fast, before taking a slot
   InputArena::Slot slot;
-  if (request.bytes > 0) {
+  if (request.bytes > 0 && !shared_->BeginUse(request.data, request.bytes, &slot)) {
     ARD_CLIENT_RETURN_IF_ERROR(arena_->Allocate(request.bytes, &slot));
     std::memcpy(slot.data, request.data, request.bytes);
+    copied_input_bytes_.fetch_add(request.bytes, std::memory_order_relaxed);
   }
   wire::Submit submit;
   EncodeSubmit(request, slot, &submit);
   uint64_t id = next_handle_.fetch_add(1);
+  if (done != nullptr) UseReceiver();                   // its callback runs when the answer is read
   Status status = requests_.Add(id, done, user, slot);  // before the send: answers find it
   if (!status.ok()) {
-    arena_->Free(slot);
+    ReturnSlot(slot);
     return status;
   }
   status = connection_->Send(MsgType::kSubmit, id, &submit, sizeof(submit), request.splits,
                              sizeof(int64_t) * static_cast<size_t>(request.num_splits));
   InputArena::Slot withdrawn;
   if (!status.ok() && requests_.Withdraw(id, &withdrawn)) {
-    arena_->Free(withdrawn);
+    ReturnSlot(withdrawn);
     return status;
   }
   // Sent, or failed while a concurrent terminal failure already completed it: the handle is live.
   *handle = id;
   return OkStatus();
-}
-
-int Session::Wait(uint64_t handle, int timeout_ms, ard_result* out) {
-  return requests_.Wait(handle, timeout_ms, out);
 }
 
 void Session::Release(uint64_t handle) {
@@ -190,32 +188,6 @@ void Session::Release(uint64_t handle) {
 void Session::SendRelease(uint64_t handle) {
   // A failure means the connection is gone, and the daemon frees the job's slots with it.
   connection_->Send(MsgType::kRelease, handle, nullptr, 0);
-}
-
-void Session::ReceiveLoop() {
-  try {
-    while (true) {
-      Frame frame;
-      Status status = connection_->Receive(-1, &frame);
-      if (status.ok()) status = HandleFrame(frame);
-      if (status.ok()) continue;
-      if (closing_) return;  // the destructor cancels what is pending
-      if (status.code() == wire::Code::kUnavailable) {
-        FailAll(Unavailable(connection_->LostMessage()));
-        return;
-      }
-      FailAll(Internal("protocol error from allreduced daemon at " + config_.socket_path + ": " +
-                       status.message()));
-      connection_->Shutdown();
-      return;
-    }
-  } catch (...) {  // std::bad_alloc: give up on the connection rather than terminate TF
-    connection_->Shutdown();
-    try {
-      FailAll(Internal("allreduced client receiver thread ran out of memory"));
-    } catch (...) {
-    }
-  }
 }
 
 Status Session::HandleFrame(Frame& frame) {
@@ -299,14 +271,18 @@ Status Session::HandleError(const Frame& frame, bool notify) {
 
 void Session::FreeInput(uint64_t handle) {
   InputArena::Slot slot;
-  if (requests_.TakeSlot(handle, &slot)) arena_->Free(slot);
+  if (requests_.TakeSlot(handle, &slot)) ReturnSlot(slot);
+}
+
+void Session::ReturnSlot(const InputArena::Slot& slot) {
+  if (!shared_->EndUse(slot)) arena_->Free(slot);
 }
 
 void Session::FailAll(const Status& status) { Deliver(requests_.FailAll(status, true)); }
 
 void Session::Deliver(std::vector<Finished> finished) {
   for (Finished& f : finished) {
-    arena_->Free(f.slot);
+    ReturnSlot(f.slot);
     if (f.done == nullptr) continue;
     try {
       f.done(f.user, f.handle, &f.result);

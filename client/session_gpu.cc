@@ -20,6 +20,7 @@ Status Session::RegisterGpu(int device) {
   std::unique_lock<std::mutex> lock(gpu_mu_, std::adopt_lock);
   gpu_register_id_ = next_handle_.fetch_add(1);
   gpu_answered_ = false;
+  UseReceiver();  // the answer and the device completions are read by the receiver thread
   const std::string& payload = staging->RegisterPayload();
   Status sent = connection_->Send(MsgType::kGpuRegister, gpu_register_id_, payload.data(),
                                   payload.size(), nullptr, 0);

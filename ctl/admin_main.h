@@ -1,6 +1,6 @@
-// `allreducectl forget HOST` and `allreducectl abort JOB` (README "Admin commands"): mutations,
-// sent over the local daemon's admin socket (the daemon checks the caller's uid) or to --daemon
-// over TCP, where the daemon accepts them only with mutual TLS.
+// `allreducectl forget HOST` and `allreducectl abort JOB` (docs/operator-guide.md "allreducectl:
+// every command"): mutations, sent over the local daemon's admin socket (the daemon checks the
+// caller's uid) or to --daemon over TCP, where the daemon accepts them only with mutual TLS.
 #pragma once
 
 #include <string>

@@ -34,7 +34,9 @@ const char kBenchUsage[] =
     "  --json               one JSON object instead of the table\n"
     "  --job NAME           job name (default bench-<pid>-<ms>)\n"
     "  --timeout_ms N       limit for the whole run (600000)\n"
-    "  --device cpu|gpu     where the tensors live (cpu). gpu: each worker allocates its\n"
+    "  --device cpu|shm|gpu where the tensors live (cpu). shm: host tensors built in shared\n"
+    "                       memory (ard_alloc) and results read in place: no copy in the\n"
+    "                       client. gpu: each worker allocates its\n"
     "                       tensors on CUDA device local_rank mod GPUs, submits with\n"
     "                       ard_submit_device on its own stream and times up to the stream's\n"
     "                       synchronization; allreduce only. Fails at once without a CUDA\n"
@@ -225,10 +227,12 @@ absl::Status ParseBenchArgs(const std::vector<std::string>& args, bool worker, B
                                                      " of [A-Za-z0-9._-], not '", v, "'"));
       }
     } else if (value("--device")) {
-      if (v != "cpu" && v != "gpu") {
-        st = absl::InvalidArgumentError(absl::StrCat("--device must be cpu or gpu, not '", v, "'"));
+      if (v != "cpu" && v != "shm" && v != "gpu") {
+        st = absl::InvalidArgumentError(
+            absl::StrCat("--device must be cpu, shm or gpu, not '", v, "'"));
       }
       o->gpu = v == "gpu";
+      o->shm = v == "shm";
     } else if (value("--peer")) {
       if (v == "auto") {
         o->peer = BenchOptions::Peer::kAuto;
@@ -291,6 +295,7 @@ std::vector<std::string> WorkerArgs(const BenchOptions& o) {
   if (!o.job.empty()) args.push_back("--job=" + o.job);
   if (o.check) args.push_back("--check");
   if (o.gpu) args.push_back("--device=gpu");
+  if (o.shm) args.push_back("--device=shm");
   if (o.peer_gpus > 0) args.push_back(absl::StrCat("--peer_gpus=", o.peer_gpus));
   return args;
 }

@@ -27,6 +27,7 @@ struct BenchOptions {
   std::string job;          // empty: bench-<pid>-<ms since epoch>
   int timeout_ms = 600000;  // the whole run, all sizes
   bool gpu = false;         // --device gpu: tensors in CUDA device memory (ard_submit_device)
+  bool shm = false;         // --device shm: host tensors in an ard_alloc buffer, results in place
   enum class Peer { kAuto, kNccl, kNone };
   Peer peer = Peer::kAuto;  // --peer (GPU only): NCCL measured next to the daemon path
 

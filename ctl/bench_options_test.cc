@@ -136,6 +136,7 @@ TEST_CASE("--device gpu and --peer") {
   BenchOptions w;  // what bench-nccl and bench-worker get back
   REQUIRE(ParseBenchArgs(WorkerArgs(g), true, &w, &help).ok());
   CHECK(w.gpu);
+  CHECK_FALSE(w.shm);
   CHECK(w.peer_gpus == 2);
   CHECK(w.dtype == 7);
 
@@ -148,7 +149,7 @@ TEST_CASE("--device gpu and --peer") {
     BenchOptions x;
     return std::string(ParseBenchArgs(args, false, &x, &help).message());
   };
-  CHECK(error({"--sockets=/s", "--device=tpu"}).find("--device must be cpu or gpu") !=
+  CHECK(error({"--sockets=/s", "--device=tpu"}).find("--device must be cpu, shm or gpu") !=
         std::string::npos);
   CHECK(error({"--sockets=/s", "--peer=gloo"}).find("--peer must be") != std::string::npos);
   CHECK(error({"--sockets=/s", "--device=gpu", "--op=allgather"})
@@ -164,6 +165,20 @@ TEST_CASE("names") {
   CHECK(IsReduction(1));
   CHECK(IsReduction(5));
   CHECK_FALSE(IsReduction(2));
+}
+
+TEST_CASE("--device shm travels to the workers") {
+  BenchOptions o;
+  bool help = false;
+  REQUIRE(ParseBenchArgs({"--sockets=/s", "--device=shm"}, false, &o, &help).ok());
+  CHECK(o.shm);
+  CHECK_FALSE(o.gpu);
+  o.parent_pid = 7;
+  BenchOptions w;
+  REQUIRE(ParseBenchArgs(WorkerArgs(o), true, &w, &help).ok());
+  CHECK(w.shm);
+  BenchOptions bad;
+  CHECK_FALSE(ParseBenchArgs({"--sockets=/s", "--device=tpu"}, false, &bad, &help).ok());
 }
 
 }  // namespace

@@ -33,7 +33,11 @@ absl::Status CodeStatus(int code, const std::string& message) {
 class Worker {
  public:
   Worker(const BenchOptions& o, Clock::time_point deadline) : o_(o), deadline_(deadline) {}
-  ~Worker() { ard_client_destroy(client_); }
+  ~Worker() {
+    ReleaseHeld();
+    if (shm_input_ != nullptr) ard_free(client_, shm_input_, nullptr, 0);
+    ard_client_destroy(client_);
+  }
 
   absl::Status Connect() {
     ard_options options;
@@ -67,6 +71,7 @@ class Worker {
     *wrong = 0;
     absl::Status st;
     if (o_.gpu) st = gpu_.Prepare(input_.data(), input_.size(), output_.size());
+    if (o_.shm) st = PrepareShm();
     if (!st.ok()) return st;
     for (int i = 0; i < o_.warmup; ++i) {
       st = Iterate();
@@ -131,6 +136,10 @@ class Worker {
       absl::Status st = gpu_.CopyOut(output_.data(), output_.size());
       if (!st.ok()) return st;
     }
+    if (o_.shm && held_data_ != nullptr) {
+      *wrong += CountWrong(spec_, topo_.rank, held_data_);
+      return absl::OkStatus();
+    }
     *wrong += CountWrong(spec_, topo_.rank, output_.data());
     return absl::OkStatus();
   }
@@ -165,7 +174,57 @@ class Worker {
     return WaitHandle(req.name, handle, [this](const ard_result&) { return gpu_.Synchronize(); });
   }
 
+  // --device shm: this size's input built in an ard_alloc buffer (the one before freed).
+  absl::Status PrepareShm() {
+    ReleaseHeld();
+    char err[1024] = {};
+    if (shm_input_ != nullptr) ard_free(client_, shm_input_, nullptr, 0);
+    shm_input_ = nullptr;
+    if (input_.empty()) return absl::OkStatus();
+    int code = ard_alloc(client_, input_.size(), &shm_input_, err, sizeof(err));
+    if (code != ARD_OK) return CodeStatus(code, absl::StrCat("ard_alloc: ", err));
+    std::memcpy(shm_input_, input_.data(), input_.size());
+    return absl::OkStatus();
+  }
+
+  // --device shm: the input read where it was built, the result read in place (kept, unreleased,
+  // until the next one arrives, for Check()): the client copies nothing.
+  absl::Status IterateShm() {
+    const void* data = shm_input_ != nullptr ? shm_input_ : input_.data();
+    char err[1024] = {};
+    uint64_t handle = 0;
+    const ard_request req = Request(data);
+    int code = ard_submit(client_, &req, nullptr, nullptr, &handle, err, sizeof(err));
+    if (code != ARD_OK) return CodeStatus(code, absl::StrCat("submit ", req.name, ": ", err));
+    ard_result r;
+    code = ard_wait(client_, handle, RemainingMs(), &r);
+    if (code == ARD_PENDING) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          req.name, " did not complete within the run's --timeout_ms (", o_.timeout_ms, " ms)"));
+    }
+    if (code != ARD_OK) {
+      std::string message = r.message != nullptr ? r.message : "";
+      ard_release(client_, handle);
+      return CodeStatus(code, absl::StrCat(req.name, ": ", message));
+    }
+    ReleaseHeld();
+    held_ = handle;
+    held_data_ = static_cast<const uint8_t*>(r.data);
+    if (r.bytes != output_.size()) {
+      return absl::InternalError(
+          absl::StrCat(name_, ": result has ", r.bytes, " bytes, expected ", output_.size()));
+    }
+    return absl::OkStatus();
+  }
+
+  void ReleaseHeld() {
+    if (held_ != 0) ard_release(client_, held_);
+    held_ = 0;
+    held_data_ = nullptr;
+  }
+
   absl::Status IterateHost() {
+    if (o_.shm) return IterateShm();
     return SubmitAndWait(Request(input_.data()), [this](const ard_result& r) {
       if (r.bytes != output_.size()) {
         return absl::InternalError(
@@ -192,6 +251,9 @@ class Worker {
   ard_topology topo_{};
   BenchPatternSpec spec_;
   std::vector<uint8_t> input_, output_;
+  void* shm_input_ = nullptr;  // --device shm: this size's input (ard_alloc)
+  uint64_t held_ = 0;          // --device shm: the last result, not yet released
+  const uint8_t* held_data_ = nullptr;
   std::string name_;
   int64_t shape_ = 0;
 };

@@ -1,7 +1,7 @@
-// `allreducectl timeline --job J -o FILE [--duration S]` (README "Timeline"): arms every UP host's
-// recorder for the job (Admin.StartTimeline), waits for the duration or until SIGINT/SIGTERM,
-// collects every host's marks and clock offset (Admin.StopTimeline) and writes the Chrome trace
-// (timeline_trace.h). The trainers are not involved. Also what HOROVOD_TIMELINE runs.
+// `allreducectl timeline --job J -o FILE [--duration S]` (docs/operator-guide.md "Timeline"): arms
+// every UP host's recorder for the job (Admin.StartTimeline), waits for the duration or until
+// SIGINT/SIGTERM, collects every host's marks and clock offset (Admin.StopTimeline) and writes the
+// Chrome trace (timeline_trace.h). The trainers are not involved. Also what HOROVOD_TIMELINE runs.
 #pragma once
 
 #include <string>

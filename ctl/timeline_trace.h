@@ -1,6 +1,6 @@
-// The timeline's one trace writer (README "Timeline"): turns every host's recorded marks
-// (proto/admin.proto StopTimelineResponse) into a Chrome trace (chrome://tracing, Perfetto JSON).
-// One process row per host, one thread row per (rank, tensor) with that tensor's phases as
+// The timeline's one trace writer (docs/operator-guide.md "Timeline"): turns every host's recorded
+// marks (proto/admin.proto StopTimelineResponse) into a Chrome trace (chrome://tracing, Perfetto
+// JSON). One process row per host, one thread row per (rank, tensor) with that tensor's phases as
 // slices, and one "fused groups" row per host; host clocks are aligned with each host's offset to
 // the coordinator. Pure; unit-tested. Used by `allreducectl timeline`, which is also what
 // HOROVOD_TIMELINE and hvd.start_timeline() run.

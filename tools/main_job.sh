@@ -4,15 +4,17 @@
 # collective jobs through the client library (`allreducectl bench --check`, every result verified):
 # single-host jobs on two hosts at once (4 processes on node-0, 2 on node-1), then one job across
 # all three hosts (2 processes each); then trains a Keras model with allreduced's
-# DistributedOptimizer on 2 hosts x 2 processes (rank 0 prints each epoch; the end checks every
-# rank holds identical weights); prints `allreducectl status` as a table and as JSON, then
+# DistributedOptimizer on 2 hosts x 2 processes, then a PyTorch model the same way with
+# allreduced.torch (rank 0 prints each epoch; each end checks every rank holds identical
+# weights); prints `allreducectl status` as a table and as JSON, then
 # stops the daemons with SIGTERM and checks each exits 0. Installs what is missing first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/bootstrap.sh
 
 trap 'bazel shutdown >/dev/null 2>&1 || true' EXIT
-bazel build //daemon:allreduced //ctl:allreducectl //tfplugin:_allreduced_ops.so
+bazel build //daemon:allreduced //ctl:allreducectl //tfplugin:_allreduced_ops.so \
+  //client:libard_client.so
 bin=$(bazel info bazel-bin 2>/dev/null)
 daemon="$bin/daemon/allreduced"
 ctl="$bin/ctl/allreducectl"
@@ -75,6 +77,13 @@ PYTHONPATH="$PWD/python" ALLREDUCED_TF_OPS="$bin/tfplugin/_allreduced_ops.so" \
   TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python -m allreduced.launch \
   --sockets "$work/node-0.sock,$work/node-1.sock" -np 4 --job main-keras -- \
   .venv/bin/python tfplugin/examples/train_keras.py || bench_status=1
+echo
+echo "== training: a PyTorch model with allreduced.torch's DistributedOptimizer, 2 hosts x 2" \
+  "processes"
+PYTHONPATH="$PWD/python" ALLREDUCED_CLIENT_LIB="$bin/client/libard_client.so" OMP_NUM_THREADS=1 \
+  .venv/bin/python -m allreduced.launch \
+  --sockets "$work/node-0.sock,$work/node-1.sock" -np 4 --job main-torch -- \
+  .venv/bin/python tests/torch/train_torch.py || bench_status=1
 echo
 echo "== allreducectl status (asked node-2, a follower)"
 "$ctl" --daemon "127.0.0.1:$(cat "$work/node-2.port")" status

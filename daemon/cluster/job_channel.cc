@@ -160,11 +160,12 @@ void JobChannel::SendGpuHost(const HostGpuOffer& gpus) {
   });
 }
 
-void JobChannel::ReportFailure(const absl::Status& failure) {
+void JobChannel::ReportFailure(const absl::Status& failure, const std::string& lost) {
   if (ended_ || layout_.job_id() == 0) return;
   ended_ = true;
   NegotiateRequest request = NewRequest();
   request.set_failure(std::string(failure.message()));
+  request.set_lost(lost);
   request.set_failure_code(static_cast<int32_t>(failure.code()));
   coordinator_.NegotiateAsync(request, [](absl::StatusOr<NegotiateResponse>) {});
 }

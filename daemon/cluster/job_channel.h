@@ -22,8 +22,8 @@
 #include "absl/time/time.h"
 #include "daemon/cluster/negotiation_client.h"
 #include "daemon/common/event_loop.h"
+#include "daemon/negotiation/committed_list.h"
 #include "daemon/negotiation/response_cache.h"
-#include "daemon/negotiation/steady_rounds.h"
 #include "daemon/negotiation/tensor_request.h"
 #include "proto/negotiation.pb.h"
 
@@ -103,7 +103,8 @@ class JobChannel {
   void SendJoin(const negotiation::TensorRequest& join);
   void SendGpuHost(const HostGpuOffer& gpus);
   // This host failed the job (the coordinator aborts it everywhere) / all its ranks left.
-  void ReportFailure(const absl::Status& failure);
+  // `lost`: an elastic generation re-forms (NegotiateRequest.lost); "" for a plain failure.
+  void ReportFailure(const absl::Status& failure, const std::string& lost = "");
   void ReportLeft();
 
   uint64_t job_id() const { return layout_.job_id(); }

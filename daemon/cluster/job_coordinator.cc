@@ -173,7 +173,7 @@ void JobCoordinator::HandleNegotiate(const NegotiateRequest& request,
     done(outcome.reply);
   }
   if (!outcome.abort.ok()) {
-    Abort(request.job_id(), outcome.abort);
+    Abort(request.job_id(), outcome.abort, request.lost());
   } else if ((*job)->ended()) {
     End(request.job_id());
   } else if (request.left()) {
@@ -242,7 +242,7 @@ void JobCoordinator::InspectStalls(absl::Time now) {
   for (const auto& [id, report] : doomed) Abort(id, absl::AbortedError(report));
 }
 
-void JobCoordinator::Abort(uint64_t id, const absl::Status& status) {
+void JobCoordinator::Abort(uint64_t id, const absl::Status& status, const std::string& lost) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   ClusterJob& job = *it->second;
@@ -259,13 +259,11 @@ void JobCoordinator::Abort(uint64_t id, const absl::Status& status) {
   history_.Add(std::move(summary), now);
   const std::string name = job.layout().job();
   if (formation_.elastic(name) != nullptr) {
-    // A host's report of its elastic generation says "elastic job J generation g re-forms: why".
-    const std::string why(status.message());
-    const size_t mark = why.find(" re-forms: ");
+    // A host whose generation re-forms says what it lost (NegotiateRequest.lost).
     JobSummary::ElasticChange change;
     change.set_change("lost");
     change.set_generation(job.generation());
-    change.set_detail(mark == std::string::npos ? why : why.substr(mark + 11));
+    change.set_detail(lost.empty() ? std::string(status.message()) : lost);
     history_.AddChange(name, std::move(change), now);
   }
   jobs_.erase(it);

@@ -108,7 +108,8 @@ class JobCoordinator {
   absl::StatusOr<ClusterJob*> Find(uint64_t id, uint64_t generation, const std::string& host,
                                    const char* call);
   // Ends job `id` with an abort event to every host (state "failed" in the history).
-  void Abort(uint64_t id, const absl::Status& status);
+  // `lost`: the host's NegotiateRequest.lost (an elastic generation re-forms), else "".
+  void Abort(uint64_t id, const absl::Status& status, const std::string& lost = "");
   // Every host left: the job ends (state "ended" in the history).
   void End(uint64_t id);
   // The running job `id` of `generation`, if `sink` is still `host`'s stream of it and the host

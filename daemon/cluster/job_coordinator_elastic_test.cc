@@ -183,6 +183,7 @@ TEST_CASE("a generation that lost a member is recorded with what was lost") {
     failed.set_generation(1);
     failed.set_host("a");
     failed.set_failure("elastic job train generation 1 re-forms: rank 1 (pid 7) on host a exited");
+    failed.set_lost("rank 1 (pid 7) on host a exited");  // the cause, apart from the message
     f.coordinator.HandleNegotiate(failed, [](auto) {});
     jobs = f.coordinator.Summaries();
   });

@@ -111,23 +111,18 @@ absl::StatusOr<JobLayout> JobFormation::Layout(const std::string& name, const Fo
               [](const auto* a, const auto* b) { return a->local_rank() < b->local_rank(); });
   }
   const bool elastic = f.elastic_min_np > 0;
-  std::vector<int> ranks;
-  if (elastic) {  // dense, in the ranks' own order, then host order and local rank; <= max_np
-    std::vector<int> places;
-    for (const auto* e : entries) places.push_back(e->rank());
-    ranks = negotiation::AssignElasticRanks(places, f.size);
-  } else {
-    std::vector<negotiation::RankRequest> requests;
-    for (size_t i = 0; i < entries.size(); ++i) {
-      requests.push_back({entries[i]->rank(), static_cast<int64_t>(i)});
-    }
-    absl::StatusOr<std::vector<int>> assigned = negotiation::AssignRanks(requests, f.size);
-    if (!assigned.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("job ", name, ": ", assigned.status().message()));
-    }
-    ranks = *std::move(assigned);
+  // Elastic: dense, in the ranks' own order, then host order and local rank; <= max_np.
+  std::vector<negotiation::RankRequest> requests;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    requests.push_back({entries[i]->rank(), static_cast<int64_t>(i)});
   }
+  absl::StatusOr<std::vector<int>> assigned =
+      negotiation::FormationRanks(requests, f.size, elastic);
+  if (!assigned.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", name, ": ", assigned.status().message()));
+  }
+  const std::vector<int> ranks = *std::move(assigned);
   absl::StatusOr<std::string> secret = dataplane::tcp::NewJobSecret();
   if (!secret.ok()) return secret.status();
   JobLayout layout;

@@ -20,6 +20,7 @@
 #include "daemon/common/status_macros.h"
 #include "daemon/common/version.h"
 #include "daemon/config/flag_docs.h"
+#include "daemon/negotiation/steady_defaults.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/descriptor.pb.h"
 #include "google/protobuf/dynamic_message.h"
@@ -195,9 +196,9 @@ DaemonConfig Defaults() {
   c.set_fusion_threshold_bytes(128ull << 20);
   c.set_cache_capacity(1024);
   c.set_cycle_time_ms(0);
-  c.set_steady_state(true);
-  c.set_steady_round_data_max_bytes(1024);
-  c.set_steady_round_partial_wait_us(100);
+  c.set_steady_state(negotiation::kSteadyStateDefault);
+  c.set_steady_round_data_max_bytes(negotiation::kSteadyRoundDataMaxBytesDefault);
+  c.set_steady_round_partial_wait_us(negotiation::kSteadyRoundPartialWaitUsDefault);
   c.set_cross_host_algorithm("auto");
   c.set_cross_host_ring_threshold_bytes(64 << 10);
   c.set_cross_host_chunk_bytes(4 << 20);

@@ -8,7 +8,8 @@
 // Thread: Prepare and Run on the job's executor thread only; Abort from any thread.
 // Lifecycle: 1. constructed by the job at formation (or GPU registration); 2. Prepare() once on
 // the executor thread (connect the mesh, initialize communicators); 3. Run() per committed
-// response, in the committed order; 4. Abort() makes a Run blocked on peers return at once.
+// response, in the committed order; 4. Abort() makes a Run blocked on peers return at once;
+// 5. Close() on the executor thread when it stops.
 #pragma once
 
 #include <cstdint>
@@ -86,6 +87,10 @@ class Collective {
 
   // Any thread: a Run waiting for peers returns promptly with an error.
   virtual void Abort(const absl::Status& why) {}
+
+  // Executor thread, its last call here (the executor is stopping): release what only this thread
+  // may release (GPU communicators: finalized after a normal end, aborted after a failure).
+  virtual void Close() {}
 };
 
 }  // namespace ard::dataplane

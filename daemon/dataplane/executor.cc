@@ -144,7 +144,7 @@ void Executor::Run() {
           +[](Executor* e)
                ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) { return e->stopping_ || !e->queue_.empty(); },
           this));
-      if (queue_.empty()) return;  // stopping and drained
+      if (queue_.empty()) break;  // stopping and drained
       item = std::move(queue_.front());
       queue_.pop_front();
       stopping = stopping_;
@@ -154,6 +154,14 @@ void Executor::Run() {
     absl::MutexLock lock(&mu_);
     busy_ = false;
   }
+  // What only this thread may release (a GPU communicator is ended by the thread that drives it).
+  Collective* gpu;
+  {
+    absl::MutexLock lock(&mu_);
+    gpu = gpu_.get();
+  }
+  host_->Close();
+  if (gpu != nullptr) gpu->Close();
 }
 
 bool Executor::IdleRound() {

@@ -18,20 +18,30 @@ GpuCollective::GpuCollective(std::string job_name, std::vector<bool> local_ranks
 
 absl::Status GpuCollective::Prepare() {
   if (absl::Status st = job_->Init(id_); !st.ok()) {
-    failed_ = absl::Status(st.code(), absl::StrCat("job ", job_name_,
-                                                   ": GPU communicator init failed: ", st.message()));
+    failed_ = absl::Status(
+        st.code(),
+        absl::StrCat("job ", job_name_, ": GPU communicator init failed: ", st.message()));
     job_->Abort(failed_);
   }
   return failed_;
 }
 
 void GpuCollective::Abort(const absl::Status& why) {
-  job_->Abort(why.ok() ? absl::CancelledError("job ended") : why);
+  // Cancelled is the job's normal end (Executor::Stop, Job::EndIfDetached): nothing to cut short;
+  // Close finalizes the communicators. Any other status is a failure: the GPU work stops.
+  if (why.ok() || absl::IsCancelled(why)) return;
+  job_->Abort(why);
 }
+
+void GpuCollective::Close() { job_->Close(); }
 
 absl::Status GpuCollective::Run(const Response& response, const SlotAllocator&,
                                 std::vector<RankResults>* out, uint64_t* bytes_reduced) {
   if (!failed_.ok()) return failed_;
+  if (absl::Status failure = job_->Failure(); !failure.ok()) {
+    failed_ = failure;  // aborted from another thread between responses
+    return failed_;
+  }
   std::vector<gpu::GpuTensor> tensors;
   for (const auto& tensor : response.tensors) {
     const negotiation::TensorRequest& first = tensor.first();
@@ -46,10 +56,10 @@ absl::Status GpuCollective::Run(const Response& response, const SlotAllocator&,
       if (!local_ranks_[r]) continue;  // its host feeds it to the communicator (or the mesh)
       const auto& req = tensor.ranks[r];
       if (!req || !req->gpu) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "tensor ", tensor.name, ": rank ", r,
-            req ? " submitted it from host memory while others used GPU memory"
-                : " joined; join is not supported for GPU tensors"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor ", tensor.name, ": rank ", r,
+                         req ? " submitted it from host memory while others used GPU memory"
+                             : " joined; join is not supported for GPU tensors"));
       }
       t.inputs.push_back(gpu::GpuTensorInput{r, req->gpu->offset, req->gpu->event});
     }
@@ -57,10 +67,9 @@ absl::Status GpuCollective::Run(const Response& response, const SlotAllocator&,
     tensors.push_back(std::move(t));
   }
   absl::Status st = RunCollective(response, tensors, out);
-  if (absl::IsInvalidArgument(st) && job_->CheckHealth().ok()) {
-    return st;  // this tensor's input, not the GPU (which would have aborted the job)
-  }
-  if (st.ok()) st = job_->CheckHealth();
+  // InvalidArgument is refused before any GPU work (GpuJob turns a communicator's refusal into
+  // a job failure: other hosts may have accepted theirs), so the job goes on.
+  if (absl::IsInvalidArgument(st) && job_->Failure().ok()) return st;
   if (!st.ok()) {
     failed_ = absl::Status(st.code(), absl::StrCat("job ", job_name_, ": GPU ",
                                                    negotiation::CollectiveName(response.collective),

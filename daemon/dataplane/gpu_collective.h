@@ -5,10 +5,13 @@
 // the communicators (every GPU of the job takes part). In hierarchical mode across hosts the
 // GpuJob crosses hosts through the job's TcpCollective (same executor thread).
 //
-// Errors: input only this response's ranks got wrong (InvalidArgument, the GPU healthy) fails
-// those tensors; any other error aborts the GpuJob and fails the job, and every later GPU
-// response fails with it. Thread: see collective.h; job() is also used by the control loop
-// (GpuJob's input checks and rank registration are thread-safe).
+// Errors: input only this response's ranks got wrong (InvalidArgument, refused before any GPU
+// work) fails those tensors; any other error aborts the GpuJob and fails the job, and every later
+// GPU response fails with it. Run returns once the results are on the device (GpuJob's completion
+// rule), so the executor's COMPLETE never reports a result that does not exist yet.
+// Thread: see collective.h; job() is also used by the control loop for what GpuJob allows it
+// (registration and input checks). Abort from any thread only raises GpuJob's flag; the executor
+// thread aborts or finalizes the communicators (Run, Close).
 #pragma once
 
 #include <memory>
@@ -33,6 +36,7 @@ class GpuCollective : public Collective {
                    std::vector<RankResults>* out, uint64_t* bytes_reduced) override;
   absl::Status JobFailure(const absl::Status& error) const override { return failed_; }
   void Abort(const absl::Status& why) override;
+  void Close() override;
 
  private:
   absl::Status RunCollective(const negotiation::Response& response,

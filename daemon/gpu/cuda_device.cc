@@ -12,17 +12,46 @@
 namespace ard::gpu {
 namespace internal {
 
+namespace {
+
+// Errors after which the context is unusable until the process exits (CUDA's "sticky" errors:
+// a kernel fault leaves the context corrupted; cudaGetLastError cannot clear them).
+bool Sticky(cudaError_t err) {
+  switch (err) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorAssert:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 absl::Status CudaError(cudaError_t err, const char* call, int device) {
   cudaGetLastError();  // clear a non-sticky error so later calls start clean
-  return absl::InternalError(absl::StrCat(call, " on GPU ", device, ": ", cudaGetErrorString(err)));
+  absl::Status status =
+      absl::InternalError(absl::StrCat(call, " on GPU ", device, ": ", cudaGetErrorString(err)));
+  return Sticky(err) ? StickyError(std::move(status)) : status;
 }
 
 std::string CudaDevice::Describe() const {
-  int runtime = 0, nccl = 0;
+  int runtime = 0;
   cudaRuntimeGetVersion(&runtime);
+  return absl::StrCat("cuda ", runtime / 1000, ".", (runtime % 1000) / 10, " nccl ", NcclVersion());
+}
+
+std::string CudaDevice::NcclVersion() const {
+  int nccl = 0;
   ncclGetVersion(&nccl);
-  return absl::StrCat("cuda ", runtime / 1000, ".", (runtime % 1000) / 10, " nccl ", nccl / 10000,
-                      ".", (nccl / 100) % 100, ".", nccl % 100);
+  return absl::StrCat(nccl / 10000, ".", (nccl / 100) % 100, ".", nccl % 100);
 }
 
 absl::StatusOr<std::unique_ptr<Memory>> CudaDevice::Allocate(int device, size_t bytes) {
@@ -151,6 +180,13 @@ absl::Status CudaDevice::Synchronize(Stream& stream) {
   ARD_CUDA_RETURN(cudaSetDevice(stream.device()), stream.device());
   ARD_CUDA_RETURN(cudaStreamSynchronize(StreamOf(stream)), stream.device());
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> CudaDevice::Query(Stream& stream) {
+  cudaError_t err = cudaStreamQuery(StreamOf(stream));
+  if (err == cudaErrorNotReady) return false;
+  ARD_CUDA_RETURN(err, stream.device());
+  return true;
 }
 
 absl::Status CudaDevice::CheckDevice(int device) const {

@@ -34,7 +34,7 @@ absl::Status NcclError(ncclResult_t res, const char* call, ncclComm_t comm);
 
 // Nonblocking communicators return ncclInProgress for work that was accepted but may not be on its
 // stream yet: until ncclCommGetAsyncError says ncclSuccess, work queued on the stream afterwards
-// could run before it (see NcclCommunicator::WaitEnqueued).
+// could run before it (the caller polls State()).
 inline bool NcclAccepted(ncclResult_t res) { return res == ncclSuccess || res == ncclInProgress; }
 
 class CudaMemory : public Memory {
@@ -92,13 +92,13 @@ class CudaStream : public Stream {
 
 inline cudaStream_t StreamOf(Stream& stream) { return static_cast<CudaStream&>(stream).get(); }
 
+// One rank of a nonblocking NCCL communicator. Called only by the thread that drives it (see
+// device.h): no call here waits, so that thread polls State() with its own deadline.
 class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int rank, int size, int device)
       : comm_(comm), rank_(rank), size_(size), device_(device) {}
-  ~NcclCommunicator() override {
-    if (!aborted_) ncclCommDestroy(comm_);
-  }
+  ~NcclCommunicator() override;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int device() const override { return device_; }
@@ -112,18 +112,11 @@ class NcclCommunicator : public Communicator {
   absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, wire::DataType dtype,
                              wire::ReduceOp op, Stream& stream) override;
 
-  // After a nonblocking call answered ncclInProgress: waits until the work is on its stream (the
-  // communicator's state leaves ncclInProgress), so what the caller queues next runs after it.
-  // An abort from another thread ends the wait.
-  absl::Status WaitEnqueued();
-
-  absl::Status AsyncError() override;
+  absl::StatusOr<CommState> State() override;
+  absl::Status Finalize() override;
   void Abort() override;
 
  private:
-  // A collective call's answer: inside a group GroupEnd waits for the enqueue; outside, now.
-  absl::Status Enqueued(ncclResult_t res);
-
   // Average over a number of contributions other than the communicator size (several processes
   // share a GPU): sum of x * (1 / n), float types only.
   absl::StatusOr<ncclRedOp_t> PreMulSum(wire::DataType dtype, ncclDataType_t type, int n);
@@ -132,7 +125,9 @@ class NcclCommunicator : public Communicator {
   int rank_;
   int size_;
   int device_;
-  std::atomic<bool> aborted_{false};  // Abort may come from another thread
+  bool aborted_ = false;
+  bool finalizing_ = false;
+  bool finalized_ = false;  // State() said kReady after Finalize: destroy, not abort
 };
 
 class CudaDevice : public Device {
@@ -141,6 +136,7 @@ class CudaDevice : public Device {
   explicit CudaDevice(int count) : count_(count) {}
 
   std::string Describe() const override;
+  std::string NcclVersion() const override;
   absl::StatusOr<int> DeviceCount() override { return count_; }
 
   // cuda_device.cc
@@ -156,12 +152,12 @@ class CudaDevice : public Device {
   absl::Status CopyAsync(void* dst, const void* src, size_t bytes, Stream& stream) override;
   absl::Status MemsetAsync(void* dst, int value, size_t bytes, Stream& stream) override;
   absl::Status Synchronize(Stream& stream) override;
+  absl::StatusOr<bool> Query(Stream& stream) override;
 
   // nccl_communicator.cc
   absl::StatusOr<UniqueId> NewUniqueId() override;
   absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> InitCommunicators(
-      const UniqueId& id, int size, const std::vector<CommRank>& local,
-      absl::Duration timeout) override;
+      const UniqueId& id, int size, const std::vector<CommRank>& local) override;
   absl::Status GroupStart() override;
   absl::Status GroupEnd() override;
 

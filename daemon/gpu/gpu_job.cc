@@ -14,6 +14,22 @@ namespace ard::gpu {
 
 using internal::Bytes;
 
+namespace {
+
+bool Integer(wire::DataType dtype) {
+  switch (dtype) {
+    case wire::DataType::kUint8:
+    case wire::DataType::kInt8:
+    case wire::DataType::kInt32:
+    case wire::DataType::kInt64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 GpuJob::GpuJob(Device& device, IpcCache& cache, GpuJobOptions options)
     : device_(device), cache_(cache), options_(std::move(options)) {
   for (const CommRank& r : options_.local_comm_ranks) {
@@ -23,27 +39,24 @@ GpuJob::GpuJob(Device& device, IpcCache& cache, GpuJobOptions options)
   }
 }
 
+// After the executor joined (or when it never ran): this thread now drives what is left.
 GpuJob::~GpuJob() {
   Abort(absl::CancelledError("job ended"));
-  absl::MutexLock lock(&mu_);
-  for (LocalGpu& gpu : gpus_) {
-    if (gpu.stream != nullptr) static_cast<void>(device_.Synchronize(*gpu.stream));
-  }
+  AbortCommunicators();
+  DrainStreams(absl::Seconds(1));
+  for (LocalGpu& gpu : gpus_) gpu.stream.reset();  // nothing runs on them after this
+  retained_.clear();
 }
 
 absl::Status GpuJob::RegisterRank(const GpuRegistration& reg) {
-  absl::MutexLock lock(&mu_);
   auto gpu = std::find_if(gpus_.begin(), gpus_.end(),
                           [&](const LocalGpu& g) { return g.device == reg.device; });
-  if (gpu == gpus_.end()) {
+  if (gpu == gpus_.end()) {  // gpus_ devices are fixed at construction
     std::vector<int> devices;
     for (const LocalGpu& g : gpus_) devices.push_back(g.device);
     return absl::InvalidArgumentError(absl::StrCat("rank ", reg.rank, " registered GPU ",
                                                    reg.device, ", not one of this job's GPUs [",
                                                    absl::StrJoin(devices, ","), "]"));
-  }
-  if (ranks_.count(reg.rank) != 0) {
-    return absl::AlreadyExistsError(absl::StrCat("rank ", reg.rank, " registered its GPU twice"));
   }
   if (reg.events.empty()) return absl::InvalidArgumentError("empty event pool");
   Rank rank;
@@ -59,22 +72,21 @@ absl::Status GpuJob::RegisterRank(const GpuRegistration& reg) {
                          cache_.OpenEvent(reg.pid, reg.device, handle));
     rank.events.push_back(std::move(event));
   }
-  gpu->ranks.push_back(reg.rank);
-  std::sort(gpu->ranks.begin(), gpu->ranks.end());
-  ranks_.emplace(reg.rank, std::move(rank));
+  absl::MutexLock lock(&mu_);
+  if (!ranks_.emplace(reg.rank, std::move(rank)).second) {
+    return absl::AlreadyExistsError(absl::StrCat("rank ", reg.rank, " registered its GPU twice"));
+  }
   return absl::OkStatus();
 }
 
 void GpuJob::UnregisterRank(int rank) {
+  std::shared_ptr<Memory> arena;  // the last reference may close a mapping: outside the lock
+  std::vector<std::shared_ptr<Event>> events;
   absl::MutexLock lock(&mu_);
   auto it = ranks_.find(rank);
   if (it == ranks_.end()) return;
-  for (LocalGpu& gpu : gpus_) {
-    gpu.ranks.erase(std::remove(gpu.ranks.begin(), gpu.ranks.end(), rank), gpu.ranks.end());
-    // Work already issued may still read or write this rank's arena or record its events: let it
-    // finish (or fail, after an Abort) before the mappings can be closed.
-    if (gpu.stream != nullptr) static_cast<void>(device_.Synchronize(*gpu.stream));
-  }
+  arena = std::move(it->second.arena);
+  events = std::move(it->second.events);
   ranks_.erase(it);
 }
 
@@ -97,29 +109,49 @@ absl::Status GpuJob::CheckInput(int rank, uint64_t offset, uint64_t bytes, uint3
   return absl::OkStatus();
 }
 
+absl::Status GpuJob::CheckReduction(wire::DataType dtype, wire::ReduceOp op) const {
+  if (!DeviceReductionSupported(dtype)) {
+    return absl::InvalidArgumentError("dtype not supported by GPU reductions");
+  }
+  if (op == wire::ReduceOp::kAdasum) {
+    return absl::InvalidArgumentError("Adasum is not reduced on GPU communicators");
+  }
+  // Average over more processes than GPUs needs NCCL's PreMulSum, which takes floating-point
+  // factors only (hierarchical mode across hosts divides in host memory instead).
+  if (op == wire::ReduceOp::kAverage && Integer(dtype) && !HostExchange() &&
+      options_.world_ranks != options_.comm_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "integer average is not served on the GPU path when several processes share a GPU (",
+        options_.world_ranks, " processes on ", options_.comm_size,
+        " GPUs): use Sum and divide, or a floating-point dtype"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GpuJob::Init(const UniqueId& id) {
-  absl::MutexLock lock(&mu_);
-  for (LocalGpu& gpu : gpus_) {
-    ARD_ASSIGN_OR_RETURN(gpu.stream, device_.CreateStream(gpu.device));
-    ARD_ASSIGN_OR_RETURN(gpu.fusion, device_.Allocate(gpu.device, options_.initial_fusion_bytes));
-  }
-  auto comms = device_.InitCommunicators(id, options_.comm_size, options_.local_comm_ranks,
-                                         options_.init_timeout);
-  if (!comms.ok()) {
-    Abort(comms.status());
-    return comms.status();
-  }
-  absl::MutexLock failure_lock(&failure_mu_);
-  for (size_t i = 0; i < gpus_.size(); ++i) {
-    gpus_[i].comm = std::move((*comms)[i]);
-    comms_.push_back(gpus_[i].comm.get());
-    if (!failure_.ok()) gpus_[i].comm->Abort();  // aborted while initializing
+  auto run = [&]() -> absl::Status {
+    ARD_RETURN_IF_ERROR(Failure());
+    for (LocalGpu& gpu : gpus_) {
+      ARD_ASSIGN_OR_RETURN(gpu.stream, device_.CreateStream(gpu.device));
+      ARD_ASSIGN_OR_RETURN(gpu.fusion, device_.Allocate(gpu.device, options_.initial_fusion_bytes));
+    }
+    ARD_ASSIGN_OR_RETURN(
+        std::vector<std::unique_ptr<Communicator>> comms,
+        device_.InitCommunicators(id, options_.comm_size, options_.local_comm_ranks));
+    for (size_t i = 0; i < gpus_.size(); ++i) gpus_[i].comm = std::move(comms[i]);
+    return AwaitComms(absl::StrCat("communicator init (", options_.comm_size, " ranks)"),
+                      options_.init_timeout);
+  };
+  absl::Status status = run();
+  if (!status.ok()) {
+    Abort(status);
+    AbortCommunicators();
+    return Failure();
   }
   return absl::OkStatus();
 }
 
 uint64_t GpuJob::fusion_bytes() const {
-  absl::MutexLock lock(&mu_);
   return gpus_.empty() || gpus_[0].fusion == nullptr ? 0 : gpus_[0].fusion->size();
 }
 
@@ -132,71 +164,60 @@ void GpuJob::Abort(absl::Status status) {
   absl::MutexLock lock(&failure_mu_);
   if (!failure_.ok()) return;
   failure_ = std::move(status);
-  for (Communicator* comm : comms_) comm->Abort();
+  stop_.store(true);
 }
 
 absl::Status GpuJob::CheckHealth() {
-  std::vector<Communicator*> comms;
-  {
-    absl::MutexLock lock(&failure_mu_);
-    if (!failure_.ok()) return failure_;
-    comms = comms_;
+  if (absl::Status failure = Failure(); !failure.ok()) {
+    AbortCommunicators();
+    return failure;
   }
-  for (Communicator* comm : comms) {
-    absl::Status status = comm->AsyncError();
-    if (!status.ok()) {
-      absl::Status failure(
-          status.code(), absl::StrCat("GPU ", comm->device(), " communicator: ", status.message()));
+  for (LocalGpu& gpu : gpus_) {
+    if (gpu.comm == nullptr) continue;
+    absl::StatusOr<CommState> state = gpu.comm->State();
+    if (!state.ok()) {
+      absl::Status failure(state.status().code(),
+                           absl::StrCat("GPU ", gpu.device, " on host ", options_.host_name,
+                                        " communicator: ", state.status().message()));
       Abort(failure);
-      return failure;
+      AbortCommunicators();
+      return Failure();
     }
   }
   return absl::OkStatus();
 }
 
+// The fusion buffers grow geometrically, so a job allocates (cudaMalloc, and frees: cudaFree
+// synchronizes the whole device) a few times in its life, not whenever a fused response is a
+// little larger than the last. Every stream is idle here (the previous collective completed).
 absl::Status GpuJob::EnsureFusion(size_t bytes) {
   for (LocalGpu& gpu : gpus_) {
     if (gpu.fusion->size() >= bytes) continue;
-    ARD_RETURN_IF_ERROR(device_.Synchronize(*gpu.stream));  // the old buffer may be in use
+    size_t grown = std::max<size_t>(gpu.fusion->size(), options_.initial_fusion_bytes);
+    while (grown < bytes) grown *= 2;
     gpu.fusion.reset();
-    size_t grown = std::max<size_t>(bytes, options_.initial_fusion_bytes);
     ARD_ASSIGN_OR_RETURN(gpu.fusion, device_.Allocate(gpu.device, grown));
   }
   return absl::OkStatus();
 }
 
 absl::Status GpuJob::Allreduce(const std::vector<GpuTensor>& tensors) {
-  ARD_RETURN_IF_ERROR(Failure());
-  absl::MutexLock lock(&mu_);
-  ARD_RETURN_IF_ERROR(Ready());
-  std::vector<FusionTensor> metas;
   for (const GpuTensor& t : tensors) {
-    if (!DeviceReductionSupported(t.meta.dtype)) {
-      return absl::InvalidArgumentError("dtype not supported by GPU reductions");
+    ARD_RETURN_IF_ERROR(CheckReduction(t.meta.dtype, t.meta.op));  // that tensor's error only
+  }
+  auto run = [&]() -> absl::Status {
+    std::vector<FusionTensor> metas;
+    for (const GpuTensor& t : tensors) {
+      ARD_RETURN_IF_ERROR(CheckTensor(t, Bytes(t.meta)));
+      metas.push_back(t.meta);
     }
-    for (const GpuTensorInput& in : t.inputs) {
-      auto it = ranks_.find(in.rank);
-      if (it == ranks_.end() || in.event >= it->second.events.size() ||
-          in.offset + Bytes(t.meta) > it->second.reg.arena_bytes) {
-        return absl::InternalError(absl::StrCat("unchecked GPU input of rank ", in.rank));
-      }
-    }
-    metas.push_back(t.meta);
-  }
-  FusionLayout layout = PlanFusion(metas);
-  absl::Status status = ReduceAll(tensors, layout);
-  for (LocalGpu& gpu : gpus_) {
-    if (status.ok()) status = Scatter(gpu, tensors, layout);
-  }
-  return Finish(status);
-}
-
-absl::Status GpuJob::Finish(absl::Status status) {
-  if (!status.ok()) {
-    Abort(status);
-    return status;
-  }
-  return CheckHealth();
+    FusionLayout layout = PlanFusion(metas);
+    ARD_RETURN_IF_ERROR(ReduceAll(tensors, layout));
+    for (LocalGpu& gpu : gpus_) ARD_RETURN_IF_ERROR(Scatter(gpu, tensors, layout));
+    return absl::OkStatus();
+  };
+  ARD_RETURN_IF_ERROR(Begin());
+  return Finish("allreduce", run());
 }
 
 }  // namespace ard::gpu

@@ -11,22 +11,35 @@
 // Per fused allreduce (Allreduce): on each GPU's stream, wait for each process's "input ready"
 // event, copy its inputs into the fusion buffer at PlanFusion's offsets (several processes on one
 // GPU are reduced through host memory first), one grouped communicator call per run, copy results
-// back into each process's staging arena where its input was, and record the same pool event; the
-// caller then sends COMPLETE and the process makes its stream wait on that event. The host never
-// waits for the GPU on this path (except host-staged steps: several processes per GPU, and
-// hierarchical mode's host exchange).
+// back into each process's staging arena where its input was, and record the same pool event. It
+// returns once that work is done on the device (the completion rule: COMPLETE never reports a
+// result that does not exist yet); the process's stream still waits on the event.
 //
-// Lifecycle: 1. constructed when the job forms; 2. RegisterRank per local process (control loop);
-// 3. Init(id) on the executor thread; 4. Allreduce/Broadcast in committed order from the executor
-// thread; CheckHealth() between them; 5. Abort(status) from any thread fails the job's
-// communicators at once; later calls fail with that status; 6. UnregisterRank when a process
-// leaves. Threads: RegisterRank/UnregisterRank/CheckInput and the executor's calls are serialized
-// by an internal mutex (registration is rare); Abort is callable concurrently.
+// Threads (DESIGN.md "GPU path"):
+// - Control loop: RegisterRank, UnregisterRank, CheckInput, CheckReduction. They touch only the
+//   registration table, under a short lock: never GPU work, never a collective.
+// - The executor thread drives the communicators, streams and fusion buffers: Init, the
+//   collectives, CheckHealth and Close, in that order. Only this thread calls a Communicator,
+//   including Abort (NCCL frees a communicator on abort, under any other thread's call). Each
+//   collective works on a snapshot of the registrations, whose shared mappings stay open until the
+//   collective's work is done, whatever the control loop unregisters meanwhile.
+// - Any thread: Abort(status) records the failure and raises a flag; the executor's waits and
+//   entry checks obey it and abort the communicators themselves.
+// Every wait polls, with a deadline (init_timeout for init, op_timeout after): past it the job
+// fails with DeadlineExceeded naming this host.
+//
+// Lifecycle: 1. constructed when the job forms; 2. RegisterRank per local process; 3. Init(id);
+// 4. collectives in committed order; 5. on failure the executor aborts the communicators (the
+// job fails); 6. Close(): a healthy job finalizes them (ncclCommFinalize, polled) and destroys
+// them, a failed one aborts them; 7. destruction (after the executor joined: the destroying thread
+// then drives what Close did not end, and aborts it).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -50,7 +63,10 @@ struct GpuJobOptions {
   std::vector<CommRank> local_comm_ranks;   // this host's ranks of it, one per local GPU
   uint64_t initial_fusion_bytes = 1 << 20;  // per GPU; grows to the largest fused response
   absl::Duration init_timeout = absl::Seconds(60);
-  CrossHostReduce cross_host;  // kHierarchical with several hosts
+  // Every wait after init (a collective's completion, a host-staged step, finalize).
+  absl::Duration op_timeout = absl::Seconds(60);
+  std::string host_name = "this host";  // for errors
+  CrossHostReduce cross_host;           // kHierarchical with several hosts
   // kNccl across hosts: the communicator rank of every job rank's GPU (index = job rank), the
   // same on every host, or empty. Known, it lets broadcast/allgather/reducescatter use the native
   // NCCL calls; empty, they go through an allreduce (every host must agree, so set it on all or
@@ -89,15 +105,17 @@ class GpuJob {
   GpuJob(Device& device, IpcCache& cache, GpuJobOptions options);
   ~GpuJob();
 
-  // Bad input (wrong device, stale/foreign handle, ...) is returned to that process only.
+  // Control loop. Bad input (wrong device, stale/foreign handle, ...) is that process's only.
   absl::Status RegisterRank(const GpuRegistration& registration);
-  // Waits for the job's issued GPU work to finish (abort first to cut it short), then drops the
-  // rank's mappings.
+  // Drops the rank's registration; a collective running keeps its mappings until its work is done.
   void UnregisterRank(int rank);
   // A submit's placement: InvalidArgument when it falls outside the rank's arena or names an
   // event outside its pool. Checked before the tensor is negotiated.
   absl::Status CheckInput(int rank, uint64_t offset, uint64_t bytes, uint32_t event) const;
+  // Whether this job's GPU side can reduce `dtype` with `op` (InvalidArgument, per tensor, if not).
+  absl::Status CheckReduction(wire::DataType dtype, wire::ReduceOp op) const;
 
+  // Executor thread.
   absl::Status Init(const UniqueId& id);
   absl::Status Allreduce(const std::vector<GpuTensor>& tensors);
   // The other collectives, one tensor each; every result is written in place at each local rank's
@@ -114,9 +132,13 @@ class GpuJob {
   absl::Status Reducescatter(const GpuTensor& tensor, const std::vector<size_t>& blocks);
   // Polls every communicator's asynchronous error; aborts the job on the first one.
   absl::Status CheckHealth();
-  void Abort(absl::Status status);
-
+  // The job's end: finalizes and destroys the communicators while healthy, aborts them otherwise.
+  void Close();
   uint64_t fusion_bytes() const;
+
+  // Any thread: the job failed; the executor aborts the communicators at its next poll or call.
+  void Abort(absl::Status status);
+  absl::Status Failure() const;
 
  private:
   struct LocalGpu {
@@ -124,7 +146,7 @@ class GpuJob {
     std::unique_ptr<Stream> stream;
     std::unique_ptr<Memory> fusion;
     std::unique_ptr<Communicator> comm;
-    std::vector<int> ranks;  // local job ranks on this GPU, ascending
+    std::vector<int> ranks;  // local job ranks on this GPU, ascending (the running snapshot's)
   };
   struct Rank {
     GpuRegistration reg;
@@ -132,55 +154,68 @@ class GpuJob {
     std::vector<std::shared_ptr<Event>> events;
   };
 
-  absl::Status Failure() const;
-  absl::Status EnsureFusion(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // gpu_job_waits.cc: the executor's waits, communicator calls and teardown.
+  absl::Status Await(const std::string& what, absl::Duration timeout,
+                     const std::function<absl::StatusOr<bool>()>& done);
+  absl::Status AwaitComms(const std::string& what, absl::Duration timeout);
+  absl::Status AwaitStream(LocalGpu& gpu, const std::string& what);
+  absl::Status AwaitStreams(const std::string& what);
+  absl::Status Grouped(const std::string& what, const std::function<absl::Status(LocalGpu&)>& call);
+  void AbortCommunicators();
+  bool DrainStreams(absl::Duration timeout);
+  absl::Status Begin();
+  absl::Status Finish(const std::string& what, absl::Status status);
+
+  absl::Status EnsureFusion(size_t bytes);
+  // Host memory of the host-staged steps, kept by the job so a copy that a failed wait left on a
+  // stream never writes into freed memory. Slot `slot` holds at least `bytes`.
+  enum HostSlot { kSumBuffer, kPartBuffer, kScaleBuffer, kHostSlots };
+  std::vector<char>& HostBuffer(HostSlot slot, size_t bytes) {
+    if (host_[slot].size() < bytes) host_[slot].resize(bytes);
+    return host_[slot];
+  }
   absl::Status Gather(LocalGpu& gpu, const std::vector<GpuTensor>& tensors,
-                      const FusionLayout& layout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                      const FusionLayout& layout);
   absl::Status Scatter(LocalGpu& gpu, const std::vector<GpuTensor>& tensors,
-                       const FusionLayout& layout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Reduce(const FusionLayout& layout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ReduceHierarchical(const FusionLayout& layout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AllreduceRuns(const FusionLayout& layout, bool host_local)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                       const FusionLayout& layout);
+  absl::Status ReduceHierarchical(const FusionLayout& layout);
+  absl::Status AllreduceRuns(const FusionLayout& layout, bool host_local);
   // gpu_job_collectives.cc.
-  absl::Status Ready() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool HostExchange() const {
     return options_.mode == GpuMode::kHierarchical && options_.cross_host;
   }
-  absl::Status ReduceAll(const std::vector<GpuTensor>& tensors, const FusionLayout& layout)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReduceAll(const std::vector<GpuTensor>& tensors, const FusionLayout& layout);
   absl::Status ScaleFusion(LocalGpu& gpu, const std::vector<GpuTensor>& tensors,
-                           const FusionLayout& layout, bool post)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<int> CommRankOf() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status WaitInputs(LocalGpu& gpu, const GpuTensor& tensor)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status SyncAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status GroupedBytesSum(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                           const FusionLayout& layout, bool post);
+  std::vector<int> CommRankOf() const;
+  absl::Status WaitInputs(LocalGpu& gpu, const GpuTensor& tensor);
+  absl::Status GroupedBytesSum(size_t bytes);
   absl::Status HostCollective(const GpuTensor& tensor, size_t result_bytes,
-                              const std::function<absl::Status(std::vector<char>&)>& fill)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Finish(absl::Status status);
-  absl::Status CheckTensor(const GpuTensor& tensor, size_t range_bytes) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                              const std::function<absl::Status(std::vector<char>&)>& fill);
+  absl::Status CheckTensor(const GpuTensor& tensor, size_t range_bytes) const;
   struct Piece {
     size_t arena_offset = 0;  // from the rank's input offset
     size_t fusion_offset = 0;
     size_t bytes = 0;
   };
   absl::Status ScatterBlocks(const GpuTensor& tensor,
-                             const std::function<std::vector<Piece>(int rank)>& pieces)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                             const std::function<std::vector<Piece>(int rank)>& pieces);
 
   Device& device_;   // Not owned.
   IpcCache& cache_;  // Not owned.
   const GpuJobOptions options_;
+  // The registrations (control loop writes; the executor snapshots them).
   mutable absl::Mutex mu_;
-  std::vector<LocalGpu> gpus_ ABSL_GUARDED_BY(mu_);
   std::map<int, Rank> ranks_ ABSL_GUARDED_BY(mu_);
+  // Executor thread only.
+  std::vector<LocalGpu> gpus_;
+  std::map<int, Rank> view_;      // the running collective's snapshot of ranks_
+  std::map<int, Rank> retained_;  // mappings a stream that never drained may still touch
+  std::vector<char> host_[kHostSlots];
+  // Any thread.
   mutable absl::Mutex failure_mu_;
   absl::Status failure_ ABSL_GUARDED_BY(failure_mu_);
-  std::vector<Communicator*> comms_ ABSL_GUARDED_BY(failure_mu_);  // for Abort from any thread
+  std::atomic<bool> stop_{false};  // failure_ is set: the executor's waits end
 };
 
 }  // namespace ard::gpu

@@ -1,5 +1,5 @@
 // GpuJob's broadcast, allgather and reducescatter, and the steps Allreduce shares with them (see
-// gpu_job.h). Executor thread, under GpuJob::mu_.
+// gpu_job.h). Executor thread, on the running collective's snapshot of the registrations.
 //
 // How each runs:
 // - kNccl (and a single host): with every job rank's communicator rank known (comm_rank_of, or
@@ -41,20 +41,13 @@ bool OneRankPerGpu(const std::vector<int>& comm, int comm_size) {
 
 }  // namespace
 
-absl::Status GpuJob::Ready() {
-  if (gpus_.empty() || gpus_[0].comm == nullptr) {
-    return absl::FailedPreconditionError("GPU communicator not initialized");
-  }
-  return absl::OkStatus();
-}
-
 std::vector<int> GpuJob::CommRankOf() const {
   const int world = options_.world_ranks;
   if (!options_.comm_rank_of.empty()) {
     if (static_cast<int>(options_.comm_rank_of.size()) != world) return {};
     return options_.comm_rank_of;
   }
-  if (static_cast<int>(ranks_.size()) != world) return {};  // other hosts' ranks: unknown
+  if (static_cast<int>(view_.size()) != world) return {};  // other hosts' ranks: unknown
   std::vector<int> out(world, -1);
   for (const LocalGpu& gpu : gpus_) {
     for (int r : gpu.ranks) {
@@ -71,31 +64,16 @@ absl::Status GpuJob::WaitInputs(LocalGpu& gpu, const GpuTensor& tensor) {
   for (int rank : gpu.ranks) {
     const GpuTensorInput* in = InputOf(tensor, rank);
     if (in == nullptr) return absl::InternalError("a local rank has no input");
-    ARD_RETURN_IF_ERROR(device_.Wait(*gpu.stream, *ranks_.at(rank).events[in->event]));
+    ARD_RETURN_IF_ERROR(device_.Wait(*gpu.stream, *view_.at(rank).events[in->event]));
   }
   return absl::OkStatus();
 }
 
-absl::Status GpuJob::SyncAll() {
-  absl::Status status;
-  for (LocalGpu& gpu : gpus_) {
-    absl::Status s = device_.Synchronize(*gpu.stream);
-    if (status.ok()) status = s;
-  }
-  return status;
-}
-
 absl::Status GpuJob::GroupedBytesSum(size_t bytes) {
-  ARD_RETURN_IF_ERROR(device_.GroupStart());
-  absl::Status status;
-  for (LocalGpu& gpu : gpus_) {
-    if (!status.ok()) break;
-    status = gpu.comm->Allreduce(gpu.fusion->data(), gpu.fusion->data(), bytes,
-                                 wire::DataType::kUint8, wire::ReduceOp::kSum, 1, *gpu.stream);
-  }
-  absl::Status end = device_.GroupEnd();
-  ARD_RETURN_IF_ERROR(status);
-  return end;
+  return Grouped("byte-wise sum", [&](LocalGpu& gpu) {
+    return gpu.comm->Allreduce(gpu.fusion->data(), gpu.fusion->data(), bytes,
+                               wire::DataType::kUint8, wire::ReduceOp::kSum, 1, *gpu.stream);
+  });
 }
 
 absl::Status GpuJob::ScaleFusion(LocalGpu& gpu, const std::vector<GpuTensor>& tensors,
@@ -109,19 +87,17 @@ absl::Status GpuJob::ScaleFusion(LocalGpu& gpu, const std::vector<GpuTensor>& te
   }
   if (hi <= lo) return absl::OkStatus();
   // NCCL has no scale operation and the daemon has no device kernels: scale in host memory.
-  std::vector<char> host(hi - lo);
-  ARD_RETURN_IF_ERROR(
-      device_.CopyAsync(host.data(), At(*gpu.fusion, lo), host.size(), *gpu.stream));
-  ARD_RETURN_IF_ERROR(device_.Synchronize(*gpu.stream));
+  std::vector<char>& host = HostBuffer(kScaleBuffer, hi - lo);
+  ARD_RETURN_IF_ERROR(device_.CopyAsync(host.data(), At(*gpu.fusion, lo), hi - lo, *gpu.stream));
+  ARD_RETURN_IF_ERROR(AwaitStream(gpu, "scaling copy"));
   for (size_t i = 0; i < tensors.size(); ++i) {
     const GpuTensor& t = tensors[i];
     const double factor = post ? t.postscale : t.prescale;
     if (factor == 1.0 || t.meta.count == 0) continue;
     collectives::Scale(host.data() + (layout.offsets[i] - lo), t.meta.count, t.meta.dtype, factor);
   }
-  ARD_RETURN_IF_ERROR(
-      device_.CopyAsync(At(*gpu.fusion, lo), host.data(), host.size(), *gpu.stream));
-  return device_.Synchronize(*gpu.stream);  // `host` dies here
+  ARD_RETURN_IF_ERROR(device_.CopyAsync(At(*gpu.fusion, lo), host.data(), hi - lo, *gpu.stream));
+  return AwaitStream(gpu, "scaling copy");
 }
 
 // Inputs into the fusion buffers (prescaled), reduced across GPUs and hosts, postscaled: every
@@ -129,7 +105,8 @@ absl::Status GpuJob::ScaleFusion(LocalGpu& gpu, const std::vector<GpuTensor>& te
 absl::Status GpuJob::ReduceAll(const std::vector<GpuTensor>& tensors, const FusionLayout& layout) {
   ARD_RETURN_IF_ERROR(EnsureFusion(layout.total_bytes));
   for (LocalGpu& gpu : gpus_) ARD_RETURN_IF_ERROR(Gather(gpu, tensors, layout));
-  ARD_RETURN_IF_ERROR(HostExchange() ? ReduceHierarchical(layout) : Reduce(layout));
+  ARD_RETURN_IF_ERROR(HostExchange() ? ReduceHierarchical(layout)
+                                     : AllreduceRuns(layout, /*host_local=*/false));
   for (LocalGpu& gpu : gpus_) ARD_RETURN_IF_ERROR(ScaleFusion(gpu, tensors, layout, true));
   return absl::OkStatus();
 }
@@ -140,49 +117,47 @@ absl::Status GpuJob::ReduceAll(const std::vector<GpuTensor>& tensors, const Fusi
 absl::Status GpuJob::HostCollective(const GpuTensor& tensor, size_t result_bytes,
                                     const std::function<absl::Status(std::vector<char>&)>& fill) {
   for (LocalGpu& gpu : gpus_) ARD_RETURN_IF_ERROR(WaitInputs(gpu, tensor));
-  std::vector<char> host(result_bytes, 0);
+  std::vector<char>& host = HostBuffer(kSumBuffer, result_bytes);
+  std::fill(host.begin(), host.end(), 0);
   absl::Status status = fill(host);
   for (LocalGpu& gpu : gpus_) {
     for (int rank : gpu.ranks) {
       if (!status.ok()) break;
       const GpuTensorInput* in = InputOf(tensor, rank);
-      Rank& r = ranks_.at(rank);
+      Rank& r = view_.at(rank);
       status = device_.CopyAsync(At(*r.arena, in->offset), host.data(), result_bytes, *gpu.stream);
       if (status.ok()) status = device_.Record(*r.events[in->event], *gpu.stream);
     }
   }
-  absl::Status synced = SyncAll();  // `host` dies here, whatever happened
   ARD_RETURN_IF_ERROR(status);
-  return synced;
+  return AwaitStreams("host-staged copy");
 }
 
 absl::Status GpuJob::Broadcast(const GpuTensor& tensor, int root) {
-  ARD_RETURN_IF_ERROR(Failure());
-  absl::MutexLock lock(&mu_);
-  ARD_RETURN_IF_ERROR(Ready());
   if (root < 0 || root >= options_.world_ranks) {
     return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " outside the job's ",
                                                    options_.world_ranks, " ranks"));
   }
-  ARD_RETURN_IF_ERROR(CheckTensor(tensor, Bytes(tensor.meta)));
   const size_t bytes = Bytes(tensor.meta);
-  LocalGpu* root_gpu = nullptr;  // the GPU holding the root, when it is on this host
-  for (LocalGpu& gpu : gpus_) {
-    if (std::count(gpu.ranks.begin(), gpu.ranks.end(), root) != 0) root_gpu = &gpu;
-  }
-  const GpuTensorInput* root_in = InputOf(tensor, root);
-  if (root_gpu != nullptr && root_in == nullptr) return absl::InternalError("root has no input");
-  if (HostExchange()) {
-    return Finish(HostCollective(tensor, bytes, [&](std::vector<char>& host) -> absl::Status {
-      if (root_gpu != nullptr) {
-        ARD_RETURN_IF_ERROR(device_.CopyAsync(
-            host.data(), At(*ranks_.at(root).arena, root_in->offset), bytes, *root_gpu->stream));
-        ARD_RETURN_IF_ERROR(device_.Synchronize(*root_gpu->stream));
-      }
-      return options_.cross_host(host.data(), bytes, wire::DataType::kUint8, wire::ReduceOp::kSum);
-    }));
-  }
   auto run = [&]() -> absl::Status {
+    ARD_RETURN_IF_ERROR(CheckTensor(tensor, bytes));
+    LocalGpu* root_gpu = nullptr;  // the GPU holding the root, when it is on this host
+    for (LocalGpu& gpu : gpus_) {
+      if (std::count(gpu.ranks.begin(), gpu.ranks.end(), root) != 0) root_gpu = &gpu;
+    }
+    const GpuTensorInput* root_in = InputOf(tensor, root);
+    if (root_gpu != nullptr && root_in == nullptr) return absl::InternalError("root has no input");
+    if (HostExchange()) {
+      return HostCollective(tensor, bytes, [&](std::vector<char>& host) -> absl::Status {
+        if (root_gpu != nullptr) {
+          ARD_RETURN_IF_ERROR(device_.CopyAsync(
+              host.data(), At(*view_.at(root).arena, root_in->offset), bytes, *root_gpu->stream));
+          ARD_RETURN_IF_ERROR(AwaitStream(*root_gpu, "broadcast root copy"));
+        }
+        return options_.cross_host(host.data(), bytes, wire::DataType::kUint8,
+                                   wire::ReduceOp::kSum);
+      });
+    }
     ARD_RETURN_IF_ERROR(EnsureFusion(bytes));
     for (LocalGpu& gpu : gpus_) ARD_RETURN_IF_ERROR(WaitInputs(gpu, tensor));
     const std::vector<int> comm = CommRankOf();
@@ -193,50 +168,43 @@ absl::Status GpuJob::Broadcast(const GpuTensor& tensor, int root) {
     }
     if (root_gpu != nullptr) {
       ARD_RETURN_IF_ERROR(device_.CopyAsync(root_gpu->fusion->data(),
-                                            At(*ranks_.at(root).arena, root_in->offset), bytes,
+                                            At(*view_.at(root).arena, root_in->offset), bytes,
                                             *root_gpu->stream));
     }
     if (comm.empty()) {
       ARD_RETURN_IF_ERROR(GroupedBytesSum(bytes));
     } else {
-      ARD_RETURN_IF_ERROR(device_.GroupStart());
-      absl::Status status;
-      for (LocalGpu& gpu : gpus_) {
-        if (!status.ok()) break;
-        status = gpu.comm->Broadcast(gpu.fusion->data(), gpu.fusion->data(), bytes,
-                                     wire::DataType::kUint8, comm[root], *gpu.stream);
-      }
-      absl::Status end = device_.GroupEnd();
-      ARD_RETURN_IF_ERROR(status);
-      ARD_RETURN_IF_ERROR(end);
+      ARD_RETURN_IF_ERROR(Grouped("broadcast", [&](LocalGpu& gpu) {
+        return gpu.comm->Broadcast(gpu.fusion->data(), gpu.fusion->data(), bytes,
+                                   wire::DataType::kUint8, comm[root], *gpu.stream);
+      }));
     }
     return ScatterBlocks(tensor, [&](int) { return std::vector<Piece>{{0, 0, bytes}}; });
   };
-  return Finish(run());
+  ARD_RETURN_IF_ERROR(Begin());
+  return Finish("broadcast", run());
 }
 
 absl::Status GpuJob::Allgather(const GpuTensor& tensor) {
-  ARD_RETURN_IF_ERROR(Failure());
-  absl::MutexLock lock(&mu_);
-  ARD_RETURN_IF_ERROR(Ready());
   const size_t block = Bytes(tensor.meta);
   const int world = options_.world_ranks;
   const size_t total = block * world;
-  ARD_RETURN_IF_ERROR(CheckTensor(tensor, total));
-  if (HostExchange()) {
-    return Finish(HostCollective(tensor, total, [&](std::vector<char>& host) -> absl::Status {
-      for (LocalGpu& gpu : gpus_) {
-        for (int rank : gpu.ranks) {
-          ARD_RETURN_IF_ERROR(device_.CopyAsync(
-              host.data() + rank * block, At(*ranks_.at(rank).arena, InputOf(tensor, rank)->offset),
-              block, *gpu.stream));
-        }
-      }
-      ARD_RETURN_IF_ERROR(SyncAll());
-      return options_.cross_host(host.data(), total, wire::DataType::kUint8, wire::ReduceOp::kSum);
-    }));
-  }
   auto run = [&]() -> absl::Status {
+    ARD_RETURN_IF_ERROR(CheckTensor(tensor, total));
+    if (HostExchange()) {
+      return HostCollective(tensor, total, [&](std::vector<char>& host) -> absl::Status {
+        for (LocalGpu& gpu : gpus_) {
+          for (int rank : gpu.ranks) {
+            ARD_RETURN_IF_ERROR(device_.CopyAsync(
+                host.data() + rank * block,
+                At(*view_.at(rank).arena, InputOf(tensor, rank)->offset), block, *gpu.stream));
+          }
+        }
+        ARD_RETURN_IF_ERROR(AwaitStreams("allgather host copy"));
+        return options_.cross_host(host.data(), total, wire::DataType::kUint8,
+                                   wire::ReduceOp::kSum);
+      });
+    }
     ARD_RETURN_IF_ERROR(EnsureFusion(total));
     for (LocalGpu& gpu : gpus_) ARD_RETURN_IF_ERROR(WaitInputs(gpu, tensor));
     const std::vector<int> comm = CommRankOf();
@@ -248,21 +216,15 @@ absl::Status GpuJob::Allgather(const GpuTensor& tensor) {
       for (int rank : gpu.ranks) {  // each block where the collective expects it
         const size_t at = (native ? gpu.comm->rank() : rank) * block;
         ARD_RETURN_IF_ERROR(device_.CopyAsync(
-            At(*gpu.fusion, at), At(*ranks_.at(rank).arena, InputOf(tensor, rank)->offset), block,
+            At(*gpu.fusion, at), At(*view_.at(rank).arena, InputOf(tensor, rank)->offset), block,
             *gpu.stream));
       }
     }
     if (native) {
-      ARD_RETURN_IF_ERROR(device_.GroupStart());
-      absl::Status status;
-      for (LocalGpu& gpu : gpus_) {
-        if (!status.ok()) break;
-        status = gpu.comm->Allgather(At(*gpu.fusion, gpu.comm->rank() * block), gpu.fusion->data(),
-                                     block, wire::DataType::kUint8, *gpu.stream);
-      }
-      absl::Status end = device_.GroupEnd();
-      ARD_RETURN_IF_ERROR(status);
-      ARD_RETURN_IF_ERROR(end);
+      ARD_RETURN_IF_ERROR(Grouped("allgather", [&](LocalGpu& gpu) {
+        return gpu.comm->Allgather(At(*gpu.fusion, gpu.comm->rank() * block), gpu.fusion->data(),
+                                   block, wire::DataType::kUint8, *gpu.stream);
+      }));
     } else {
       ARD_RETURN_IF_ERROR(GroupedBytesSum(total));
     }
@@ -275,48 +237,38 @@ absl::Status GpuJob::Allgather(const GpuTensor& tensor) {
       return pieces;
     });
   };
-  return Finish(run());
+  ARD_RETURN_IF_ERROR(Begin());
+  return Finish("allgather", run());
 }
 
 absl::Status GpuJob::Reducescatter(const GpuTensor& tensor, const std::vector<size_t>& blocks) {
-  ARD_RETURN_IF_ERROR(Failure());
-  absl::MutexLock lock(&mu_);
-  ARD_RETURN_IF_ERROR(Ready());
   const int world = options_.world_ranks;
-  if (!DeviceReductionSupported(tensor.meta.dtype)) {
-    return absl::InvalidArgumentError("dtype not supported by GPU reductions");
-  }
+  ARD_RETURN_IF_ERROR(CheckReduction(tensor.meta.dtype, tensor.meta.op));  // that tensor's only
   if (static_cast<int>(blocks.size()) != world ||
       std::accumulate(blocks.begin(), blocks.end(), size_t{0}) != tensor.meta.count) {
     return absl::InternalError("reducescatter blocks do not partition the tensor");
   }
-  ARD_RETURN_IF_ERROR(CheckTensor(tensor, Bytes(tensor.meta)));
   const size_t elem = wire::DataTypeSize(static_cast<uint32_t>(tensor.meta.dtype));
   std::vector<size_t> first(world, 0);  // element where each rank's block starts
   for (int r = 1; r < world; ++r) first[r] = first[r - 1] + blocks[r - 1];
-  const std::vector<int> comm = CommRankOf();
-  bool native = !HostExchange() && OneRankPerGpu(comm, options_.comm_size) &&
-                std::count(blocks.begin(), blocks.end(), blocks[0]) == world;
-  for (int r = 0; native && r < world; ++r) native = comm[r] == r;
   const FusionLayout layout = PlanFusion({tensor.meta});
   auto run = [&]() -> absl::Status {
+    ARD_RETURN_IF_ERROR(CheckTensor(tensor, Bytes(tensor.meta)));
+    const std::vector<int> comm = CommRankOf();
+    bool native = !HostExchange() && OneRankPerGpu(comm, options_.comm_size) &&
+                  std::count(blocks.begin(), blocks.end(), blocks[0]) == world;
+    for (int r = 0; native && r < world; ++r) native = comm[r] == r;
     if (!native) {
       ARD_RETURN_IF_ERROR(ReduceAll({tensor}, layout));
     } else {
       const size_t block_bytes = blocks[0] * elem;
       ARD_RETURN_IF_ERROR(EnsureFusion(layout.total_bytes));
       for (LocalGpu& gpu : gpus_) ARD_RETURN_IF_ERROR(Gather(gpu, {tensor}, layout));
-      ARD_RETURN_IF_ERROR(device_.GroupStart());
-      absl::Status status;
-      for (LocalGpu& gpu : gpus_) {
-        if (!status.ok()) break;
-        status = gpu.comm->ReduceScatter(gpu.fusion->data(),
-                                         At(*gpu.fusion, gpu.comm->rank() * block_bytes), blocks[0],
-                                         tensor.meta.dtype, tensor.meta.op, *gpu.stream);
-      }
-      absl::Status end = device_.GroupEnd();
-      ARD_RETURN_IF_ERROR(status);
-      ARD_RETURN_IF_ERROR(end);
+      ARD_RETURN_IF_ERROR(Grouped("reducescatter", [&](LocalGpu& gpu) {
+        return gpu.comm->ReduceScatter(gpu.fusion->data(),
+                                       At(*gpu.fusion, gpu.comm->rank() * block_bytes), blocks[0],
+                                       tensor.meta.dtype, tensor.meta.op, *gpu.stream);
+      }));
       if (tensor.postscale != 1.0) {
         for (LocalGpu& gpu : gpus_) {
           GpuTensor own = tensor;
@@ -332,7 +284,8 @@ absl::Status GpuJob::Reducescatter(const GpuTensor& tensor, const std::vector<si
       return std::vector<Piece>{{0, first[rank] * elem, blocks[rank] * elem}};
     });
   };
-  return Finish(run());
+  ARD_RETURN_IF_ERROR(Begin());
+  return Finish("reducescatter", run());
 }
 
 absl::Status GpuJob::CheckTensor(const GpuTensor& tensor, size_t range_bytes) const {
@@ -344,9 +297,12 @@ absl::Status GpuJob::CheckTensor(const GpuTensor& tensor, size_t range_bytes) co
     }
   }
   for (const GpuTensorInput& in : tensor.inputs) {
-    auto it = ranks_.find(in.rank);
-    if (it == ranks_.end() || in.event >= it->second.events.size() ||
-        in.offset > it->second.reg.arena_bytes ||
+    auto it = view_.find(in.rank);
+    if (it == view_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", in.rank, " left while its GPU tensor was being reduced"));
+    }
+    if (in.event >= it->second.events.size() || in.offset > it->second.reg.arena_bytes ||
         range_bytes > it->second.reg.arena_bytes - in.offset) {
       return absl::InternalError(absl::StrCat("unchecked GPU input of rank ", in.rank));
     }
@@ -362,7 +318,7 @@ absl::Status GpuJob::ScatterBlocks(const GpuTensor& tensor,
   for (LocalGpu& gpu : gpus_) {
     for (int rank : gpu.ranks) {
       const GpuTensorInput* in = InputOf(tensor, rank);
-      Rank& r = ranks_.at(rank);
+      Rank& r = view_.at(rank);
       for (const Piece& p : pieces(rank)) {
         if (p.bytes == 0) continue;
         ARD_RETURN_IF_ERROR(device_.CopyAsync(At(*r.arena, in->offset + p.arena_offset),

@@ -1,13 +1,18 @@
 // TEST HELPER: GpuJobs on the host test double for the gpu_job_*_test files: one host with
 // several processes (OneHost), two hosts in one simulated cluster (TwoHosts), and a tensor
-// builder. Tests only; each fixture is used from the test's thread (TwoHosts runs host b's half
-// of a collective on a std::async thread).
+// builder. Tests only; each fixture is used from the test's thread, which drives host a's GpuJob
+// (its executor); host b's GpuJob is driven by its own Driver thread, as in the daemon, so the
+// double's one-driving-thread rule holds.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,6 +26,49 @@
 
 namespace ard::gpu::testing {
 
+// One thread that runs what it is given in order: a job's executor thread.
+class Driver {
+ public:
+  Driver() : thread_([this] { Loop(); }) {}
+  ~Driver() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  std::future<absl::Status> Run(std::function<absl::Status()> fn) {
+    auto task = std::make_shared<std::packaged_task<absl::Status()>>(std::move(fn));
+    std::future<absl::Status> done = task->get_future();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back([task] { (*task)(); });
+    }
+    cv_.notify_all();
+    return done;
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      std::function<void()> fn = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      fn();
+      lock.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
 inline GpuTensor Tensor(wire::DataType dtype, wire::ReduceOp op, size_t count,
                         std::vector<GpuTensorInput> inputs) {
   return GpuTensor{FusionTensor{dtype, op, count}, std::move(inputs)};
@@ -32,11 +80,14 @@ struct TwoHosts {
   HostWorld world;
   HostDevice da{world, "a", 1, 2}, db{world, "b", 2, 2};
   IpcCache ca{da}, cb{db};
-  std::unique_ptr<GpuJob> ja, jb;
   std::vector<std::unique_ptr<FakeProcess>> procs;  // rank r on host r / 2, GPU r % 2
-  UniqueId id{};
+  std::unique_ptr<GpuJob> ja, jb;
+  Driver b_executor;  // host b's executor thread (declared last: joined first)
+  UniqueId id{}, idb{};
 
-  TwoHosts(GpuMode mode, TwoHostExchange* exchange, bool known_comm_ranks = false) {
+  // `init`: Init both jobs (else the test calls InitA/InitB itself).
+  TwoHosts(GpuMode mode, TwoHostExchange* exchange, bool known_comm_ranks = false, bool init = true,
+           absl::Duration op_timeout = absl::Seconds(30)) {
     GpuJobOptions oa, ob;
     oa.mode = ob.mode = mode;
     oa.world_ranks = ob.world_ranks = 4;
@@ -52,6 +103,9 @@ struct TwoHosts {
       ob.cross_host = exchange->For(1);
     }
     oa.init_timeout = ob.init_timeout = absl::Seconds(5);
+    oa.op_timeout = ob.op_timeout = op_timeout;
+    oa.host_name = "a";
+    ob.host_name = "b";
     ja = std::make_unique<GpuJob>(da, ca, oa);
     jb = std::make_unique<GpuJob>(db, cb, ob);
     for (int r = 0; r < 4; ++r) {
@@ -59,11 +113,24 @@ struct TwoHosts {
           std::make_unique<FakeProcess>(world, r < 2 ? "a" : "b", 100 + r, 2, r % 2, r));
       REQUIRE((r < 2 ? ja : jb)->RegisterRank(procs[r]->Registration()).ok());
     }
-    UniqueId ida = *da.NewUniqueId(), idb = mode == GpuMode::kNccl ? ida : *db.NewUniqueId();
-    auto fb = std::async(std::launch::async, [&] { return jb->Init(idb); });
-    REQUIRE(ja->Init(ida).ok());
+    id = *da.NewUniqueId();
+    idb = mode == GpuMode::kNccl ? id : *db.NewUniqueId();
+    if (!init) return;
+    auto fb = InitB();
+    REQUIRE(ja->Init(id).ok());
     REQUIRE(fb.get().ok());
-    id = ida;
+  }
+  std::future<absl::Status> InitB() {
+    return b_executor.Run([this] { return jb->Init(idb); });
+  }
+  ~TwoHosts() {
+    b_executor
+        .Run([this] {  // each executor ends its own job's communicators
+          jb->Close();
+          return absl::OkStatus();
+        })
+        .wait();
+    ja->Close();
   }
 
   // Every rank submits {r + 1, 2 * (r + 1)} and both hosts run the allreduce.
@@ -73,14 +140,14 @@ struct TwoHosts {
       return job.Allreduce(
           {Tensor(wire::DataType::kFloat32, op, 2, {{first, 64, 3}, {first + 1, 64, 3}})});
     };
-    auto fb = std::async(std::launch::async, [&] { return run(*jb, 2); });
+    auto fb = b_executor.Run([&] { return run(*jb, 2); });
     REQUIRE(run(*ja, 0).ok());
     REQUIRE(fb.get().ok());
   }
 
   // Runs `op(job, first local rank)` on both hosts at once.
   void Both(const std::function<absl::Status(GpuJob&, int)>& op) {
-    auto fb = std::async(std::launch::async, [&] { return op(*jb, 2); });
+    auto fb = b_executor.Run([&] { return op(*jb, 2); });
     absl::Status a = op(*ja, 0);
     absl::Status b = fb.get();
     REQUIRE(a.ok());
@@ -102,8 +169,10 @@ struct OneHost {
   std::unique_ptr<GpuJob> job;
   std::vector<std::unique_ptr<FakeProcess>> procs;
 
-  OneHost(int ranks, bool share) {
+  OneHost(int ranks, bool share, absl::Duration op_timeout = absl::Seconds(30)) {
     GpuJobOptions options;
+    options.op_timeout = op_timeout;
+    options.host_name = "h";
     options.world_ranks = ranks;
     const int gpus = share ? ranks - 1 : ranks;
     options.comm_size = gpus;
@@ -117,6 +186,7 @@ struct OneHost {
     }
     REQUIRE(job->Init(*daemon.NewUniqueId()).ok());
   }
+  ~OneHost() { job->Close(); }  // this thread drives the job: it ends the communicators
   std::vector<GpuTensorInput> Inputs(uint64_t offset, uint32_t event) {
     std::vector<GpuTensorInput> in;
     for (int r = 0; r < static_cast<int>(procs.size()); ++r) in.push_back({r, offset, event});

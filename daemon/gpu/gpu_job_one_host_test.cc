@@ -1,9 +1,12 @@
 // GpuJob and IpcCache on one host of the host test double: handle caching, event ordering,
 // fusion offsets and group calls, every collective with shared and own GPUs, dtypes that need care
 // (float16, bool), and bad input refused to that process only.
+#include <chrono>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -108,8 +111,8 @@ TEST_CASE("the daemon's work waits for the process's event, the process's read f
   REQUIRE(job.RegisterRank(p.Registration()).ok());
   REQUIRE(job.Init(*daemon.NewUniqueId()).ok());
 
-  // The framework's stream is busy (gated) before it copies the input in: Allreduce returns at
-  // once (nothing waits on the host) and still reduces the late input.
+  // The framework's stream is busy (gated) before it copies the input in: the daemon's stream
+  // waits for the process's event, and Allreduce returns once the reduction is done.
   std::promise<void> gate;
   std::shared_future<void> gated = gate.get_future().share();
   static_cast<void>(p.device().Issue(
@@ -120,9 +123,97 @@ TEST_CASE("the daemon's work waits for the process's event, the process's read f
       },
       false));
   p.Submit<float>(0, {2.5f, -1.0f}, 2);
-  REQUIRE(job.Allreduce({Tensor(DataType::kFloat32, ReduceOp::kSum, 2, {{0, 0, 2}})}).ok());
+  auto running = std::async(std::launch::async, [&] {
+    return job.Allreduce({Tensor(DataType::kFloat32, ReduceOp::kSum, 2, {{0, 0, 2}})});
+  });
   gate.set_value();
+  REQUIRE(running.get().ok());
   CHECK(p.Result<float>(0, 2, 2) == std::vector<float>{2.5f, -1.0f});
+}
+
+// Item 5 of the review: COMPLETE (sent when Allreduce returns OK) must never report a result that
+// is not in the process's arena yet. Before the fix Allreduce returned once the work was enqueued.
+TEST_CASE("a collective returns OK only once its result is in every process's arena") {
+  OneHost h(2, false);
+  h.procs[0]->Stall();  // process 0's input is late (its stream is busy)
+  for (int r = 0; r < 2; ++r) h.procs[r]->Submit<float>(0, {1.0f + r}, 0);
+  std::thread late([&] {  // not synchronisation: only makes the input late
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    h.procs[0]->Resume();
+  });
+  REQUIRE(h.job->Allreduce({Tensor(DataType::kFloat32, ReduceOp::kSum, 1, h.Inputs(0, 0))}).ok());
+  for (auto& p : h.procs) {  // read the arena directly, without waiting for the event
+    float value = 0;
+    std::memcpy(&value, p->arena_data(), sizeof(value));
+    CHECK(value == 3.0f);
+  }
+  late.join();
+}
+
+// Item 3, the recorder that never records: a process whose stream is stuck fails the job at the
+// deadline (naming the host) instead of holding the executor forever.
+TEST_CASE("a process whose stream never records its event fails the job at the deadline") {
+  OneHost h(2, false, absl::Milliseconds(200));
+  h.procs[1]->Stall();
+  for (int r = 0; r < 2; ++r) h.procs[r]->Submit<float>(0, {1.0f}, 0);
+  absl::Status status =
+      h.job->Allreduce({Tensor(DataType::kFloat32, ReduceOp::kSum, 1, h.Inputs(0, 0))});
+  CHECK(status.code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(std::string(status.message()).find("on host h") != std::string::npos);
+  CHECK(h.job->CheckHealth().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(h.world.live_communicators() == 0);  // aborted by the thread that drives them
+  CHECK(h.world.thread_violations() == 0);
+  h.procs[1]->Resume();
+}
+
+// Item 7: integer average with several processes per GPU is refused per tensor (NCCL's PreMulSum
+// is float-only); a communicator's refusal of a checked call (ncclInvalidUsage) fails the job.
+TEST_CASE("integer average over shared GPUs is refused per tensor; an NCCL refusal fails the job") {
+  OneHost h(3, true);  // ranks 0 and 2 share GPU 0
+  for (int r = 0; r < 3; ++r) h.procs[r]->Submit<int32_t>(0, {3 * r}, 0);
+  absl::Status refused =
+      h.job->Allreduce({Tensor(DataType::kInt32, ReduceOp::kAverage, 1, h.Inputs(0, 0))});
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(h.job->CheckReduction(DataType::kInt32, ReduceOp::kAverage).code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(h.job->CheckReduction(DataType::kFloat32, ReduceOp::kAverage).ok());
+  CHECK(h.job->CheckHealth().ok());  // that tensor's error only
+  REQUIRE(h.job->Allreduce({Tensor(DataType::kInt32, ReduceOp::kSum, 1, h.Inputs(0, 0))}).ok());
+  for (auto& p : h.procs) CHECK(p->Result<int32_t>(0, 1, 0) == std::vector<int32_t>{9});
+
+  h.daemon.FailNextCall(absl::InvalidArgumentError("ncclInvalidUsage"));
+  absl::Status failed =
+      h.job->Allreduce({Tensor(DataType::kInt32, ReduceOp::kSum, 1, h.Inputs(0, 0))});
+  CHECK(failed.code() == absl::StatusCode::kInternal);  // not one tensor's bad input
+  CHECK_FALSE(h.job->CheckHealth().ok());
+}
+
+// Item 8: the fusion buffer grows geometrically; a job does not allocate (cudaMalloc/cudaFree,
+// which synchronize the device) whenever a fused response is a little larger than the last.
+TEST_CASE("fusion buffers grow geometrically, not on every larger response") {
+  OneHost h(2, false);  // initial fusion buffer: 64 bytes per GPU
+  const int before = h.daemon.allocations();
+  for (size_t count = 20; count <= 200; count += 10) {
+    std::vector<float> values(count, 1.0f);
+    for (auto& p : h.procs) p->Submit<float>(0, values, 0);
+    REQUIRE(
+        h.job->Allreduce({Tensor(DataType::kFloat32, ReduceOp::kSum, count, h.Inputs(0, 0))}).ok());
+  }
+  // 80 -> 800 bytes: 64 doubles to 1024 in 4 steps per GPU (two GPUs), not 19 steps.
+  CHECK(h.daemon.allocations() - before == 8);
+}
+
+// Item 6, the daemon's part: a process that frees its staging memory while the daemon still maps
+// it makes the daemon's next copy an illegal address, a sticky error: the job fails saying so.
+TEST_CASE("a process freeing its arena under the daemon fails the job with the sticky error") {
+  OneHost h(2, false);
+  for (int r = 0; r < 2; ++r) h.procs[r]->Submit<float>(0, {1.0f}, 0);
+  REQUIRE(h.job->Allreduce({Tensor(DataType::kFloat32, ReduceOp::kSum, 1, h.Inputs(0, 0))}).ok());
+  h.procs[1]->FreeArena();
+  absl::Status status =
+      h.job->Allreduce({Tensor(DataType::kFloat32, ReduceOp::kSum, 1, h.Inputs(0, 0))});
+  CHECK(IsStickyError(status));
+  CHECK(std::string(status.message()).find("illegal memory access") != std::string::npos);
 }
 
 TEST_CASE("one host: broadcast, allgather, reducescatter and pre/postscale, shared and own GPUs") {
@@ -217,11 +308,12 @@ TEST_CASE("bad broadcast root and unchecked ranges are refused without touching 
   GpuTensor t = Tensor(DataType::kFloat32, ReduceOp::kSum, 1, h.Inputs(0, 0));
   CHECK(h.job->Broadcast(t, 2).code() == absl::StatusCode::kInvalidArgument);
   CHECK(h.job->Broadcast(t, -1).code() == absl::StatusCode::kInvalidArgument);
-  // An allgather result that would not fit the arena (64 KiB) past the input.
+  CHECK(h.job->CheckHealth().ok());  // nothing aborted: refused before any GPU work
+  // An allgather result that would not fit the arena (64 KiB) past the input: the submit check
+  // should have refused it, so the job fails (a broken invariant), still before any GPU work.
   GpuTensor big = Tensor(DataType::kFloat32, ReduceOp::kSum, 1, h.Inputs((1 << 16) - 4, 0));
   CHECK(h.job->Allgather(big).code() == absl::StatusCode::kInternal);
   CHECK(h.daemon.group_ends() == before);
-  CHECK(h.job->CheckHealth().ok());  // nothing aborted: refused before any GPU work
 }
 
 TEST_CASE("bad input is refused to that process only") {

@@ -1,5 +1,6 @@
 // GpuJob's per-allreduce steps (see gpu_job.h): gather inputs into the fusion buffers, reduce
-// across GPUs (and hosts), scatter results back. Executor thread, under GpuJob::mu_.
+// across GPUs (and hosts), scatter results back. Executor thread, on the running collective's
+// snapshot of the registrations.
 #include <set>
 #include <vector>
 
@@ -33,11 +34,11 @@ absl::Status GpuJob::Gather(LocalGpu& gpu, const std::vector<GpuTensor>& tensors
       if (const GpuTensorInput* in = InputOf(t, rank)) events.insert(in->event);
     }
     for (uint32_t e : events) {
-      ARD_RETURN_IF_ERROR(device_.Wait(*gpu.stream, *ranks_.at(rank).events[e]));
+      ARD_RETURN_IF_ERROR(device_.Wait(*gpu.stream, *view_.at(rank).events[e]));
     }
   }
   if (gpu.ranks.size() == 1) {  // the common case: device to device, no host involvement
-    const Rank& r = ranks_.at(gpu.ranks[0]);
+    const Rank& r = view_.at(gpu.ranks[0]);
     for (size_t i = 0; i < tensors.size(); ++i) {
       const GpuTensorInput* in = InputOf(tensors[i], gpu.ranks[0]);
       if (in == nullptr) return absl::InternalError("a local rank has no input");
@@ -48,9 +49,10 @@ absl::Status GpuJob::Gather(LocalGpu& gpu, const std::vector<GpuTensor>& tensors
     return ScaleFusion(gpu, tensors, layout, /*post=*/false);
   }
   // Several processes share this GPU: reduce their inputs in host memory, in rank order.
-  std::vector<char> sum(layout.total_bytes), part(layout.total_bytes);
+  std::vector<char>& sum = HostBuffer(kSumBuffer, layout.total_bytes);
+  std::vector<char>& part = HostBuffer(kPartBuffer, layout.total_bytes);
   for (size_t k = 0; k < gpu.ranks.size(); ++k) {
-    const Rank& r = ranks_.at(gpu.ranks[k]);
+    const Rank& r = view_.at(gpu.ranks[k]);
     char* dst = k == 0 ? sum.data() : part.data();
     for (size_t i = 0; i < tensors.size(); ++i) {
       const GpuTensorInput* in = InputOf(tensors[i], gpu.ranks[k]);
@@ -58,7 +60,7 @@ absl::Status GpuJob::Gather(LocalGpu& gpu, const std::vector<GpuTensor>& tensors
       ARD_RETURN_IF_ERROR(device_.CopyAsync(dst + layout.offsets[i], At(*r.arena, in->offset),
                                             Bytes(tensors[i].meta), *gpu.stream));
     }
-    ARD_RETURN_IF_ERROR(device_.Synchronize(*gpu.stream));
+    ARD_RETURN_IF_ERROR(AwaitStream(gpu, "host-staged gather"));
     for (size_t i = 0; i < tensors.size(); ++i) {  // each input scaled before it is reduced
       const GpuTensor& t = tensors[i];
       if (t.prescale != 1.0) {
@@ -74,30 +76,21 @@ absl::Status GpuJob::Gather(LocalGpu& gpu, const std::vector<GpuTensor>& tensors
   }
   ARD_RETURN_IF_ERROR(
       device_.CopyAsync(gpu.fusion->data(), sum.data(), layout.total_bytes, *gpu.stream));
-  return device_.Synchronize(*gpu.stream);  // `sum` dies here
-}
-
-absl::Status GpuJob::Reduce(const FusionLayout& layout) {
-  return AllreduceRuns(layout, /*host_local=*/false);
+  return AwaitStream(gpu, "host-staged gather");
 }
 
 // Every run of the fusion buffer allreduced on every local GPU, in one group call. host_local: the
 // host's part of a hierarchical allreduce (Average becomes Sum; the cross-host step divides).
 absl::Status GpuJob::AllreduceRuns(const FusionLayout& layout, bool host_local) {
-  ARD_RETURN_IF_ERROR(device_.GroupStart());
-  absl::Status status;
-  for (LocalGpu& gpu : gpus_) {
+  return Grouped("allreduce", [&](LocalGpu& gpu) -> absl::Status {
     for (const FusionRun& run : layout.runs) {
-      if (!status.ok()) break;
       char* buf = At(*gpu.fusion, run.offset);
-      status = gpu.comm->Allreduce(buf, buf, run.count, run.dtype,
-                                   host_local ? LocalOp(run.op) : run.op, options_.world_ranks,
-                                   *gpu.stream);
+      ARD_RETURN_IF_ERROR(gpu.comm->Allreduce(buf, buf, run.count, run.dtype,
+                                              host_local ? LocalOp(run.op) : run.op,
+                                              options_.world_ranks, *gpu.stream));
     }
-  }
-  absl::Status end = device_.GroupEnd();  // always close the group
-  ARD_RETURN_IF_ERROR(status);
-  return end;
+    return absl::OkStatus();
+  });
 }
 
 absl::Status GpuJob::ReduceHierarchical(const FusionLayout& layout) {
@@ -105,10 +98,10 @@ absl::Status GpuJob::ReduceHierarchical(const FusionLayout& layout) {
   ARD_RETURN_IF_ERROR(AllreduceRuns(layout, /*host_local=*/true));
   // 2. Between hosts, from host memory, over the TCP data plane; Average divides here.
   LocalGpu& root = gpus_[0];
-  std::vector<char> host(layout.total_bytes);
+  std::vector<char>& host = HostBuffer(kSumBuffer, layout.total_bytes);
   ARD_RETURN_IF_ERROR(
       device_.CopyAsync(host.data(), root.fusion->data(), layout.total_bytes, *root.stream));
-  ARD_RETURN_IF_ERROR(device_.Synchronize(*root.stream));
+  ARD_RETURN_IF_ERROR(AwaitStream(root, "hierarchical copy to the host"));
   for (const FusionRun& run : layout.runs) {
     ARD_RETURN_IF_ERROR(
         options_.cross_host(host.data() + run.offset, run.count, run.dtype, LocalOp(run.op)));
@@ -119,25 +112,19 @@ absl::Status GpuJob::ReduceHierarchical(const FusionLayout& layout) {
   }
   ARD_RETURN_IF_ERROR(
       device_.CopyAsync(root.fusion->data(), host.data(), layout.total_bytes, *root.stream));
-  ARD_RETURN_IF_ERROR(device_.Synchronize(*root.stream));
+  ARD_RETURN_IF_ERROR(AwaitStream(root, "hierarchical copy from the host"));
   // 3. Back to every local GPU.
   if (gpus_.size() == 1) return absl::OkStatus();
-  ARD_RETURN_IF_ERROR(device_.GroupStart());
-  absl::Status status;
-  for (LocalGpu& gpu : gpus_) {
-    if (!status.ok()) break;
-    status = gpu.comm->Broadcast(gpu.fusion->data(), gpu.fusion->data(), layout.total_bytes,
-                                 wire::DataType::kUint8, root.comm->rank(), *gpu.stream);
-  }
-  absl::Status end = device_.GroupEnd();
-  ARD_RETURN_IF_ERROR(status);
-  return end;
+  return Grouped("hierarchical broadcast", [&](LocalGpu& gpu) {
+    return gpu.comm->Broadcast(gpu.fusion->data(), gpu.fusion->data(), layout.total_bytes,
+                               wire::DataType::kUint8, root.comm->rank(), *gpu.stream);
+  });
 }
 
 absl::Status GpuJob::Scatter(LocalGpu& gpu, const std::vector<GpuTensor>& tensors,
                              const FusionLayout& layout) {
   for (int rank : gpu.ranks) {
-    Rank& r = ranks_.at(rank);
+    Rank& r = view_.at(rank);
     std::set<uint32_t> events;
     for (size_t i = 0; i < tensors.size(); ++i) {
       const GpuTensorInput* in = InputOf(tensors[i], rank);

@@ -1,7 +1,7 @@
 // GpuJob across two hosts of the host test double: every collective with one communicator
 // spanning the hosts (communicator ranks known or not) and hierarchical (per-host communicator,
 // exchange between hosts), and failures: a failed rank's asynchronous error, an abort from the
-// control loop.
+// control loop (on the driving thread only), a silent peer's deadline, and the normal end.
 #include <string>
 #include <vector>
 
@@ -111,33 +111,103 @@ TEST_CASE("hierarchical: reduce within the host, exchange between hosts, broadca
   CHECK(exchange.calls() == 2);  // one host exchange per fused allreduce, not per GPU
 }
 
+std::vector<GpuTensor> HostATensor() {
+  return {Tensor(DataType::kFloat32, ReduceOp::kSum, 2, {{0, 64, 3}, {1, 64, 3}})};
+}
+
 TEST_CASE("a failed rank: the asynchronous error aborts the job; later work fails fast") {
   TwoHosts hosts(GpuMode::kNccl, nullptr);
-  // Host b never issues its half: host a's collective stays pending on the GPU (Allreduce itself
-  // returned: the host does not wait). Host b's process dies.
+  // Host b never issues its half: host a's allreduce waits on the GPU until host b's process dies
+  // (its communicator reports the error), whichever comes first.
   for (int r = 0; r < 2; ++r) hosts.procs[r]->Submit<float>(64, {1, 1}, 3);
-  REQUIRE(
-      hosts.ja->Allreduce({Tensor(DataType::kFloat32, ReduceOp::kSum, 2, {{0, 64, 3}, {1, 64, 3}})})
-          .ok());
+  testing::Driver a_executor;
+  auto running = a_executor.Run([&] { return hosts.ja->Allreduce(HostATensor()); });
   hosts.world.FailCommunicator(hosts.id, absl::UnavailableError("rank 2 exited"));
-  absl::Status health = hosts.ja->CheckHealth();
-  CHECK(health.code() == absl::StatusCode::kUnavailable);
-  CHECK(std::string(health.message()).find("rank 2 exited") != std::string::npos);
-  absl::Status later = hosts.ja->Allreduce(
-      {Tensor(DataType::kFloat32, ReduceOp::kSum, 2, {{0, 64, 3}, {1, 64, 3}})});
+  absl::Status failed = running.get();
+  CHECK(failed.code() == absl::StatusCode::kUnavailable);
+  CHECK(std::string(failed.message()).find("rank 2 exited") != std::string::npos);
+  absl::Status later = a_executor.Run([&] { return hosts.ja->Allreduce(HostATensor()); }).get();
   CHECK(later.code() == absl::StatusCode::kUnavailable);
 }
 
-TEST_CASE("abort from the control loop unblocks a collective waiting for a silent peer") {
-  TwoHosts hosts(GpuMode::kHierarchical, nullptr);  // no exchange: local communicator of 2 GPUs
-  // Only GPU 0's rank gets work: GPU 1's rank is silent; the job is aborted (host went DOWN).
-  hosts.ja->Abort(absl::UnavailableError("host b is DOWN"));
-  absl::Status status = hosts.ja->Allreduce(
-      {Tensor(DataType::kFloat32, ReduceOp::kSum, 2, {{0, 64, 3}, {1, 64, 3}})});
+// Item 1 of the review: ncclCommAbort frees the communicator, so only its driving thread may call
+// it. Before the fix GpuJob::Abort aborted the communicators from the calling thread.
+TEST_CASE(
+    "abort from the control loop stops a collective waiting for a silent peer, on its thread") {
+  TwoHosts hosts(GpuMode::kNccl, nullptr, false, /*init=*/false);
+  testing::Driver a_executor;  // host a's executor: it drives host a's communicators
+  auto fb = hosts.InitB();
+  REQUIRE(a_executor.Run([&] { return hosts.ja->Init(hosts.id); }).get().ok());
+  REQUIRE(fb.get().ok());
+  for (int r = 0; r < 2; ++r) hosts.procs[r]->Submit<float>(64, {1, 1}, 3);
+  auto running = a_executor.Run([&] { return hosts.ja->Allreduce(HostATensor()); });
+  hosts.ja->Abort(absl::UnavailableError("host b is DOWN"));  // the control loop's thread
+  absl::Status status = running.get();
   CHECK(status.code() == absl::StatusCode::kUnavailable);
+  CHECK(std::string(status.message()) == "host b is DOWN");
+  CHECK(hosts.world.thread_violations() == 0);
+  CHECK(hosts.world.aborted_communicators() == 2);  // host a's two, by its executor
   CHECK(hosts.ja->CheckHealth().code() == absl::StatusCode::kUnavailable);
-  // Host b's job is unaffected.
-  CHECK(hosts.jb->CheckHealth().ok());
+  a_executor
+      .Run([&] {
+        hosts.ja->Close();
+        return absl::OkStatus();
+      })
+      .wait();
+}
+
+// Item 2: the control loop's calls never wait for the executor's init or collectives.
+TEST_CASE("registration and input checks answer while the executor waits in communicator init") {
+  TwoHosts hosts(GpuMode::kNccl, nullptr, false, /*init=*/false);
+  testing::Driver a_executor;
+  auto init_a = a_executor.Run([&] { return hosts.ja->Init(hosts.id); });
+  // Host b has not started its init: host a's waits for it. The control loop is not blocked.
+  CHECK(hosts.ja->CheckInput(0, 0, 8, 0).ok());
+  hosts.ja->UnregisterRank(1);
+  REQUIRE(hosts.ja->RegisterRank(hosts.procs[1]->Registration()).ok());
+  auto init_b = hosts.InitB();  // only now: before the fix host a's init held the lock until here
+  CHECK(init_a.get().ok());
+  CHECK(init_b.get().ok());
+  a_executor
+      .Run([&] {
+        hosts.ja->Close();
+        return absl::OkStatus();
+      })
+      .wait();
+}
+
+// Item 3: a dead or slow peer fails the job at the deadline, naming the host.
+TEST_CASE("a silent peer fails the collective at its deadline, naming the host") {
+  TwoHosts hosts(GpuMode::kNccl, nullptr, false, true, /*op_timeout=*/absl::Milliseconds(200));
+  for (int r = 0; r < 2; ++r) hosts.procs[r]->Submit<float>(64, {1, 1}, 3);
+  absl::Status status = hosts.ja->Allreduce(HostATensor());
+  CHECK(status.code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(std::string(status.message()).find("host a") != std::string::npos);
+  CHECK(hosts.world.thread_violations() == 0);
+}
+
+// Item 4: a normal end finalizes and destroys; only a failure aborts.
+TEST_CASE("a normal end finalizes the communicators; none is aborted") {
+  {
+    TwoHosts hosts(GpuMode::kNccl, nullptr);
+    hosts.RunAllreduce(ReduceOp::kSum);
+    for (auto& p : hosts.procs) CHECK(p->Result<float>(64, 2, 3) == std::vector<float>{10, 20});
+    auto closed_b = hosts.b_executor.Run([&] {
+      hosts.jb->Close();
+      return absl::OkStatus();
+    });
+    hosts.ja->Close();
+    closed_b.wait();
+    CHECK(hosts.world.finalized_communicators() == 4);
+    CHECK(hosts.world.aborted_communicators() == 0);
+    CHECK(hosts.world.thread_violations() == 0);
+  }
+  {  // destroyed without Close (the executor never ran it): aborted, as after a failure
+    TwoHosts hosts(GpuMode::kNccl, nullptr);
+    hosts.ja->Abort(absl::UnavailableError("host b is DOWN"));
+    hosts.ja->Close();
+    CHECK(hosts.world.aborted_communicators() == 2);
+  }
 }
 
 }  // namespace

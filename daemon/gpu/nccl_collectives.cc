@@ -74,7 +74,7 @@ absl::Status NcclCommunicator::Allreduce(const void* send, void* recv, size_t co
   ncclResult_t res = ncclAllReduce(send, recv, count, *type, nccl_op, comm_, StreamOf(stream));
   if (custom) ncclRedOpDestroy(nccl_op, comm_);  // allowed once the last use is enqueued
   if (!NcclAccepted(res)) return NcclError(res, "ncclAllReduce", comm_);
-  return Enqueued(res);
+  return absl::OkStatus();  // ncclInProgress too: the caller polls State()
 }
 
 absl::Status NcclCommunicator::Broadcast(const void* send, void* recv, size_t count,
@@ -84,7 +84,7 @@ absl::Status NcclCommunicator::Broadcast(const void* send, void* recv, size_t co
   cudaSetDevice(device_);
   ncclResult_t res = ncclBroadcast(send, recv, count, *type, root, comm_, StreamOf(stream));
   if (!NcclAccepted(res)) return NcclError(res, "ncclBroadcast", comm_);
-  return Enqueued(res);
+  return absl::OkStatus();  // ncclInProgress too: the caller polls State()
 }
 
 absl::Status NcclCommunicator::Allgather(const void* send, void* recv, size_t send_count,
@@ -94,7 +94,7 @@ absl::Status NcclCommunicator::Allgather(const void* send, void* recv, size_t se
   cudaSetDevice(device_);
   ncclResult_t res = ncclAllGather(send, recv, send_count, *type, comm_, StreamOf(stream));
   if (!NcclAccepted(res)) return NcclError(res, "ncclAllGather", comm_);
-  return Enqueued(res);
+  return absl::OkStatus();  // ncclInProgress too: the caller polls State()
 }
 
 absl::Status NcclCommunicator::ReduceScatter(const void* send, void* recv, size_t recv_count,
@@ -111,7 +111,7 @@ absl::Status NcclCommunicator::ReduceScatter(const void* send, void* recv, size_
   ncclResult_t res =
       ncclReduceScatter(send, recv, recv_count, *type, nccl_op, comm_, StreamOf(stream));
   if (!NcclAccepted(res)) return NcclError(res, "ncclReduceScatter", comm_);
-  return Enqueued(res);
+  return absl::OkStatus();  // ncclInProgress too: the caller polls State()
 }
 
 absl::StatusOr<ncclRedOp_t> NcclCommunicator::PreMulSum(wire::DataType dtype, ncclDataType_t type,

@@ -1,26 +1,15 @@
 // NCCL communicators of the real gpu::Device (ARD_WITH_CUDA builds only): their grouped,
-// nonblocking init with a deadline, NCCL groups, the wait for accepted work to be enqueued, async
-// errors and abort. The collective calls themselves are in nccl_collectives.cc.
-#include <chrono>
+// nonblocking init, NCCL groups, state (ncclCommGetAsyncError), finalize, destroy and abort. No
+// call here waits: the thread that drives the communicator polls State() with its deadline. The
+// collective calls themselves are in nccl_collectives.cc.
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "daemon/common/duration_format.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/gpu/cuda_device_internal.h"
 
 namespace ard::gpu::internal {
-namespace {
-
-// The communicators used inside this thread's current ncclGroupStart/End: GroupEnd waits for
-// their work to be enqueued when it answers ncclInProgress.
-thread_local std::vector<NcclCommunicator*> t_group_comms;
-thread_local int t_group_depth = 0;
-
-}  // namespace
 
 absl::Status NcclError(ncclResult_t res, const char* call, ncclComm_t comm) {
   const char* last = comm != nullptr ? ncclGetLastError(comm) : "";
@@ -38,39 +27,41 @@ absl::Status NcclError(ncclResult_t res, const char* call, ncclComm_t comm) {
   }
 }
 
-absl::Status NcclCommunicator::WaitEnqueued() {
-  while (true) {
-    if (aborted_) return absl::AbortedError("communicator aborted");
-    ncclResult_t state = ncclSuccess;
-    ncclResult_t res = ncclCommGetAsyncError(comm_, &state);
-    if (res != ncclSuccess) return NcclError(res, "ncclCommGetAsyncError", comm_);
-    if (state == ncclSuccess) return absl::OkStatus();
-    if (state != ncclInProgress) return NcclError(state, "communicator", comm_);
-    std::this_thread::yield();
+NcclCommunicator::~NcclCommunicator() {
+  if (aborted_) return;
+  cudaSetDevice(device_);
+  if (finalized_) {
+    ncclCommDestroy(comm_);  // local once finalized
+  } else {
+    ncclCommAbort(comm_);  // never finalized: destroy would wait for peers
   }
 }
 
-absl::Status NcclCommunicator::AsyncError() {
+absl::StatusOr<CommState> NcclCommunicator::State() {
   if (aborted_) return absl::FailedPreconditionError("communicator aborted");
   ncclResult_t state = ncclSuccess;
   ncclResult_t res = ncclCommGetAsyncError(comm_, &state);
   if (res != ncclSuccess) return NcclError(res, "ncclCommGetAsyncError", comm_);
-  if (!NcclAccepted(state)) return NcclError(state, "communicator", comm_);
+  if (state == ncclInProgress) return CommState::kInProgress;
+  if (state != ncclSuccess) return NcclError(state, "communicator", comm_);
+  if (finalizing_) finalized_ = true;
+  return CommState::kReady;
+}
+
+absl::Status NcclCommunicator::Finalize() {
+  if (aborted_) return absl::FailedPreconditionError("communicator aborted");
+  cudaSetDevice(device_);
+  ncclResult_t res = ncclCommFinalize(comm_);
+  if (!NcclAccepted(res)) return NcclError(res, "ncclCommFinalize", comm_);
+  finalizing_ = true;
   return absl::OkStatus();
 }
 
 void NcclCommunicator::Abort() {
   if (aborted_) return;
   aborted_ = true;
+  cudaSetDevice(device_);
   ncclCommAbort(comm_);
-}
-
-absl::Status NcclCommunicator::Enqueued(ncclResult_t res) {
-  if (t_group_depth > 0) {
-    t_group_comms.push_back(this);
-    return absl::OkStatus();
-  }
-  return res == ncclInProgress ? WaitEnqueued() : absl::OkStatus();
 }
 
 absl::StatusOr<UniqueId> CudaDevice::NewUniqueId() {
@@ -86,24 +77,17 @@ absl::StatusOr<UniqueId> CudaDevice::NewUniqueId() {
 absl::Status CudaDevice::GroupStart() {
   ncclResult_t res = ncclGroupStart();
   if (res != ncclSuccess) return NcclError(res, "ncclGroupStart", nullptr);
-  ++t_group_depth;
   return absl::OkStatus();
 }
 
 absl::Status CudaDevice::GroupEnd() {
-  ncclResult_t res = ncclGroupEnd();
-  if (--t_group_depth > 0)
-    return NcclAccepted(res) ? absl::OkStatus() : NcclError(res, "ncclGroupEnd", nullptr);
-  std::vector<NcclCommunicator*> comms;
-  comms.swap(t_group_comms);
+  ncclResult_t res = ncclGroupEnd();  // ncclInProgress: the communicators' State() says when done
   if (!NcclAccepted(res)) return NcclError(res, "ncclGroupEnd", nullptr);
-  if (res == ncclSuccess) return absl::OkStatus();
-  for (NcclCommunicator* comm : comms) ARD_RETURN_IF_ERROR(comm->WaitEnqueued());
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CudaDevice::InitCommunicators(
-    const UniqueId& id, int size, const std::vector<CommRank>& local, absl::Duration timeout) {
+    const UniqueId& id, int size, const std::vector<CommRank>& local) {
   ncclUniqueId nccl_id;
   std::memcpy(&nccl_id, id.data(), sizeof(nccl_id));
   std::vector<ncclComm_t> comms(local.size(), nullptr);
@@ -138,27 +122,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CudaDevice::InitCommu
     abort_all();
     return NcclError(res, "ncclGroupEnd (communicator init)", nullptr);
   }
-  absl::Time deadline = absl::Now() + timeout;
-  for (size_t i = 0; i < comms.size(); ++i) {
-    while (true) {
-      ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(comms[i], &state);
-      if (state == ncclSuccess) break;
-      if (state != ncclInProgress) {
-        absl::Status status = NcclError(state, "ncclCommInitRankConfig", comms[i]);
-        abort_all();
-        return status;
-      }
-      if (absl::Now() > deadline) {
-        abort_all();
-        return absl::DeadlineExceededError(absl::StrCat("NCCL communicator init (", size,
-                                                        " ranks) not done within ",
-                                                        FormatDurationShort(timeout), "; aborted"));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
-  std::vector<std::unique_ptr<Communicator>> out;
+  std::vector<std::unique_ptr<Communicator>> out;  // in progress until every rank joined
   for (size_t i = 0; i < comms.size(); ++i) {
     out.push_back(
         std::make_unique<NcclCommunicator>(comms[i], local[i].rank, size, local[i].device));

@@ -14,7 +14,8 @@ using negotiation::ReadyTensor;
 using negotiation::Response;
 using negotiation::TensorRequest;
 
-CoordinatedNegotiator::CoordinatedNegotiator(EventLoop& loop, cluster::NegotiationClient& coordinator,
+CoordinatedNegotiator::CoordinatedNegotiator(EventLoop& loop,
+                                             cluster::NegotiationClient& coordinator,
                                              const JobOptions& options, std::string data_address,
                                              std::string job, int size, int local_size,
                                              ElasticSpec elastic)
@@ -26,29 +27,24 @@ CoordinatedNegotiator::CoordinatedNegotiator(EventLoop& loop, cluster::Negotiati
       channel_(loop, coordinator,
                cluster::JobChannel::Options{options.host_name, std::move(data_address),
                                             options.form_timeout, options.rpc_timeout,
-                                            options.cycle_time, options.metrics}),
-      loop_(loop) {}
+                                            options.cycle_time, options.metrics}) {}
 
 void CoordinatedNegotiator::FormAsync(const std::vector<MemberInfo>& members,
                                       std::function<void(absl::StatusOr<Formation>)> done) {
   // Local ranks: the launcher's, else arrival order among the rest; an elastic job's follow the
   // members' order (their `rank`), then arrival.
-  std::vector<int> local_ranks;
-  if (elastic_.min_np > 0) {
-    local_size_ = static_cast<int>(members.size());
-    std::vector<int> places;
-    for (const MemberInfo& m : members) places.push_back(m.rank);
-    local_ranks = negotiation::AssignElasticRanks(places, 0);  // the coordinator caps at max_np
-  } else {
-    std::vector<negotiation::RankRequest> entries;
-    for (size_t i = 0; i < members.size(); ++i) {
-      const int l = members[i].local_rank;
-      entries.push_back({l >= 0 && l < local_size_ ? l : -1, static_cast<int64_t>(i)});
-    }
-    auto assigned = negotiation::AssignRanks(entries, local_size_);
-    if (!assigned.ok()) return done(assigned.status());
-    local_ranks = *std::move(assigned);
+  const bool elastic = elastic_.min_np > 0;
+  if (elastic) local_size_ = static_cast<int>(members.size());
+  std::vector<negotiation::RankRequest> entries;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const int l = members[i].local_rank;
+    const int requested = elastic ? members[i].rank : l >= 0 && l < local_size_ ? l : -1;
+    entries.push_back({requested, static_cast<int64_t>(i)});
   }
+  // Elastic: no bound here (the coordinator caps the generation at max_np).
+  auto assigned = negotiation::FormationRanks(entries, elastic ? 0 : local_size_, elastic);
+  if (!assigned.ok()) return done(assigned.status());
+  std::vector<int> local_ranks = *std::move(assigned);
   cluster::HostRegistration registration{job_, elastic_.min_np > 0 ? elastic_.max_np : size_, {}};
   registration.elastic_min_np = elastic_.min_np;
   for (size_t i = 0; i < members.size(); ++i) {
@@ -123,10 +119,7 @@ void CoordinatedNegotiator::Start(NegotiationSink* sink) {
 void CoordinatedNegotiator::HostReady(std::vector<Response> ready) {
   std::vector<ReadyTensor> central;
   for (Response& response : ready) {
-    for (ReadyTensor& t : response.tensors) {
-      if (steady_ != nullptr && steady_->Offer(t)) continue;  // held for a readiness round
-      central.push_back(std::move(t));
-    }
+    for (ReadyTensor& t : response.tensors) central.push_back(std::move(t));
   }
   SendReady(std::move(central));
 }
@@ -140,33 +133,7 @@ void CoordinatedNegotiator::SendReady(std::vector<ReadyTensor> tensors) {
   }
 }
 
-void CoordinatedNegotiator::SubmittedPartly(const std::string& name) {
-  if (steady_ != nullptr) steady_->SubmittedPartly(name);
-}
-
-void CoordinatedNegotiator::Join(const TensorRequest& join) {
-  if (steady_ != nullptr && joins_pending_++ == 0) steady_->SetJoinPending(true);
-  channel_.SendJoin(join);
-}
-
-dataplane::IdleRounds* CoordinatedNegotiator::StartRounds(dataplane::TcpCollective* tcp) {
-  if (!options_.steady_state || tcp == nullptr || tcp->layout().cross_size < 2) return nullptr;
-  steady_ = std::make_unique<SteadyState>(
-      here_, options_.fusion_threshold_bytes, [tcp] { return tcp->mesh_for_ops(); },
-      [this, alive = std::weak_ptr<bool>(alive_)](std::vector<ReadyTensor> central) {
-        // Executor thread: a round asked for these centrally.
-        auto shared = std::make_shared<std::vector<ReadyTensor>>(std::move(central));
-        loop_.Post([this, alive, shared] {
-          if (!alive.expired()) SendReady(std::move(*shared));
-        });
-      },
-      options_.steady_round_data_max_bytes,
-      PartialWait{options_.steady_round_partial_wait,
-                  [metrics = options_.metrics, job = job_](bool ran_out) {
-                    if (metrics != nullptr) metrics->OnRoundPartialWait(job, ran_out);
-                  }});
-  return steady_.get();
-}
+void CoordinatedNegotiator::Join(const TensorRequest& join) { channel_.SendJoin(join); }
 
 bool CoordinatedNegotiator::AddInputs(Response& response) {
   for (ReadyTensor& tensor : response.tensors) {
@@ -199,16 +166,10 @@ void CoordinatedNegotiator::OnCommitted(negotiation::CommittedList list) {
   for (Response& response : list.responses) {
     if (!AddInputs(response)) return;
   }
-  // With the steady state, rounds release lists at the same place on every host.
-  if (steady_ != nullptr && steady_->Received(list)) return;
-  for (Response& response : list.responses) sink_->OnCommitted(std::move(response));
+  sink_->OnCommittedList(std::move(list));
 }
 
 void CoordinatedNegotiator::OnJoinDone(const absl::Status& status, int last_rank) {
-  if (steady_ != nullptr && joins_pending_ > 0) {
-    joins_pending_ = 0;  // the coordinator completes every local join at once
-    steady_->SetJoinPending(false);
-  }
   sink_->OnJoinDone(status, last_rank);
 }
 
@@ -221,7 +182,7 @@ void CoordinatedNegotiator::PlanGpusAsync(
                                      ? options_.gpu_physical_ids[device]
                                      : "");
   }
-  offer.nccl_version = options_.gpu_device->Describe();
+  offer.nccl_version = options_.gpu_device->NcclVersion();
   offer.gpu_mode = options_.gpu_mode;
   if (cross_rank_ == 0) {  // the only offer (see gpu::PlanFromLayout)
     auto unique_id = options_.gpu_device->NewUniqueId();
@@ -250,14 +211,7 @@ void CoordinatedNegotiator::OnGpuLayout(const JobLayout& layout, const GpuLayout
   }
   const std::weak_ptr<bool> alive = alive_;
   done(std::move(plan));
-  if (alive.expired() || steady_ == nullptr) return;
-  // The executor holds the GPU data plane until this marker runs: a round releases it at the
-  // same place on every host (the layout is one event of the stream every host receives), so no
-  // host starts NCCL's cross-host init while another waits in a round.
-  negotiation::CommittedList start;
-  start.responses.emplace_back().attach_gpu = true;
-  if (steady_->Received(start)) return;
-  sink_->OnCommitted(std::move(start.responses[0]));
+  if (!alive.expired()) sink_->OnGpuLayoutArrived();
 }
 
 void CoordinatedNegotiator::OnAborted(const absl::Status& status) {
@@ -281,13 +235,6 @@ std::vector<TensorRequest> CoordinatedNegotiator::TakeUncommitted() {
     }
   }
   awaiting_.clear();
-  if (steady_ != nullptr) {
-    for (ReadyTensor& tensor : steady_->TakeUnrun()) {
-      for (auto& r : tensor.ranks) {
-        if (r && r->rank >= 0 && r->rank < size_ && here_[r->rank]) out.push_back(std::move(*r));
-      }
-    }
-  }
   return out;
 }
 

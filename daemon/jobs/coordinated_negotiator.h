@@ -14,7 +14,6 @@
 #include "daemon/cluster/job_channel.h"
 #include "daemon/jobs/job_options.h"
 #include "daemon/jobs/negotiator.h"
-#include "daemon/jobs/steady_state.h"
 
 namespace ard::jobs {
 
@@ -28,14 +27,15 @@ class CoordinatedNegotiator : public Negotiator, private cluster::JobChannelSink
                  std::function<void(absl::StatusOr<Formation>)> done) override;
   void Start(NegotiationSink* sink) override;
   void HostReady(std::vector<negotiation::Response> ready) override;
-  void SubmittedPartly(const std::string& name) override;
   void Join(const negotiation::TensorRequest& join) override;
   void PlanGpusAsync(const gpu::HostGpus& host,
                      std::function<void(absl::StatusOr<gpu::CrossHostGpuPlan>)> done) override;
   void ReportFailure(const absl::Status& failure) override { channel_.ReportFailure(failure); }
+  void ReportReform(const absl::Status& failure, const std::string& lost) override {
+    channel_.ReportFailure(failure, lost);
+  }
   void ReportLeft() override { channel_.ReportLeft(); }
   std::vector<negotiation::TensorRequest> TakeUncommitted() override;
-  dataplane::IdleRounds* StartRounds(dataplane::TcpCollective* tcp) override;
 
  private:
   // cluster::JobChannelSink
@@ -62,9 +62,6 @@ class CoordinatedNegotiator : public Negotiator, private cluster::JobChannelSink
   // Host-ready tensors waiting for the coordinator's response, with this host's inputs.
   std::map<std::string, negotiation::ReadyTensor> awaiting_;
   std::function<void(absl::StatusOr<gpu::CrossHostGpuPlan>)> gpu_done_;  // GPUs offered
-  EventLoop& loop_;
-  std::unique_ptr<SteadyState> steady_;  // DaemonConfig.steady_state, once the data plane exists
-  int joins_pending_ = 0;                // local joins the coordinator has not completed
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

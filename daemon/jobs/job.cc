@@ -20,10 +20,7 @@ using negotiation::TensorRequest;
 
 Job::Job(JobEnvironment env, uint32_t id, std::string name, int size, int local_size, uid_t uid,
          std::unique_ptr<Negotiator> negotiator, std::function<void()> on_finished)
-    : loop_(env.loop),
-      options_(env.options),
-      listener_(env.listener),
-      gpu_processes_(env.gpu),
+    : env_(env),
       id_(id),
       name_(std::move(name)),
       size_(size),
@@ -32,7 +29,7 @@ Job::Job(JobEnvironment env, uint32_t id, std::string name, int size, int local_
       created_(absl::Now()),
       negotiator_(std::move(negotiator)),
       on_finished_(std::move(on_finished)) {
-  if (options_.timeline != nullptr) timeline_ = options_.timeline->ForJob(name_);
+  if (env_.options.timeline != nullptr) timeline_ = env_.options.timeline->ForJob(name_);
 }
 
 Job::~Job() {
@@ -109,8 +106,8 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
     if (formation.ok()) negotiator_->ReportFailure(absl::AbortedError(lifecycle_.failure()));
     return;
   }
-  auto arena = formation.ok() ? shm::ResultArena::Create(name_, options_.result_segment_bytes,
-                                                         options_.max_result_bytes)
+  auto arena = formation.ok() ? shm::ResultArena::Create(name_, env_.options.result_segment_bytes,
+                                                         env_.options.max_result_bytes)
                               : formation.status();
   if (!arena.ok()) {
     if (formation.ok()) negotiator_->ReportFailure(arena.status());
@@ -120,13 +117,11 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
   AdoptFormation(*formation);
   std::vector<std::shared_ptr<Session>> by_rank(size_);
   local_order_.assign(local_size_, -1);
-  here_.assign(size_, false);
   for (size_t i = 0; i < members_.size(); ++i) {
     members_[i]->rank = formation->ranks[i];
     members_[i]->local_rank = formation->local_ranks[i];
     by_rank[formation->ranks[i]] = members_[i];
     local_order_[formation->local_ranks[i]] = formation->ranks[i];
-    here_[formation->ranks[i]] = true;
   }
   members_ = std::move(by_rank);
   context_ = std::make_shared<dataplane::JobContext>();
@@ -135,10 +130,10 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
   context_->size = size_;
   context_->sink = std::make_shared<local::RankSessions>(members_);
   context_->results = *arena;
-  context_->metrics = options_.metrics;
+  context_->metrics = env_.options.metrics;
   context_->timeline = timeline_;
   context_->report_failure = [this, alive = std::weak_ptr<bool>(alive_)](absl::Status status) {
-    loop_.Post([this, alive, status] {
+    env_.loop.Post([this, alive, status] {
       if (!alive.expired()) Fail(status);
     });
   };
@@ -148,8 +143,8 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
     auto tcp = std::make_unique<dataplane::TcpCollective>(
         hosts, [job = dataplane::tcp::MeshJob{formation->job_id, formation->generation,
                                               formation->data_secret},
-                me = hosts.cross_rank, addresses = formation->data_addresses, listener = listener_,
-                timeout = options_.form_timeout] {
+                me = hosts.cross_rank, addresses = formation->data_addresses,
+                listener = env_.listener, timeout = env_.options.form_timeout] {
           return dataplane::tcp::TcpMesh::Connect(job, me, addresses, *listener, timeout);
         });
     tcp_ = tcp.get();
@@ -211,13 +206,13 @@ void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful, const
       // The other hosts are being formed into a job with this rank in it: it cannot run. The
       // formation's answer tells them (OnFormed); the ranks here hear it now.
       return AbandonForming(absl::AbortedError(
-          absl::StrCat("rank ", s->rank, " (pid ", s->creds().pid, ") on host ", options_.host_name,
-                       " ", why, " while job ", name_, " formed")));
+          absl::StrCat("rank ", s->rank, " (pid ", s->creds().pid, ") on host ",
+                       env_.options.host_name, " ", why, " while job ", name_, " formed")));
     }
   } else if (state() == JobState::kRunning) {
     absl::Status gone = absl::AbortedError(absl::StrCat("rank ", s->rank, " (pid ", s->creds().pid,
-                                                        ") on host ", options_.host_name, " ", why,
-                                                        "; job ", name_, " cannot continue"));
+                                                        ") on host ", env_.options.host_name, " ",
+                                                        why, "; job ", name_, " cannot continue"));
     // A rank that shut down cleanly with nothing outstanding is the normal end of a job: the
     // others fail only if they still need it (now, or at their next submit).
     if (graceful && table_->pending_tensors() == 0) {
@@ -231,21 +226,26 @@ void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful, const
 }
 
 void Job::Fail(const absl::Status& failure, bool tell_others) {
+  FailOrReform(failure, tell_others, /*daemon_stops=*/false);
+}
+
+void Job::FailOrReform(const absl::Status& failure, bool tell_others, bool daemon_stops) {
   // A job that may re-form (elastic) does so when it loses a member, unless the daemon itself
   // stops; its ranks get a recoverable error naming what was lost.
   if (state() == JobState::kReforming) return;  // this generation already ended
   bool reform = false;
   const absl::Status status =
       state() == JobState::kRunning
-          ? succession_.OnLost(failure, name_, lifecycle_.generation(), shutting_down_, &reform)
+          ? succession_.OnLost(failure, name_, lifecycle_.generation(), daemon_stops, &reform)
           : failure;
   if (!(reform ? lifecycle_.Reform() : lifecycle_.Fail(status)).ok()) return;  // first one wins
   if (reform) succession_.Reformed(std::string(status.message()));
-  if (options_.metrics != nullptr) options_.metrics->OnError("job");
+  if (env_.options.metrics != nullptr) env_.options.metrics->OnError("job");
   if (context_ == nullptr) return;  // forming: the members hear it from the caller
   context_->Fail(status);
   executor_->Abort(status);
-  if (tell_others) negotiator_->ReportFailure(status);
+  if (tell_others && reform) negotiator_->ReportReform(status, std::string(failure.message()));
+  if (tell_others && !reform) negotiator_->ReportFailure(status);
   if (gpu_ != nullptr) gpu_->FailRegistrations(status, members_);
   Logger("local")->warn("job failed job={} id={} generation={} error=\"{}\"", name_, id_,
                         lifecycle_.generation(), status.message());
@@ -263,8 +263,7 @@ void Job::Fail(const absl::Status& failure, bool tell_others) {
 }
 
 void Job::EndIfDetached() {
-  if (finished_ || connected() > 0) return;
-  finished_ = true;
+  if (state() == JobState::kEnded || connected() > 0) return;
   const bool failed = lifecycle_.failed();
   if (state() == JobState::kRunning) negotiator_->ReportLeft();
   lifecycle_.End().IgnoreError();
@@ -273,12 +272,12 @@ void Job::EndIfDetached() {
   Logger("local")->info("job removed job={} id={} state={} collectives={}", name_, id_,
                         failed ? "failed" : "done",
                         context_ ? context_->collectives_completed.load() : 0);
-  loop_.Post(Guarded(on_finished_));
+  env_.loop.Post(Guarded(on_finished_));
 }
 
 void Job::Shutdown() {
-  shutting_down_ = true;
-  Fail(absl::UnavailableError("allreduced is shutting down"));
+  FailOrReform(absl::UnavailableError("allreduced is shutting down"), /*tell_others=*/true,
+               /*daemon_stops=*/true);
   if (executor_ != nullptr) executor_->Stop();
 }
 

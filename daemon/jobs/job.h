@@ -103,7 +103,8 @@ class Job : private NegotiationSink {
                       const std::string& why);
   // The formation timeout passed: if still forming, every member is told and detached.
   void FormTimeout();
-  // Fails the job (first failure wins). `tell_others`: also tell the other hosts.
+  // Fails the job (first failure wins), or, elastic and running, ends this generation to re-form
+  // (ElasticGeneration::OnLost). `tell_others`: also tell the other hosts.
   void Fail(const absl::Status& status, bool tell_others = true);
   // Stall inspector (timer): reports tensors some ranks have waited on too long; may fail the
   // job (stall shutdown).
@@ -121,6 +122,10 @@ class Job : private NegotiationSink {
   void OnHostsUpdated() override { HostsUpdated(); }
 
   void Form();
+  // Fail; `daemon_stops`: the daemon shuts down, so even an elastic job fails.
+  void FailOrReform(const absl::Status& status, bool tell_others, bool daemon_stops);
+  // By rank: runs on this host (from formation).
+  std::vector<bool> HereByRank() const;
   void OnFormed(absl::StatusOr<Formation> formation);
   // Elastic: takes this generation's size from `formation` and refuses the members it left out
   // (rank -1: more than max_np registered), dropping them from it and from members_. Fixed: no-op.
@@ -141,10 +146,7 @@ class Job : private NegotiationSink {
   // Runs `task` on the loop later, if this job still exists then.
   std::function<void()> Guarded(std::function<void()> task);
 
-  EventLoop& loop_;
-  const JobOptions& options_;
-  dataplane::tcp::DataListener* const listener_;
-  GpuProcesses* const gpu_processes_;
+  const JobEnvironment env_;
   const uint32_t id_;  // this daemon's id of the job (the cluster's is the formation's job_id)
   const std::string name_;
   int size_;         // elastic: set at formation
@@ -154,23 +156,19 @@ class Job : private NegotiationSink {
   const std::unique_ptr<Negotiator> negotiator_;
   const std::function<void()> on_finished_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-  std::shared_ptr<timeline::Recorder> timeline_;  // from options_.timeline; null: none
+  std::shared_ptr<timeline::Recorder> timeline_;  // from env_.options.timeline; null: none
 
   JobLifecycle lifecycle_;
   ElasticGeneration succession_;  // a fixed-size job: no bounds
-  bool shutting_down_ = false;    // the daemon stops: even an elastic job fails
   uint64_t cluster_job_id_ = 0;
   // Forming: in arrival order; then index = rank (null for ranks on other hosts). Sessions stay
   // listed after they close (so reports can name them) until the job is dropped.
   std::vector<std::shared_ptr<local::Session>> members_;
   std::vector<int> local_order_;      // this host's ranks by local rank (from formation)
-  std::vector<bool> here_;            // by rank: runs on this host
   absl::Status departed_;             // a rank left cleanly: the job fails at the next submit
   bool pending_cap_logged_ = false;   // max_pending_tensors was hit (logged once)
-  bool finished_ = false;             // ended: on_finished_ posted
   bool formation_in_flight_ = false;  // FormAsync was called and has not answered
   negotiation::StallInspector stall_inspector_;
-  std::vector<JobSummary::StalledTensor> stalled_;  // from the last stall inspection
 
   std::shared_ptr<dataplane::JobContext> context_;      // from formation on
   std::unique_ptr<negotiation::ReadinessTable> table_;  // from formation on

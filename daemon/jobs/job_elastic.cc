@@ -55,7 +55,7 @@ absl::Status Job::CheckRoom(pid_t pid) const {
   }
   return absl::ResourceExhaustedError(absl::StrCat(
       "elastic job ", name_, " runs ", size_, " ranks, its max_np: process ", pid, " on host ",
-      options_.host_name, " cannot join it; start it again once a rank has left"));
+      env_.options.host_name, " cannot join it; start it again once a rank has left"));
 }
 
 void Job::AdoptFormation(Formation& formation) {
@@ -78,7 +78,7 @@ void Job::AdoptFormation(Formation& formation) {
     const absl::Status refused = absl::ResourceExhaustedError(absl::StrCat(
         "elastic job ", name_, " generation ", lifecycle_.generation() + 1, " formed with ",
         formation.hosts.size, " ranks, its max_np ", succession_.spec().max_np, ": process ",
-        members_[i]->creds().pid, " on host ", options_.host_name,
+        members_[i]->creds().pid, " on host ", env_.options.host_name,
         " comes after them in rank order and is not in it; start it again once a rank has left"));
     Logger("local")->warn("{}", refused.message());
     members_[i]->Reject(0, refused);
@@ -94,8 +94,8 @@ absl::Status Job::FormTimeoutStatus() const {
   if (elastic()) {
     return absl::DeadlineExceededError(
         absl::StrCat("elastic job ", name_, " generation ", lifecycle_.generation() + 1,
-                     " did not form within ", absl::FormatDuration(options_.form_timeout), ": ",
-                     members_.size(), " rank(s) registered on host ", options_.host_name,
+                     " did not form within ", absl::FormatDuration(env_.options.form_timeout), ": ",
+                     members_.size(), " rank(s) registered on host ", env_.options.host_name,
                      ", fewer than min_np ", succession_.spec().min_np,
                      succession_.spec().coordinated ? " in the cluster" : "", "; the job stops"));
   }
@@ -105,7 +105,7 @@ absl::Status Job::FormTimeoutStatus() const {
   }
   std::sort(have.begin(), have.end());
   return absl::DeadlineExceededError(absl::StrCat(
-      "job ", name_, " did not form within ", FormatDurationShort(options_.form_timeout), ": ",
+      "job ", name_, " did not form within ", FormatDurationShort(env_.options.form_timeout), ": ",
       members_.size(), " of ", local_size_ < size_ ? local_size_ : size_, " ranks registered",
       have.empty() ? "" : absl::StrCat(" (ranks ", absl::StrJoin(have, ", "), ")"),
       "; check ALLREDUCED_JOB / the launcher's rank and size variables"));

@@ -57,8 +57,8 @@ absl::Status JobGpu::Register(const local::Session& s, const local::DecodedFrame
   auto arena = processes_.ipc.OpenMemory(reg.pid, reg.device, reg.arena);
   if (!arena.ok()) return arena.status();
   if ((*arena)->size() < reg.arena_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("GPU staging arena is ", (*arena)->size(),
-                                                   " bytes, not ", reg.arena_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPU staging arena is ", (*arena)->size(), " bytes, not ", reg.arena_bytes));
   }
   for (size_t i = 0; i < reg.events.size(); ++i) {
     auto event = processes_.ipc.OpenEvent(reg.pid, reg.device, reg.events[i]);
@@ -76,7 +76,7 @@ absl::Status JobGpu::Register(const local::Session& s, const local::DecodedFrame
 gpu::HostGpus JobGpu::Host(const std::vector<int>& local_order) const {
   gpu::HostGpus host;
   host.host = options_.host_name;
-  host.nccl_version = options_.gpu_device->Describe();
+  host.nccl_version = options_.gpu_device->NcclVersion();  // not the CUDA runtime's
   for (int rank : local_order) host.rank_devices.push_back(regs_.at(rank).device);
   return host;
 }
@@ -93,6 +93,8 @@ absl::StatusOr<std::unique_ptr<dataplane::GpuCollective>> JobGpu::Start(
   opts.local_comm_ranks = plan.local_comm_ranks;
   opts.initial_fusion_bytes = options_.gpu_fusion_buffer_bytes;
   opts.init_timeout = options_.gpu_init_timeout;
+  opts.op_timeout = options_.gpu_op_timeout;
+  opts.host_name = options_.host_name;
   if (plan.mode == gpu::GpuMode::kHierarchical) opts.cross_host = std::move(cross_host);
   auto job = std::make_unique<gpu::GpuJob>(*options_.gpu_device, processes_.ipc, opts);
   for (const auto& [rank, reg] : regs_) {
@@ -145,6 +147,11 @@ absl::Status JobGpu::CheckSubmit(const local::Session& s, const local::DecodedFr
                                                        negotiation::DataTypeName(m.dtype),
                                                        " cannot be reduced on a GPU communicator"));
       }
+      if (absl::Status st = collective_->job().CheckReduction(
+              static_cast<wire::DataType>(m.dtype), static_cast<wire::ReduceOp>(m.reduce_op));
+          !st.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", m.name, ": ", st.message()));
+      }
       if (collective == wire::Collective::kReducescatter && m.ndims == 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("tensor ", m.name, ": ", name, " needs at least one dimension"));
@@ -153,8 +160,8 @@ absl::Status JobGpu::CheckSubmit(const local::Session& s, const local::DecodedFr
     case wire::Collective::kBroadcast:
       if (m.root_rank < 0 || m.root_rank >= size_) {
         return absl::InvalidArgumentError(absl::StrCat("tensor ", m.name, ": ", name, " root rank ",
-                                                       m.root_rank, " is outside the job's ",
-                                                       size_, " ranks"));
+                                                       m.root_rank, " is outside the job's ", size_,
+                                                       " ranks"));
       }
       break;
     case wire::Collective::kAllgather:
@@ -183,9 +190,10 @@ void JobGpu::Release(int rank, const absl::Status& why) {
   if (it == regs_.end() || rank < 0) return;
   const uint32_t pid = it->second.pid;
   if (collective_ != nullptr) {
-    // Its memory may be mid-collective: abort first so the executor lets go of it promptly.
-    collective_->job().Abort(why.ok() ? absl::AbortedError(absl::StrCat("rank ", rank, " left"))
-                                      : why);
+    // A failed job's GPU work stops (the executor aborts the communicators); a rank that ended
+    // normally leaves the others' collectives alone. Never waits: a collective running keeps the
+    // rank's mappings until its work is done.
+    if (!why.ok() && !absl::IsCancelled(why)) collective_->job().Abort(why);
     collective_->job().UnregisterRank(rank);
   }
   regs_.erase(it);

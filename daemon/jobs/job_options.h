@@ -7,6 +7,7 @@
 
 #include "absl/time/time.h"
 #include "daemon/negotiation/elastic_settle.h"
+#include "daemon/negotiation/steady_defaults.h"
 
 namespace ard::gpu {
 class Device;
@@ -44,6 +45,8 @@ struct JobGpuOptions {
   std::string gpu_mode = "auto";
   uint64_t gpu_fusion_buffer_bytes = 64ull << 20;
   absl::Duration gpu_init_timeout = absl::Seconds(60);
+  // Every GPU wait after init (a collective's completion, a finalize): past it the job fails.
+  absl::Duration gpu_op_timeout = absl::Seconds(60);
   uint32_t max_gpu_event_pool = 1024;
   // Each GPU's physical identity ("<machine id>/<PCI bus id>"; index = ordinal; may be short or
   // empty when unknown): tells the coordinator's plan which daemons share a GPU.
@@ -54,14 +57,16 @@ struct JobGpuOptions {
 };
 
 // Cross-host jobs agree on cached tensors among their hosts (DESIGN.md "Steady state without
-// the coordinator"), fusing them up to the smallest of the hosts' thresholds.
+// the coordinator"), fusing them up to the smallest of the hosts' thresholds. Defaults:
+// negotiation/steady_defaults.h (DaemonConfig's).
 struct SteadyStateOptions {
-  bool steady_state = false;
+  bool steady_state = negotiation::kSteadyStateDefault;
   uint64_t fusion_threshold_bytes = 128ull << 20;
   // Cached allreduces of at most this many bytes travel in the rounds themselves (0: none).
-  uint64_t steady_round_data_max_bytes = 0;
+  uint64_t steady_round_data_max_bytes = negotiation::kSteadyRoundDataMaxBytesDefault;
   // A vote waits up to this long for a cached tensor some local ranks submitted (0: never).
-  absl::Duration steady_round_partial_wait = absl::ZeroDuration();
+  absl::Duration steady_round_partial_wait =
+      absl::Microseconds(negotiation::kSteadyRoundPartialWaitUsDefault);
 };
 
 // Everything a job reads, one base per concern (each derived from the config in one place:

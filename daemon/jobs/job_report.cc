@@ -9,13 +9,13 @@ JobSummary Job::Summary(absl::Time now) const {
   s.set_name(name_);
   s.set_size(size_);
   s.set_state(JobStateName(state()));
-  s.add_hosts(options_.host_name);
+  s.add_hosts(env_.options.host_name);
   s.set_registered_ranks(members_.size());
   s.set_age_s(absl::ToDoubleSeconds(now - created_));
   s.set_failure(lifecycle_.failed() ? lifecycle_.failure() : succession_.reform_reason());
   s.set_generation(lifecycle_.generation());
   JobSummary::HostRanks* ranks = s.add_ranks();
-  ranks->set_host(options_.host_name);
+  ranks->set_host(env_.options.host_name);
   for (const auto& m : members_) {
     if (m == nullptr) continue;
     ranks->add_ranks(m->rank);
@@ -33,20 +33,18 @@ JobSummary Job::Summary(absl::Time now) const {
     s.set_bytes_reduced(context_->bytes_reduced.load());
   }
   if (table_) s.set_pending_tensors(table_->pending_tensors());
-  for (const auto& stalled : stalled_) *s.add_stalled() = stalled;
+  for (const auto& stalled : stall_inspector_.last()) *s.add_stalled() = stalled;
   return s;
 }
 
 void Job::InspectStalls(absl::Time now) {
-  stalled_.clear();
-  if (state() != JobState::kRunning) return;
+  if (state() != JobState::kRunning) return stall_inspector_.Forget();
   auto report = stall_inspector_.Inspect(
-      name_, table_->WaitingLongerThan(now, options_.stall_warning), now,
-      {options_.stall_warning, options_.stall_shutdown}, [&](int r) {
+      name_, table_->WaitingLongerThan(now, env_.options.stall_warning), now,
+      {env_.options.stall_warning, env_.options.stall_shutdown}, [&](int r) {
         return negotiation::MissingRank{"", static_cast<uint32_t>(members_[r]->creds().pid),
                                         members_[r]->last_activity};
       });
-  stalled_ = std::move(report.stalled);
   if (report.shutdown) Fail(absl::AbortedError(*report.shutdown));
 }
 

@@ -29,7 +29,7 @@ void Job::Submit(const std::shared_ptr<Session>& s, local::DecodedFrame frame) {
   };
   if (state() == JobState::kRunning && !departed_.ok()) Fail(departed_);
   if (state() != JobState::kRunning) return reject(context_->failure());
-  if (table_->pending_tensors() >= options_.max_pending_tensors &&
+  if (table_->pending_tensors() >= env_.options.max_pending_tensors &&
       !table_->is_pending(request.name())) {
     const absl::Status full = absl::ResourceExhaustedError(
         absl::StrCat("job ", name_, " already has ", table_->pending_tensors(),
@@ -101,7 +101,7 @@ void Job::GpuRegister(const std::shared_ptr<Session>& s, const local::DecodedFra
 }
 
 JobGpu& Job::Gpu() {
-  if (gpu_ == nullptr) gpu_ = std::make_unique<JobGpu>(options_, *gpu_processes_, name_, size_);
+  if (gpu_ == nullptr) gpu_ = std::make_unique<JobGpu>(env_.options, *env_.gpu, name_, size_);
   return *gpu_;
 }
 
@@ -110,10 +110,18 @@ void Job::StartGpu(absl::StatusOr<gpu::CrossHostGpuPlan> plan) {
   if (!plan.ok()) return FailGpuForming(plan.status());
   gpu::CrossHostReduce cross_host;
   if (tcp_ != nullptr && tcp_->layout().cross_size > 1) cross_host = tcp_->HostAllreduce();
-  auto collective = gpu_->Start(*plan, here_, std::move(cross_host), members_);
+  auto collective = gpu_->Start(*plan, HereByRank(), std::move(cross_host), members_);
   if (!collective.ok()) return FailGpuForming(collective.status());
   // Prepared on the executor thread at this place in the committed order.
   executor_->AttachGpu(*std::move(collective));
+}
+
+std::vector<bool> Job::HereByRank() const {
+  std::vector<bool> here(size_, false);
+  for (int r : local_order_) {
+    if (r >= 0 && r < size_) here[r] = true;
+  }
+  return here;
 }
 
 void Job::FailGpuForming(const absl::Status& status) {

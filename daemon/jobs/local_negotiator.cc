@@ -13,20 +13,14 @@ void LocalNegotiator::FormAsync(const std::vector<MemberInfo>& members,
   // Ranks the launcher gave are kept; the rest follow local rank, then arrival order. An elastic
   // job (size 0) numbers those present densely in the order of their `rank` (then arrival), at
   // most max_np of them (the others get rank -1: the job refuses them).
-  std::vector<int> ranks;
-  if (size_ == 0) {
-    std::vector<int> places;
-    for (const MemberInfo& m : members) places.push_back(m.rank);
-    ranks = negotiation::AssignElasticRanks(places, max_np_);
-  } else {
-    std::vector<negotiation::RankRequest> entries;
-    for (const MemberInfo& m : members) {
-      entries.push_back({m.rank, m.local_rank < 0 ? INT_MAX : m.local_rank});
-    }
-    auto assigned = negotiation::AssignRanks(entries, size_);
-    if (!assigned.ok()) return done(assigned.status());
-    ranks = *std::move(assigned);
+  std::vector<negotiation::RankRequest> entries;
+  for (const MemberInfo& m : members) {
+    entries.push_back({m.rank, m.local_rank < 0 ? INT_MAX : m.local_rank});
   }
+  const bool elastic = size_ == 0;
+  auto assigned = negotiation::FormationRanks(entries, elastic ? max_np_ : size_, elastic);
+  if (!assigned.ok()) return done(assigned.status());
+  std::vector<int> ranks = *std::move(assigned);
   const int size = size_ > 0 ? size_
                              : static_cast<int>(std::count_if(ranks.begin(), ranks.end(),
                                                               [](int r) { return r >= 0; }));

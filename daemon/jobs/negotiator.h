@@ -17,6 +17,7 @@
 #include "daemon/dataplane/idle_rounds.h"
 #include "daemon/dataplane/tcp_collective.h"
 #include "daemon/gpu/gpu_plan.h"
+#include "daemon/negotiation/committed_list.h"
 #include "daemon/negotiation/tensor_request.h"
 
 namespace ard::jobs {
@@ -57,6 +58,10 @@ class NegotiationSink {
   virtual ~NegotiationSink() = default;
   // A committed response with every taking-part rank's request (this host's with inputs).
   virtual void OnCommitted(negotiation::Response response) = 0;
+  // A coordinator list (cross-host): its responses, committed in order.
+  virtual void OnCommittedList(negotiation::CommittedList list) {
+    for (negotiation::Response& response : list.responses) OnCommitted(std::move(response));
+  }
   // Every rank joined (cross-host: the coordinator completed the join).
   virtual void OnJoinDone(const absl::Status& status, int last_rank) = 0;
   // The job failed elsewhere, or the negotiation itself broke: fail the job here without
@@ -64,6 +69,9 @@ class NegotiationSink {
   virtual void OnFailedElsewhere(const absl::Status& status) = 0;
   // Elastic, several hosts: ranks of another host wait to join (the coordinator said so).
   virtual void OnHostsUpdated() {}
+  // Cross-host: the coordinator's GPU layout arrived (after PlanGpusAsync's `done` ran), an event
+  // of the stream every host receives in one order.
+  virtual void OnGpuLayoutArrived() {}
 };
 
 class Negotiator {
@@ -88,11 +96,16 @@ class Negotiator {
                              std::function<void(absl::StatusOr<gpu::CrossHostGpuPlan>)> done) = 0;
   // The job failed here (the others are told) / every local rank left (the job ends).
   virtual void ReportFailure(const absl::Status& failure) = 0;
+  // Elastic: the job's generation re-forms with `failure` because it lost `lost` (what the
+  // coordinator's history shows). By default a failure like any other.
+  virtual void ReportReform(const absl::Status& failure, const std::string& lost) {
+    ReportFailure(failure);
+  }
   virtual void ReportLeft() = 0;
   // Host-ready requests not committed yet; the job failed, so their ranks get the failure.
   virtual std::vector<negotiation::TensorRequest> TakeUncommitted() = 0;
   // The job's data plane exists (`tcp`: its cross-host collective, null on one host): the
-  // readiness rounds its executor must take part in when the steady state is on, else null.
+  // readiness rounds its executor must take part in (SteadyNegotiator), else null.
   virtual dataplane::IdleRounds* StartRounds(dataplane::TcpCollective* tcp) { return nullptr; }
 };
 

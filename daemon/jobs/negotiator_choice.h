@@ -1,7 +1,7 @@
 // The negotiation strategy a new job composes (DESIGN.md "Negotiation"): LocalNegotiator when
 // every rank is on this host, CoordinatedNegotiator when its ranks span hosts or it is an
-// elastic job of a daemon with cross-host jobs (the coordinator forms it). One choice for fixed
-// and elastic jobs.
+// elastic job of a daemon with cross-host jobs (the coordinator forms it), decorated by
+// SteadyNegotiator when the steady state is on. One choice for fixed and elastic jobs.
 // Thread: the control loop.
 #pragma once
 

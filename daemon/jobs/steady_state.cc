@@ -5,8 +5,8 @@
 
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/dataplane/host_round_reducer.h"
 #include "daemon/dataplane/tcp/host_collectives.h"
-#include "daemon/dataplane/tcp_collective.h"
 
 namespace ard::jobs {
 
@@ -16,15 +16,12 @@ using negotiation::RoundVote;
 
 namespace {
 
-// Carried tensors' partials: the data plane's own local reduction over this host's ranks.
-negotiation::RoundData CarriedData(const std::vector<bool>& here, uint64_t max_bytes) {
+std::vector<int> RanksOf(const std::vector<bool>& here) {
   std::vector<int> local;
   for (size_t r = 0; r < here.size(); ++r) {
     if (here[r]) local.push_back(static_cast<int>(r));
   }
-  return {max_bytes, [local](const ReadyTensor& tensor, uint8_t* out) {
-            dataplane::HostPartial(tensor, local, out);
-          }};
+  return local;
 }
 
 }  // namespace
@@ -38,7 +35,8 @@ SteadyState::SteadyState(std::vector<bool> here, uint64_t fusion_threshold_bytes
       to_coordinator_(std::move(to_coordinator)),
       partial_wait_(std::move(partial_wait)),
       changed_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
-      rounds_(here, CarriedData(here, round_data_max_bytes)) {}
+      reducer_(std::make_shared<dataplane::HostRoundReducer>(RanksOf(here))),
+      rounds_(here, negotiation::RoundData{round_data_max_bytes, reducer_}) {}
 
 SteadyState::~SteadyState() {
   if (changed_fd_ >= 0) ::close(changed_fd_);
@@ -148,7 +146,7 @@ absl::StatusOr<std::vector<Response>> SteadyState::RunRound() {
       [&](uint8_t* mine, const uint8_t* theirs, bool mine_is_lower) {
         RoundVote combined = negotiation::DecodeVote(mine, slots, data_bytes);
         negotiation::CombineVotes(combined, negotiation::DecodeVote(theirs, slots, data_bytes),
-                                  carried, mine_is_lower);
+                                  carried, reducer_.get(), mine_is_lower);
         negotiation::EncodeVote(combined, mine);
       });
   // A peer that closed its connection ended the job there, normally or not: the coordinator

@@ -1,8 +1,8 @@
 // The steady state of one cross-host job (DESIGN.md "Steady state without the coordinator"): the
 // job's readiness rounds (negotiation::SteadyRounds) driven from its executor thread over its TCP
 // mesh (dataplane::IdleRounds), fed from the control loop with host-ready tensors and the
-// coordinator's lists. Owned by the job's CoordinatedNegotiator when DaemonConfig.steady_state is
-// on.
+// coordinator's lists; carried data is reduced by the data plane's kernels
+// (dataplane::HostRoundReducer). Owned by the job's SteadyNegotiator.
 //
 // Threads: Offer/Received/SetJoinPending/SubmittedPartly/TakeUnrun on the control loop;
 // AwaitRound/RunRound on the executor thread; Abort on any. The round state is shared under a
@@ -16,6 +16,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,8 @@ class SteadyState : public dataplane::IdleRounds {
   const std::function<void(std::vector<negotiation::ReadyTensor>)> to_coordinator_;
   const PartialWait partial_wait_;
   const int changed_fd_;  // eventfd: the loop changed the round state
+  // The data plane's kernels, for the carried data (immutable; shared with rounds_).
+  const std::shared_ptr<const negotiation::RoundReducer> reducer_;
   mutable absl::Mutex mu_;
   negotiation::SteadyRounds rounds_ ABSL_GUARDED_BY(mu_);
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);

@@ -1,11 +1,11 @@
 #include "daemon/local/frame_codec.h"
 
-#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/common/host_name.h"
+#include "proto/submit_check.h"
 
 namespace ard::local {
 namespace {
@@ -43,65 +43,6 @@ absl::Status CheckHello(const wire::Hello& h) {
   return absl::OkStatus();
 }
 
-absl::Status CheckSubmit(const wire::Submit& s, const std::vector<int64_t>& splits) {
-  const auto collective = static_cast<Collective>(s.collective);
-  if (s.collective < 1 || s.collective > static_cast<uint32_t>(Collective::kJoin)) {
-    return Bad(absl::StrCat("unknown collective ", s.collective));
-  }
-  if (!Terminated(s.name, sizeof(s.name))) return Bad("tensor name not NUL-terminated");
-  if (s.name[0] == '\0') return Bad("empty tensor name");
-  const bool tensorless = collective == Collective::kBarrier || collective == Collective::kJoin;
-  if (tensorless) {
-    if (s.bytes != 0 || s.ndims != 0) return Bad("barrier/join carry no tensor");
-    return absl::OkStatus();
-  }
-  if (wire::DataTypeSize(s.dtype) == 0) return Bad(absl::StrCat("unknown dtype ", s.dtype));
-  const bool reduces = collective == Collective::kAllreduce || collective == Collective::kReducescatter;
-  if (reduces && (s.reduce_op < 1 || s.reduce_op > static_cast<uint32_t>(wire::ReduceOp::kAdasum))) {
-    return Bad(absl::StrCat("unknown reduce op ", s.reduce_op));
-  }
-  if (!std::isfinite(s.prescale) || !std::isfinite(s.postscale)) {
-    return Bad("prescale/postscale must be finite");
-  }
-  if (s.ndims > static_cast<uint32_t>(wire::kMaxDims)) {
-    return Bad(absl::StrCat("ndims ", s.ndims, " > ", wire::kMaxDims));
-  }
-  const int64_t elements = NumElements(s.shape, s.ndims);
-  if (elements < 0) return Bad(absl::StrCat("shape ", ShapeString(s.shape, s.ndims)));
-  const uint64_t expect = static_cast<uint64_t>(elements) * wire::DataTypeSize(s.dtype);
-  if (elements > 0 && expect / elements != wire::DataTypeSize(s.dtype)) return Bad("size overflow");
-  if (expect > wire::kMaxTensorBytes) {
-    return Bad(absl::StrCat("tensor of ", expect, " bytes exceeds the limit of ",
-                            wire::kMaxTensorBytes));
-  }
-  if (s.bytes != expect) {
-    return Bad(absl::StrCat("bytes ", s.bytes, " != ", expect, " for shape ",
-                            ShapeString(s.shape, s.ndims)));
-  }
-  if (s.offset % wire::kSlotAlignment != 0) {
-    return Bad(absl::StrCat("offset ", s.offset, " not ", wire::kSlotAlignment, "-byte aligned"));
-  }
-  if (s.offset + s.bytes < s.offset) return Bad("offset + bytes overflows");
-  if ((collective == Collective::kAllgather || collective == Collective::kAlltoall ||
-       collective == Collective::kReducescatter) && s.ndims == 0) {
-    return Bad("allgather/alltoall/reducescatter need a tensor of rank >= 1");
-  }
-  if (s.group_id < -1 || (s.group_id >= 0 && s.group_size < 1)) return Bad("group id/size");
-  if (!splits.empty()) {
-    if (collective != Collective::kAlltoall) return Bad("splits are for alltoall only");
-    int64_t total = 0;
-    for (int64_t v : splits) {
-      if (v < 0) return Bad("negative split");
-      // Huge splits must not overflow the sum (undefined behaviour; found by tests/fuzz).
-      if (__builtin_add_overflow(total, v, &total)) return Bad("splits sum overflows");
-    }
-    if (total != s.shape[0]) {
-      return Bad(absl::StrCat("splits sum to ", total, " but the first dimension is ", s.shape[0]));
-    }
-  }
-  return absl::OkStatus();
-}
-
 std::string Frame(MsgType type, uint64_t request_id, const void* payload, size_t payload_bytes,
                   const void* tail = nullptr, size_t tail_bytes = 0) {
   wire::FrameHeader h{};
@@ -118,24 +59,6 @@ std::string Frame(MsgType type, uint64_t request_id, const void* payload, size_t
 }
 
 }  // namespace
-
-absl::Status ValidateSubmit(const wire::Submit& submit, const std::vector<int64_t>& splits) {
-  return CheckSubmit(submit, splits);
-}
-
-int64_t NumElements(const int64_t* shape, uint32_t ndims) {
-  int64_t n = 1;
-  for (uint32_t i = 0; i < ndims; ++i) {
-    if (shape[i] < 0) return -1;
-    if (shape[i] != 0 && n > INT64_MAX / shape[i]) return -1;
-    n *= shape[i];
-  }
-  return n;
-}
-
-std::string ShapeString(const int64_t* shape, uint32_t ndims) {
-  return absl::StrCat("[", absl::StrJoin(shape, shape + ndims, ", "), "]");
-}
 
 absl::StatusOr<DecodedFrame> DecodeFrame(const uint8_t* data, size_t size, bool has_fd) {
   wire::FrameHeader h;
@@ -182,7 +105,7 @@ absl::StatusOr<DecodedFrame> DecodeFrame(const uint8_t* data, size_t size, bool 
       if (!f.splits.empty()) {
         memcpy(f.splits.data(), payload + sizeof(wire::Submit), f.splits.size() * sizeof(int64_t));
       }
-      if (auto s = CheckSubmit(f.submit, f.splits); !s.ok()) return s;
+      if (auto s = wire::ValidateSubmit(f.submit, f.splits); !s.ok()) return s;
       break;
     }
     case MsgType::kGpuRegister: {
@@ -214,7 +137,7 @@ absl::StatusOr<DecodedFrame> DecodeFrame(const uint8_t* data, size_t size, bool 
       if (!f.splits.empty()) memcpy(f.splits.data(), payload + sizeof(wire::Submit), split_bytes);
       memcpy(&f.gpu_placement, payload + sizeof(wire::Submit) + split_bytes,
              sizeof(f.gpu_placement));
-      if (auto s = CheckSubmit(f.submit, f.splits); !s.ok()) return s;
+      if (auto s = wire::ValidateSubmit(f.submit, f.splits); !s.ok()) return s;
       if (f.gpu_placement.offset % wire::kSlotAlignment != 0 || f.gpu_placement.reserved != 0 ||
           f.gpu_placement.event >= wire::kMaxGpuEvents) {
         return Bad("GPU_SUBMIT placement (offset alignment, event index, reserved)");

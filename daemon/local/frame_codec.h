@@ -31,16 +31,6 @@ struct DecodedFrame {
 // (HELLO, ADD_SEGMENT) without one, or one that must not carry one, is InvalidArgument.
 absl::StatusOr<DecodedFrame> DecodeFrame(const uint8_t* data, size_t size, bool has_fd);
 
-// The checks DecodeFrame applies to a SUBMIT's fields (also used for metadata from other
-// daemons).
-absl::Status ValidateSubmit(const wire::Submit& submit, const std::vector<int64_t>& splits);
-
-// Number of elements of a shape, or -1 when a dimension is negative or the product overflows.
-int64_t NumElements(const int64_t* shape, uint32_t ndims);
-
-// "[2, 3]" as in Horovod's messages.
-std::string ShapeString(const int64_t* shape, uint32_t ndims);
-
 // Daemon -> client frames.
 std::string EncodeWelcome(const wire::Welcome& welcome);
 std::string EncodeSegment(wire::MsgType type, const wire::Segment& segment);

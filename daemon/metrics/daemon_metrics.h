@@ -1,6 +1,6 @@
-// allreduced's metrics (README "Metrics" lists them): the families of one daemon on its
-// Registry, and the one-line hooks components call. The Daemon owns it; the job engine, the
-// executor and the job channel hold a pointer (null in unit tests that do not measure).
+// allreduced's metrics (docs/operator-guide.md "Metrics and health" lists them): the families of
+// one daemon on its Registry, and the one-line hooks components call. The Daemon owns it; the job
+// engine, the executor and the job channel hold a pointer (null in unit tests that do not measure).
 //
 // Thread: any (the Registry locks). Hooks are cheap: a map lookup under one mutex, no
 // allocation on the steady path. Cluster and job state that is not pushed through a hook is
@@ -41,9 +41,9 @@ class DaemonMetrics {
   // A steady-state vote waited for cached tensors some local ranks had submitted
   // (steady_round_partial_wait_us); ran_out: the bound passed before they were all offered.
   void OnRoundPartialWait(const std::string& job, bool ran_out);
-  // Something failed; `kind` is one of a small fixed set (README): "collective" (one response's
-  // tensors failed, the job goes on), "data_plane" (the job's data plane broke), "job" (a job
-  // failed, whatever the cause).
+  // Something failed; `kind` is one of a small fixed set (docs/operator-guide.md "Metrics and
+  // health"): "collective" (one response's tensors failed, the job goes on), "data_plane" (the
+  // job's data plane broke), "job" (a job failed, whatever the cause).
   void OnError(const char* kind);
 
   // --- Scrape-time state (the Daemon's collector) ---

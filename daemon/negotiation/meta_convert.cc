@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/local/frame_codec.h"
+#include "proto/submit_check.h"
 
 namespace ard::negotiation {
 
@@ -67,7 +67,7 @@ absl::StatusOr<TensorRequest> FromMeta(const TensorMeta& m, const std::string& n
   // Another host's GPU tensor: only that it lies in GPU memory matters here (the placement in
   // its staging arena is its host's business).
   if (m.gpu()) r.gpu = wire::GpuPlacement{};
-  if (auto s = local::ValidateSubmit(r.meta, r.splits); !s.ok()) {
+  if (auto s = wire::ValidateSubmit(r.meta, r.splits); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " of rank ", m.rank(), ": ",
                                                    s.message()));
   }

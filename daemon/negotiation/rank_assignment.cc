@@ -55,4 +55,13 @@ std::vector<int> AssignElasticRanks(const std::vector<int>& places, int max_np) 
   return out;
 }
 
+absl::StatusOr<std::vector<int>> FormationRanks(const std::vector<RankRequest>& entries, int size,
+                                                bool elastic) {
+  if (!elastic) return AssignRanks(entries, size);
+  std::vector<int> places;
+  places.reserve(entries.size());
+  for (const RankRequest& e : entries) places.push_back(e.requested);
+  return AssignElasticRanks(places, size);
+}
+
 }  // namespace ard::negotiation

@@ -31,4 +31,11 @@ absl::StatusOr<std::vector<int>> AssignRanks(const std::vector<RankRequest>& ent
 // rank, the rest -1: they are left out of the generation.
 std::vector<int> AssignElasticRanks(const std::vector<int>& places, int max_np);
 
+// A generation's ranks: the one fixed/elastic rule every place that numbers a job's processes
+// follows (a single-host job, a host's local ranks of a cross-host job, the coordinator's
+// layout). Elastic: AssignElasticRanks with each entry's `requested` as its place and `size` as
+// max_np (0: no bound; never fails; `order` unused). Fixed: AssignRanks over `size` ranks.
+absl::StatusOr<std::vector<int>> FormationRanks(const std::vector<RankRequest>& entries, int size,
+                                                bool elastic);
+
 }  // namespace ard::negotiation

@@ -65,5 +65,15 @@ TEST_CASE("elastic: dense in place order (none: last), ties by position, at most
   CHECK(AssignElasticRanks({}, 2).empty());
 }
 
+TEST_CASE("a generation's ranks: one rule, fixed or elastic") {
+  const std::vector<RankRequest> entries = {{3, 0}, {-1, 1}, {0, 2}};
+  // Fixed: the launcher's ranks kept, the rest by order; errors as AssignRanks'.
+  CHECK(*FormationRanks(entries, 4, false) == *AssignRanks(entries, 4));
+  CHECK(FormationRanks(entries, 2, false).status().code() == absl::StatusCode::kInvalidArgument);
+  // Elastic: `requested` is the place, `size` is max_np (0: no bound); never fails.
+  CHECK(*FormationRanks(entries, 0, true) == std::vector<int>{1, 2, 0});
+  CHECK(*FormationRanks(entries, 2, true) == std::vector<int>{1, -1, 0});
+}
+
 }  // namespace
 }  // namespace ard::negotiation

@@ -101,6 +101,7 @@ StallInspector::Report StallInspector::Inspect(const std::string& job,
   for (auto it = warned_.begin(); it != warned_.end();) {
     it = still.count(*it) ? std::next(it) : warned_.erase(it);
   }
+  last_ = report.stalled;
   return report;
 }
 

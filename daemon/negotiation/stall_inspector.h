@@ -49,9 +49,14 @@ class StallInspector {
   // tensor (a tensor that completed and stalls again is logged again) and stall shutdown.
   Report Inspect(const std::string& job, const std::vector<ReadinessTable::Waiting>& waiting,
                  absl::Time now, const StallThresholds& thresholds, const DescribeRank& describe);
+  // The stalled entries of the last Inspect (what status shows between inspections); Forget
+  // clears them (the job stopped running).
+  const std::vector<JobSummary::StalledTensor>& last() const { return last_; }
+  void Forget() { last_.clear(); }
 
  private:
   std::set<std::string> warned_;  // tensors logged as stalled and still stalled
+  std::vector<JobSummary::StalledTensor> last_;
 };
 
 }  // namespace ard::negotiation

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "proto/local_wire.h"
 #include "daemon/common/heap_optional.h"
-#include "daemon/shm/input_arena.h"
+#include "daemon/common/tensor_bytes.h"
+#include "proto/local_wire.h"
 
 namespace ard::negotiation {
 
@@ -19,7 +19,7 @@ struct TensorRequest {
   uint64_t request_id = 0;
   wire::Submit meta{};          // layout validated by the frame codec
   std::vector<int64_t> splits;  // alltoall
-  shm::TensorBytes input;       // where the rank's input lies (bounds-checked)
+  TensorBytes input;            // where the rank's input lies (bounds-checked)
   // GPU path: set for a GPU_SUBMIT (the input lies in the rank's GPU staging arena; `input` is
   // empty).
   std::optional<wire::GpuPlacement> gpu;

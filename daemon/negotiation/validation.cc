@@ -1,7 +1,7 @@
 #include "daemon/negotiation/validation.h"
 
 #include "absl/strings/str_cat.h"
-#include "daemon/local/frame_codec.h"
+#include "proto/submit_check.h"
 
 namespace ard::negotiation {
 namespace {
@@ -12,7 +12,7 @@ absl::Status Mismatch(const std::string& message) {
   return absl::FailedPreconditionError(message);
 }
 
-std::string Shape(const wire::Submit& s) { return local::ShapeString(s.shape, s.ndims); }
+std::string Shape(const wire::Submit& s) { return wire::ShapeString(s.shape, s.ndims); }
 
 bool SameShape(const wire::Submit& a, const wire::Submit& b) {
   if (a.ndims != b.ndims) return false;

@@ -9,15 +9,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/common/tensor_bytes.h"
 #include "daemon/shm/mapped_segment.h"
 
 namespace ard::shm {
-
-struct TensorBytes {
-  std::shared_ptr<const MappedSegment> segment;  // keeps `data` mapped
-  const uint8_t* data = nullptr;
-  uint64_t bytes = 0;
-};
 
 class InputArena {
  public:

@@ -1,6 +1,6 @@
-// This daemon's timeline recorders, one per job name (README "Timeline"). A recording is started
-// by job name, possibly before this host's part of the job exists (a job made later picks up the
-// armed recorder), and stopped by name, which hands back the marks.
+// This daemon's timeline recorders, one per job name (docs/operator-guide.md "Timeline"). A
+// recording is started by job name, possibly before this host's part of the job exists (a job made
+// later picks up the armed recorder), and stopped by name, which hands back the marks.
 //
 // Thread: the control loop only (the recorders themselves are thread-safe).
 // Lifecycle: owned by the Daemon; Jobs take ForJob(name) when they are made and keep it for their

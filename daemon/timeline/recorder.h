@@ -1,7 +1,7 @@
-// One job's timeline recorder on this host (README "Timeline"): a bounded ring of timestamped
-// marks (a rank submitted a tensor, this host's ranks all had it, the negotiator committed a
-// group, the executor started it, the cross-host transfer began and ended, the results went out)
-// from which the CLI's trace writer (ctl/timeline_trace.h) builds each tensor's phases.
+// One job's timeline recorder on this host (docs/operator-guide.md "Timeline"): a bounded ring of
+// timestamped marks (a rank submitted a tensor, this host's ranks all had it, the negotiator
+// committed a group, the executor started it, the cross-host transfer began and ended, the results
+// went out) from which the CLI's trace writer (ctl/timeline_trace.h) builds each tensor's phases.
 // Off unless someone records: then Record() is one relaxed atomic load.
 //
 // Thread: any (the control loop records submits, the executor thread records the rest); the ring

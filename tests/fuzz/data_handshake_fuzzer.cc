@@ -9,7 +9,7 @@
 // from < to < kMaxHosts and a generation other than 0; and a proof checks out only when it is the
 // HMAC of the hello under the job's secret.
 //
-// Build and run: tests/fuzz/run_fuzzer.sh data_handshake (README "Fuzzing").
+// Build and run: tests/fuzz/run_fuzzer.sh data_handshake (docs/operator-guide.md "Fuzzing").
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

@@ -10,7 +10,7 @@
 // daemon does. Besides the sanitizers, the target traps when a frame the decoder accepted breaks
 // a promise of DecodedFrame (frame_codec.h), so a validation gap counts as a crash too.
 //
-// Build and run: tests/fuzz/run_local_frame_fuzzer.sh (README "Fuzzing").
+// Build and run: tests/fuzz/run_local_frame_fuzzer.sh (docs/operator-guide.md "Fuzzing").
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +23,7 @@
 #include "daemon/local/frame_codec.h"
 #include "daemon/negotiation/readiness_table.h"
 #include "daemon/negotiation/tensor_request.h"
+#include "proto/submit_check.h"
 
 namespace {
 
@@ -60,11 +61,11 @@ void CheckAccepted(const DecodedFrame& f, bool has_fd) {
         Require(s.offset + s.bytes >= s.offset);
       }
       Require(f.splits.size() == s.num_splits);
-      Require(ard::local::ValidateSubmit(s, f.splits).ok());
+      Require(ard::wire::ValidateSubmit(s, f.splits).ok());
       if (s.bytes > 0) {
-        const int64_t n = ard::local::NumElements(s.shape, s.ndims);
+        const int64_t n = ard::wire::NumElements(s.shape, s.ndims);
         Require(n > 0 && static_cast<uint64_t>(n) * wire::DataTypeSize(s.dtype) == s.bytes);
-        (void)ard::local::ShapeString(s.shape, s.ndims);
+        (void)ard::wire::ShapeString(s.shape, s.ndims);
       }
       break;
     }

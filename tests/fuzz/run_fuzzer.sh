@@ -23,6 +23,7 @@ case "$target" in
     sources=(
       tests/fuzz/local_frame_fuzzer.cc
       daemon/local/frame_codec.cc
+      proto/submit_check.cc
       daemon/negotiation/readiness_table.cc
       daemon/negotiation/validation.cc
       daemon/negotiation/tensor_request.cc

@@ -85,7 +85,8 @@ struct Local {
     n = *device->DeviceCount();
     std::vector<CommRank> ranks;
     for (int d = 0; d < n; ++d) ranks.push_back({d, d});
-    auto made = device->InitCommunicators(*device->NewUniqueId(), n, ranks, absl::Seconds(60));
+    auto made =
+        InitCommunicatorsAndWait(*device, *device->NewUniqueId(), n, ranks, absl::Seconds(60));
     REQUIRE(made.ok());
     comms = std::move(*made);
     for (int d = 0; d < n; ++d) {
@@ -122,6 +123,7 @@ TEST_CASE("allreduce of every dtype and op across every local GPU") {
         REQUIRE(l.comms[r]->Allreduce(b, b, kCount, dtype, op, l.n, *l.streams[r]).ok());
       }
       REQUIRE(l.device->GroupEnd().ok());
+      REQUIRE(AwaitReady(l.comms, absl::Seconds(60)).ok());  // nonblocking: on the streams now
       for (int r = 0; r < l.n; ++r) {
         REQUIRE(l.device->CopyAsync(host[r].data(), l.bufs[r]->data(), kCount * es, *l.streams[r])
                     .ok());
@@ -162,6 +164,7 @@ TEST_CASE("broadcast, allgather and reducescatter across every local GPU") {
     REQUIRE(l.device->GroupStart().ok());
     for (int r = 0; r < l.n; ++r) REQUIRE(issue(r).ok());
     REQUIRE(l.device->GroupEnd().ok());
+    REQUIRE(AwaitReady(l.comms, absl::Seconds(60)).ok());
   };
   auto read = [&](int r, size_t n) {
     std::vector<float> v(n);
@@ -197,11 +200,12 @@ TEST_CASE("a local rank on a GPU that does not exist is refused and leaves no NC
   auto device = DeviceOrSkip("bad ordinal");
   if (device == nullptr) return;
   const int n = *device->DeviceCount();
-  auto bad =
-      device->InitCommunicators(*device->NewUniqueId(), 2, {{0, 0}, {1, n}}, absl::Seconds(20));
+  auto bad = InitCommunicatorsAndWait(*device, *device->NewUniqueId(), 2, {{0, 0}, {1, n}},
+                                      absl::Seconds(20));
   CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
   // An NCCL group left open by the refusal would defer this init forever (DeadlineExceeded).
-  auto good = device->InitCommunicators(*device->NewUniqueId(), 1, {{0, 0}}, absl::Seconds(20));
+  auto good =
+      InitCommunicatorsAndWait(*device, *device->NewUniqueId(), 1, {{0, 0}}, absl::Seconds(20));
   REQUIRE(good.ok());
   auto stream = *device->CreateStream(0);
   auto buf = *device->Allocate(0, 4 * sizeof(float));
@@ -212,6 +216,7 @@ TEST_CASE("a local rank on a GPU that does not exist is refused and leaves no NC
       (*good)[0]
           ->Allreduce(buf->data(), buf->data(), 4, DataType::kFloat32, ReduceOp::kSum, 1, *stream)
           .ok());
+  REQUIRE(AwaitReady(*good, absl::Seconds(20)).ok());
   REQUIRE(device->CopyAsync(out, buf->data(), sizeof(out), *stream).ok());
   REQUIRE(device->Synchronize(*stream).ok());
   CHECK(out[3] == 4.0f);

@@ -1,6 +1,6 @@
-"""The timeline (README "Timeline") of a known 2-host job (two daemons, two worker processes
-each, a soak of 8 tensors per step): recorded by `allreducectl timeline` (no duration: until
-SIGINT; --duration) and through allreduced.common.timeline's HOROVOD_TIMELINE path. The Chrome trace
+"""The timeline (docs/operator-guide.md "Timeline") of a known 2-host job (two daemons, two
+worker processes each, a soak of 8 tensors per step): recorded by `allreducectl timeline` (no
+duration: until SIGINT; --duration) and through allreduced.common.timeline's HOROVOD_TIMELINE path. The Chrome trace
 must show every rank of both hosts, each tensor's phases in order (submit wait, negotiation,
 queued, local reduce, cross-host transfer, result out), fused groups, and both hosts' clocks."""
 import json

@@ -71,7 +71,7 @@ def test_ops(hosts, per_host, scenario):
 
 def test_horovod_timeline_records_the_whole_job(tmp_path):
     """HOROVOD_TIMELINE=path on a 2-host job (2 daemons x 2 TensorFlow ranks): rank 0 records
-    every rank of both hosts until exit (README "Timeline")."""
+    every rank of both hosts until exit (docs/operator-guide.md "Timeline")."""
     path = str(tmp_path / "timeline.json")
     cluster = Cluster(host_timeout_ms=10000)
     try:

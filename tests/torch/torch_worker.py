@@ -154,7 +154,7 @@ def train_scenario():
 def elastic_scenario():
     """hvd.elastic.run with TorchState and ElasticSampler over 2 epochs, committing every batch:
     every sample of every epoch is processed exactly once across the ranks, parameters agree.
-    (The lost-host case is the elastic launcher's; see README "Elastic training".)"""
+    (The lost-host case is the elastic launcher's; see docs/elastic.md.)"""
     from allreduced.torch import elastic
     hvd.init()
     model = torch.nn.Linear(3, 1)

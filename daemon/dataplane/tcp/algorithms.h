@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/negotiation/steady_defaults.h"
 
 namespace ard::dataplane::tcp {
 
@@ -39,10 +40,10 @@ struct AlgorithmOptions {
   // while the previous one is reduced.
   size_t chunk_bytes = 4 << 20;
   // DaemonConfig.steady_state: idle hosts take part in readiness rounds between collectives.
-  bool steady_state = false;
+  bool steady_state = negotiation::kSteadyStateDefault;
   // DaemonConfig.steady_round_data_max_bytes: which cached allreduces the rounds carry (it
   // decides the rounds' message size).
-  uint64_t steady_round_data_max_bytes = 0;
+  uint64_t steady_round_data_max_bytes = negotiation::kSteadyRoundDataMaxBytesDefault;
 };
 
 // "auto", "ring", "recursive_doubling".

@@ -75,7 +75,10 @@ TEST_CASE("Algorithm names parse back; other names are refused; fingerprints tel
   b.allreduce = AllreduceAlgorithm::kRing;
   REQUIRE(Fingerprint(a) != Fingerprint(b));
   b = a;
-  b.steady_round_data_max_bytes = 1024;
+  b.steady_round_data_max_bytes = a.steady_round_data_max_bytes + 1024;
+  REQUIRE(Fingerprint(a) != Fingerprint(b));
+  b = a;
+  b.steady_state = !a.steady_state;
   REQUIRE(Fingerprint(a) != Fingerprint(b));
 }
 

@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -25,7 +26,30 @@ class FakeProcess {
   }
 
   // A process that exits normally lets its stream's work finish (so its records complete).
-  ~FakeProcess() { static_cast<void>(dev_.Synchronize(*stream_)); }
+  ~FakeProcess() {
+    Resume();
+    static_cast<void>(dev_.Synchronize(*stream_));
+  }
+
+  // The framework's stream is stuck (a kernel that never ends) until Resume(): nothing it records
+  // afterwards completes, so a daemon stream waiting on that event waits as long.
+  void Stall() {
+    std::lock_guard<std::mutex> lock(stall_->mu);
+    stall_->stalled = true;
+    static_cast<void>(dev_.Issue(
+        *stream_,
+        [stall = stall_] {
+          std::unique_lock<std::mutex> lock(stall->mu);
+          stall->cv.wait(lock, [&] { return !stall->stalled; });
+          return absl::OkStatus();
+        },
+        false));
+  }
+  void Resume() {
+    std::lock_guard<std::mutex> lock(stall_->mu);
+    stall_->stalled = false;
+    stall_->cv.notify_all();
+  }
 
   GpuRegistration Registration() {
     GpuRegistration reg;
@@ -63,6 +87,7 @@ class FakeProcess {
   HostDevice& device() { return dev_; }
   Stream& stream() { return *stream_; }
   void FreeArena() { arena_.reset(); }
+  const void* arena_data() const { return arena_->data(); }
 
  private:
   HostDevice dev_;
@@ -72,6 +97,12 @@ class FakeProcess {
   std::vector<std::unique_ptr<Event>> events_;
   std::unique_ptr<Stream> stream_;
   std::vector<std::vector<char>> staged_;
+  struct StallState {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stalled = false;
+  };
+  std::shared_ptr<StallState> stall_ = std::make_shared<StallState>();
 };
 
 // Hierarchical mode's host exchange between two simulated hosts (threads): an allreduce of host

@@ -45,17 +45,27 @@ absl::StatusOr<HandleFields> ParseHandle(const char (&magic)[8], const IpcHandle
 class HostMemory : public Memory {
  public:
   HostMemory(void* data, size_t size, int device, uint64_t id, int fd,
-             std::shared_ptr<std::atomic<int>> mappings, HostWorld::State* world)
+             std::shared_ptr<std::atomic<int>> mappings, HostWorld::State* world,
+             std::shared_ptr<MappingTable> table = nullptr)
       : data_(data),
         size_(size),
         device_(device),
         id_(id),
         fd_(fd),
         mappings_(std::move(mappings)),
-        world_(world) {
+        world_(world),
+        table_(std::move(table)) {
     if (mappings_) ++*mappings_;
+    if (table_) {
+      std::lock_guard<std::mutex> lock(table_->mu);
+      table_->by_address[reinterpret_cast<uintptr_t>(data_)] = MappingTable::Entry{size_, id_};
+    }
   }
   ~HostMemory() override {
+    if (table_) {
+      std::lock_guard<std::mutex> lock(table_->mu);
+      table_->by_address.erase(reinterpret_cast<uintptr_t>(data_));
+    }
     munmap(data_, size_);
     if (mappings_) --*mappings_;
     if (world_ != nullptr) {  // the exporter frees: the handle goes stale
@@ -78,6 +88,7 @@ class HostMemory : public Memory {
   int fd_;
   std::shared_ptr<std::atomic<int>> mappings_;  // opened mappings only
   HostWorld::State* world_;                     // allocations only: not owned
+  std::shared_ptr<MappingTable> table_;         // opened mappings only
 };
 
 class HostEvent : public Event {
@@ -111,6 +122,12 @@ void HostStream::Push(std::function<absl::Status()> task) {
   cv_.notify_all();
 }
 
+absl::StatusOr<bool> HostStream::Idle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!error_.ok()) return error_;
+  return queue_.empty() && !running_;
+}
+
 absl::Status HostStream::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return (queue_.empty() && !running_) || stopping_; });
@@ -135,8 +152,22 @@ void HostStream::Run() {
   }
 }
 
+uint64_t MappingTable::Find(const void* p, size_t bytes) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = by_address.upper_bound(at);
+  if (it == by_address.begin()) return 0;
+  --it;
+  return at + bytes <= it->first + it->second.bytes ? it->second.id : 0;
+}
+
 HostWorld::HostWorld() : state_(std::make_unique<State>()) {}
 HostWorld::~HostWorld() = default;
+
+int HostWorld::aborted_communicators() const { return state_->aborted_comms.load(); }
+int HostWorld::finalized_communicators() const { return state_->finalized_comms.load(); }
+int HostWorld::thread_violations() const { return state_->thread_violations.load(); }
+void HostWorld::set_in_progress_polls(int polls) { state_->in_progress_polls = polls; }
 
 void HostWorld::FailCommunicator(const UniqueId& id, absl::Status status) {
   std::shared_ptr<CommGroup> group;
@@ -152,10 +183,38 @@ void HostWorld::FailCommunicator(const UniqueId& id, absl::Status status) {
 }
 
 HostDevice::HostDevice(HostWorld& world, std::string host, uint32_t pid, int device_count)
-    : world_(world), host_(std::move(host)), pid_(pid), device_count_(device_count) {}
+    : world_(world),
+      host_(std::move(host)),
+      pid_(pid),
+      device_count_(device_count),
+      mappings_(std::make_shared<MappingTable>()) {}
 HostDevice::~HostDevice() = default;
 
-std::string HostDevice::Describe() const { return "host test double (no GPU)"; }
+std::string HostDevice::Describe() const {
+  return absl::StrCat("host test double (no GPU): cuda ", cuda_version_, " nccl ", nccl_version_);
+}
+
+absl::Status HostDevice::sticky(int device) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sticky_.find(device);
+  return it == sticky_.end() ? absl::OkStatus() : it->second;
+}
+
+absl::Status HostDevice::CheckMapped(const void* p, size_t bytes, int device) {
+  const uint64_t id = mappings_->Find(p, bytes);
+  if (id == 0) return absl::OkStatus();
+  {
+    HostWorld::State* w = world_.state();
+    std::lock_guard<std::mutex> lock(w->mu);
+    if (w->regions.count(id) != 0) return absl::OkStatus();
+  }
+  absl::Status error = StickyError(absl::InternalError(
+      absl::StrCat("an illegal memory access was encountered (cudaErrorIllegalAddress) on GPU ",
+                   device, ": an IPC mapping whose exporter freed the allocation")));
+  absl::MutexLock lock(&mu_);
+  sticky_.emplace(device, error);
+  return error;
+}
 
 absl::StatusOr<int> HostDevice::DeviceCount() {
   if (device_count_ == 0) return absl::FailedPreconditionError("no CUDA device (test double)");
@@ -172,7 +231,9 @@ absl::Status HostDevice::CheckDevice(int device) const {
 
 absl::StatusOr<std::unique_ptr<Memory>> HostDevice::Allocate(int device, size_t bytes) {
   if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  if (absl::Status s = sticky(device); !s.ok()) return s;
   if (bytes == 0) return absl::InvalidArgumentError("cannot allocate 0 bytes");
+  ++allocations_;
   int fd = memfd_create("ard-host-device", MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     if (fd >= 0) close(fd);
@@ -223,8 +284,8 @@ absl::StatusOr<std::unique_ptr<Memory>> HostDevice::OpenMemory(int device,
       mmap(nullptr, it->second.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, it->second.fd, 0);
   if (data == MAP_FAILED) return absl::ResourceExhaustedError("mmap of an IPC mapping");
   ++memory_opens_;
-  return std::unique_ptr<Memory>(
-      new HostMemory(data, it->second.bytes, device, fields->id, -1, open_mappings_, nullptr));
+  return std::unique_ptr<Memory>(new HostMemory(data, it->second.bytes, device, fields->id, -1,
+                                                open_mappings_, nullptr, mappings_));
 }
 
 absl::StatusOr<std::unique_ptr<Event>> HostDevice::CreateEvent(int device, bool interprocess) {
@@ -314,9 +375,12 @@ absl::Status HostDevice::Wait(Stream& stream, Event& event) {
 }
 
 absl::Status HostDevice::CopyAsync(void* dst, const void* src, size_t bytes, Stream& stream) {
+  const int device = stream.device();
   return Issue(
       stream,
-      [dst, src, bytes] {
+      [this, dst, src, bytes, device] {
+        if (absl::Status s = CheckMapped(dst, bytes, device); !s.ok()) return s;
+        if (absl::Status s = CheckMapped(src, bytes, device); !s.ok()) return s;
         std::memmove(dst, src, bytes);
         return absl::OkStatus();
       },
@@ -324,9 +388,11 @@ absl::Status HostDevice::CopyAsync(void* dst, const void* src, size_t bytes, Str
 }
 
 absl::Status HostDevice::MemsetAsync(void* dst, int value, size_t bytes, Stream& stream) {
+  const int device = stream.device();
   return Issue(
       stream,
-      [dst, value, bytes] {
+      [this, dst, value, bytes, device] {
+        if (absl::Status s = CheckMapped(dst, bytes, device); !s.ok()) return s;
         std::memset(dst, value, bytes);
         return absl::OkStatus();
       },
@@ -337,24 +403,26 @@ absl::Status HostDevice::Synchronize(Stream& stream) {
   return static_cast<HostStream&>(stream).Drain();
 }
 
+absl::StatusOr<bool> HostDevice::Query(Stream& stream) {
+  if (absl::Status s = sticky(stream.device()); !s.ok()) return s;
+  return static_cast<HostStream&>(stream).Idle();
+}
+
 bool HostDevice::InGroup() const {
   absl::MutexLock lock(&mu_);
   auto it = group_depth_.find(std::this_thread::get_id());
   return it != group_depth_.end() && it->second > 0;
 }
 
-absl::Status HostDevice::Issue(Stream& stream, std::function<absl::Status()> task,
-                               bool collective) {
-  if (collective) {
-    absl::MutexLock lock(&mu_);
-    auto it = group_depth_.find(std::this_thread::get_id());
-    if (it != group_depth_.end() && it->second > 0) {
-      deferred_[std::this_thread::get_id()].push_back(Deferred{&stream, std::move(task)});
-      return absl::OkStatus();
-    }
-  }
+absl::Status HostDevice::Issue(Stream& stream, std::function<absl::Status()> task, bool) {
+  if (absl::Status s = sticky(stream.device()); !s.ok()) return s;
   static_cast<HostStream&>(stream).Push(std::move(task));
   return absl::OkStatus();
+}
+
+void HostDevice::Defer(Communicator* comm, Stream& stream, std::function<absl::Status()> task) {
+  absl::MutexLock lock(&mu_);
+  deferred_[std::this_thread::get_id()].push_back(Deferred{comm, &stream, std::move(task)});
 }
 
 absl::Status HostDevice::GroupStart() {
@@ -373,7 +441,7 @@ absl::Status HostDevice::GroupEnd() {
     launch.swap(deferred_[std::this_thread::get_id()]);
   }
   ++group_ends_;
-  for (Deferred& d : launch) static_cast<HostStream*>(d.stream)->Push(std::move(d.task));
+  for (Deferred& d : launch) AcceptDeferred(d.comm, *d.stream, std::move(d.task));
   return absl::OkStatus();
 }
 

@@ -5,13 +5,20 @@
 // name, with `device_count` GPUs). What it simulates, with the CUDA/NCCL rules it enforces:
 // - Device memory is a memfd mapping; an IPC handle names the allocation, and OpenMemory maps the
 //   same memfd again at another address. Opening a freed allocation's handle, a handle on the wrong
-//   device, or one's own handle (CUDA refuses that too) fails with InvalidArgument.
+//   device, or one's own handle (CUDA refuses that too) fails with InvalidArgument. A copy that
+//   touches a mapping whose exporter freed the allocation (or exited) is an illegal address: a
+//   sticky error that poisons this process's context on that GPU (every later call fails).
 // - Each Stream is a worker thread running its work in issue order; events follow
-//   cudaEventRecord / cudaStreamWaitEvent ordering, and interprocess events share state.
-// - Communicators: ranks of one UniqueId rendezvous per collective (same order on every rank). Two
-//   ranks on one (host, GPU) are refused ("duplicate GPU"), a process holding several ranks must
-//   use GroupStart/End (work issued inside a group starts at GroupEnd), Abort fails pending work
-//   and peers see an asynchronous error. FailRank() simulates a rank's process dying.
+//   cudaEventRecord / cudaStreamWaitEvent ordering, and interprocess events share state. A stream
+//   waiting on an event whose record never runs (the recorder's stream is stuck) waits forever.
+// - Communicators are nonblocking as NCCL's: init, every collective and GroupEnd return
+//   ncclInProgress-like (the work reaches its stream only after State() was polled, so work queued
+//   before that runs first), Finalize completes once the rank's collectives ran. Ranks of one
+//   UniqueId rendezvous per collective (same order on every rank). Two ranks on one (host, GPU)
+//   are refused ("duplicate GPU"), a process holding several ranks must use GroupStart/End, Abort
+//   frees the communicator, fails pending work and peers see an asynchronous error; a call from a
+//   thread other than the one that created it is counted (thread_violations). FailCommunicator()
+//   simulates a rank's process dying; FailNextCall() an NCCL refusal (ncclInvalidUsage).
 #pragma once
 
 #include <atomic>
@@ -27,6 +34,7 @@
 namespace ard::gpu::testing {
 
 struct CommGroup;
+struct MappingTable;
 
 class HostWorld {
  public:
@@ -39,6 +47,12 @@ class HostWorld {
   // Communicators neither aborted nor destroyed. Abort frees a communicator's state at once, as
   // ncclCommAbort does, even while its Communicator object lives on.
   int live_communicators() const;
+  int aborted_communicators() const;
+  int finalized_communicators() const;  // destroyed after a completed Finalize
+  // Calls on a communicator from a thread other than the one that drives it.
+  int thread_violations() const;
+  // State() polls before an accepted call reaches its stream (>= 1; default 2).
+  void set_in_progress_polls(int polls);
 
   struct State;  // host_internal.h
   State* state() { return state_.get(); }
@@ -53,6 +67,12 @@ class HostDevice : public Device {
   ~HostDevice() override;
 
   std::string Describe() const override;
+  std::string NcclVersion() const override { return nccl_version_; }
+  // What Describe() and NcclVersion() report (tests of version agreement between hosts).
+  void set_versions(std::string cuda, std::string nccl) {
+    cuda_version_ = std::move(cuda);
+    nccl_version_ = std::move(nccl);
+  }
   absl::StatusOr<int> DeviceCount() override;
   absl::StatusOr<std::unique_ptr<Memory>> Allocate(int device, size_t bytes) override;
   absl::StatusOr<IpcHandle> ExportMemory(const Memory& memory) override;
@@ -66,10 +86,10 @@ class HostDevice : public Device {
   absl::Status CopyAsync(void* dst, const void* src, size_t bytes, Stream& stream) override;
   absl::Status MemsetAsync(void* dst, int value, size_t bytes, Stream& stream) override;
   absl::Status Synchronize(Stream& stream) override;
+  absl::StatusOr<bool> Query(Stream& stream) override;
   absl::StatusOr<UniqueId> NewUniqueId() override;
   absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> InitCommunicators(
-      const UniqueId& id, int size, const std::vector<CommRank>& local,
-      absl::Duration timeout) override;
+      const UniqueId& id, int size, const std::vector<CommRank>& local) override;
   absl::Status GroupStart() override;
   absl::Status GroupEnd() override;
 
@@ -77,6 +97,21 @@ class HostDevice : public Device {
   int memory_opens() const { return memory_opens_.load(); }
   int open_mappings() const { return open_mappings_->load(); }
   int group_ends() const { return group_ends_.load(); }
+  int allocations() const { return allocations_.load(); }
+  // The next collective call on one of this process's communicators returns `status` (what NCCL
+  // answers for a call it refuses: ncclInvalidUsage, ncclInvalidArgument).
+  void FailNextCall(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    injected_ = std::move(status);
+  }
+  absl::Status TakeInjectedFailure() {
+    absl::MutexLock lock(&mu_);
+    absl::Status status = std::move(injected_);
+    injected_ = absl::OkStatus();
+    return status;
+  }
+  // The sticky error of `device`'s context (OK while healthy).
+  absl::Status sticky(int device) const;
   // Collectives issued through this device's communicators, by kind: "allreduce", "broadcast",
   // "allgather", "reducescatter".
   int collective_calls(const std::string& kind) const {
@@ -91,12 +126,17 @@ class HostDevice : public Device {
   uint32_t pid() const { return pid_; }
   HostWorld& world() { return world_; }
 
-  // Issues `task` on `stream` (or defers it to GroupEnd inside a group). Used by communicators.
+  // Issues `task` on `stream`. Used by communicators and tests.
   absl::Status Issue(Stream& stream, std::function<absl::Status()> task, bool collective);
   bool InGroup() const;
+  // Inside a group: `comm` accepts `task` at GroupEnd.
+  void Defer(Communicator* comm, Stream& stream, std::function<absl::Status()> task);
 
  private:
   absl::Status CheckDevice(int device) const;
+  // A copy's task: an illegal address when [p, p + bytes) lies in a mapping whose allocation its
+  // exporter freed (the context of `device` is then poisoned).
+  absl::Status CheckMapped(const void* p, size_t bytes, int device);
 
   HostWorld& world_;
   const std::string host_;
@@ -105,12 +145,19 @@ class HostDevice : public Device {
   std::atomic<int> memory_opens_{0};
   std::shared_ptr<std::atomic<int>> open_mappings_ = std::make_shared<std::atomic<int>>(0);
   std::atomic<int> group_ends_{0};
+  std::atomic<int> allocations_{0};
+  std::string cuda_version_ = "none";
+  std::string nccl_version_ = "host-double";
+  std::shared_ptr<MappingTable> mappings_;
 
   struct Deferred {
+    Communicator* comm;
     Stream* stream;
     std::function<absl::Status()> task;
   };
   mutable absl::Mutex mu_;
+  absl::Status injected_ ABSL_GUARDED_BY(mu_);
+  std::map<int, absl::Status> sticky_ ABSL_GUARDED_BY(mu_);
   std::map<std::thread::id, int> group_depth_ ABSL_GUARDED_BY(mu_);
   std::map<std::thread::id, std::vector<Deferred>> deferred_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> calls_ ABSL_GUARDED_BY(mu_);

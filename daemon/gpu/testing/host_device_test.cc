@@ -87,9 +87,9 @@ TEST_CASE("communicator ranks in two processes allreduce; several local ranks ne
   HostDevice a(world, "a", 10, 2), b(world, "b", 20, 1);
   UniqueId id = *a.NewUniqueId();
   auto b_future = std::async(std::launch::async, [&] {
-    return b.InitCommunicators(id, 3, {{2, 0}}, absl::Seconds(5));
+    return InitCommunicatorsAndWait(b, id, 3, {{2, 0}}, absl::Seconds(5));
   });
-  auto a_comms = a.InitCommunicators(id, 3, {{0, 0}, {1, 1}}, absl::Seconds(5));
+  auto a_comms = InitCommunicatorsAndWait(a, id, 3, {{0, 0}, {1, 1}}, absl::Seconds(5));
   REQUIRE(a_comms.ok());
   auto b_comms = b_future.get();
   REQUIRE(b_comms.ok());
@@ -111,6 +111,8 @@ TEST_CASE("communicator ranks in two processes allreduce; several local ranks ne
   REQUIRE((*b_comms)[0]
               ->Allreduce(x2, x2, 2, wire::DataType::kFloat32, wire::ReduceOp::kAverage, 3, *s2)
               .ok());
+  REQUIRE(AwaitReady(*a_comms, absl::Seconds(5)).ok());  // in progress until polled
+  REQUIRE(AwaitReady(*b_comms, absl::Seconds(5)).ok());
   REQUIRE(a.Synchronize(*s0).ok());
   REQUIRE(a.Synchronize(*s1).ok());
   REQUIRE(b.Synchronize(*s2).ok());
@@ -125,18 +127,18 @@ TEST_CASE("duplicate GPU, init timeout, and abort failing a peer's pending colle
   HostDevice a(world, "a", 10, 1), a2(world, "a", 11, 1), b(world, "b", 20, 1);
   UniqueId id = *a.NewUniqueId();
   auto dup = std::async(std::launch::async, [&] {
-    return a.InitCommunicators(id, 2, {{0, 0}}, absl::Milliseconds(300));
+    return InitCommunicatorsAndWait(a, id, 2, {{0, 0}}, absl::Milliseconds(300));
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  auto second = a2.InitCommunicators(id, 2, {{1, 0}}, absl::Milliseconds(300));
+  auto second = InitCommunicatorsAndWait(a2, id, 2, {{1, 0}}, absl::Milliseconds(300));
   CHECK(second.status().code() == absl::StatusCode::kInvalidArgument);  // same host and GPU
   CHECK(dup.get().status().code() == absl::StatusCode::kDeadlineExceeded);
 
   UniqueId id2 = *a.NewUniqueId();
   auto bf = std::async(std::launch::async, [&] {
-    return b.InitCommunicators(id2, 2, {{1, 0}}, absl::Seconds(5));
+    return InitCommunicatorsAndWait(b, id2, 2, {{1, 0}}, absl::Seconds(5));
   });
-  auto ac = a.InitCommunicators(id2, 2, {{0, 0}}, absl::Seconds(5));
+  auto ac = InitCommunicatorsAndWait(a, id2, 2, {{0, 0}}, absl::Seconds(5));
   REQUIRE(ac.ok());
   auto bc = bf.get();
   REQUIRE(bc.ok());
@@ -145,7 +147,7 @@ TEST_CASE("duplicate GPU, init timeout, and abort failing a peer's pending colle
   // Rank 1 never joins this collective; rank 1 aborts, rank 0's pending one fails.
   REQUIRE(
       (*ac)[0]->Allreduce(&v, &v, 1, wire::DataType::kInt32, wire::ReduceOp::kSum, 2, *sa).ok());
-  CHECK((*ac)[0]->AsyncError().ok());
+  REQUIRE(AwaitReady(*ac, absl::Seconds(5)).ok());  // on the stream, waiting for rank 1
   (*bc)[0]->Abort();
   absl::Status done = a.Synchronize(*sa);
   CHECK(done.code() == absl::StatusCode::kUnavailable);
@@ -159,9 +161,9 @@ TEST_CASE("abort frees the communicator at once, as ncclCommAbort reclaims it") 
   HostDevice a(world, "a", 10, 1), b(world, "b", 20, 1);
   UniqueId id = *a.NewUniqueId();
   auto bf = std::async(std::launch::async, [&] {
-    return b.InitCommunicators(id, 2, {{1, 0}}, absl::Seconds(5));
+    return InitCommunicatorsAndWait(b, id, 2, {{1, 0}}, absl::Seconds(5));
   });
-  auto ac = a.InitCommunicators(id, 2, {{0, 0}}, absl::Seconds(5));
+  auto ac = InitCommunicatorsAndWait(a, id, 2, {{0, 0}}, absl::Seconds(5));
   REQUIRE(ac.ok());
   auto bc = bf.get();
   REQUIRE(bc.ok());
@@ -178,6 +180,86 @@ TEST_CASE("abort frees the communicator at once, as ncclCommAbort reclaims it") 
   CHECK((*bc)[0]->AsyncError().code() == absl::StatusCode::kUnavailable);
   bc->clear();
   CHECK(world.live_communicators() == 0);
+}
+
+TEST_CASE(
+    "an accepted collective is in progress: it reaches its stream only once State() is polled") {
+  HostWorld world;
+  HostDevice a(world, "a", 10, 1);
+  auto comms = InitCommunicatorsAndWait(a, *a.NewUniqueId(), 1, {{0, 0}}, absl::Seconds(5));
+  REQUIRE(comms.ok());
+  Communicator& comm = *(*comms)[0];
+  auto stream = *a.CreateStream(0);
+  auto buf = *a.Allocate(0, 64);
+  const float two[2] = {2, 2};
+  float out[2] = {0, 0};
+  REQUIRE(a.CopyAsync(buf->data(), two, sizeof(two), *stream).ok());
+  REQUIRE(comm.Allreduce(buf->data(), buf->data(), 2, wire::DataType::kFloat32,
+                         wire::ReduceOp::kAverage, 2, *stream)
+              .ok());
+  CHECK(*comm.State() == CommState::kInProgress);
+  // Queued before the collective reached the stream: it runs first (reads 2, not the average).
+  REQUIRE(a.CopyAsync(out, buf->data(), sizeof(out), *stream).ok());
+  REQUIRE(a.Synchronize(*stream).ok());
+  CHECK(out[0] == 2.0f);
+  REQUIRE(AwaitReady(*comms, absl::Seconds(5)).ok());
+  REQUIRE(a.CopyAsync(out, buf->data(), sizeof(out), *stream).ok());
+  REQUIRE(a.Synchronize(*stream).ok());
+  CHECK(out[0] == 1.0f);
+  // NCCL's PreMulSum takes floating-point factors only.
+  int32_t i = 4;
+  CHECK(comm.Allreduce(&i, &i, 1, wire::DataType::kInt32, wire::ReduceOp::kAverage, 2, *stream)
+            .code() == absl::StatusCode::kUnimplemented);
+  // An injected refusal (ncclInvalidUsage) answers the next call.
+  a.FailNextCall(absl::InvalidArgumentError("ncclInvalidUsage"));
+  CHECK(comm.Allreduce(buf->data(), buf->data(), 2, wire::DataType::kFloat32, wire::ReduceOp::kSum,
+                       1, *stream)
+            .code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("finalize completes once the rank's collectives ran; destroying it then is no abort") {
+  HostWorld world;
+  HostDevice a(world, "a", 10, 1);
+  auto comms = InitCommunicatorsAndWait(a, *a.NewUniqueId(), 1, {{0, 0}}, absl::Seconds(5));
+  REQUIRE(comms.ok());
+  auto stream = *a.CreateStream(0);
+  float x = 3;
+  REQUIRE((*comms)[0]
+              ->Allreduce(&x, &x, 1, wire::DataType::kFloat32, wire::ReduceOp::kSum, 1, *stream)
+              .ok());
+  REQUIRE((*comms)[0]->Finalize().ok());
+  REQUIRE(AwaitReady(*comms, absl::Seconds(5)).ok());
+  comms->clear();
+  CHECK(world.finalized_communicators() == 1);
+  CHECK(world.aborted_communicators() == 0);
+  CHECK(world.thread_violations() == 0);
+
+  // Not finalized: destruction aborts (and a call from another thread is counted).
+  auto again = InitCommunicatorsAndWait(a, *a.NewUniqueId(), 1, {{0, 0}}, absl::Seconds(5));
+  REQUIRE(again.ok());
+  std::thread([&] { static_cast<void>((*again)[0]->State()); }).join();
+  CHECK(world.thread_violations() == 1);
+  again->clear();
+  CHECK(world.aborted_communicators() == 1);
+}
+
+TEST_CASE("a copy through a mapping whose exporter freed it poisons the context (sticky)") {
+  HostWorld world;
+  HostDevice client(world, "h", 100, 1), daemon(world, "h", 1, 1);
+  auto mem = *client.Allocate(0, 4096);
+  auto opened = *daemon.OpenMemory(0, *client.ExportMemory(*mem));
+  auto stream = *daemon.CreateStream(0);
+  char byte = 7;
+  REQUIRE(daemon.CopyAsync(opened->data(), &byte, 1, *stream).ok());
+  REQUIRE(daemon.Synchronize(*stream).ok());
+  mem.reset();  // the exporter frees (or exits) while the daemon still maps it
+  REQUIRE(daemon.CopyAsync(opened->data(), &byte, 1, *stream).ok());
+  absl::Status status = daemon.Synchronize(*stream);
+  CHECK(IsStickyError(status));
+  CHECK(IsStickyError(daemon.Query(*stream).status()));
+  auto other = *daemon.CreateStream(0);  // every later call on that GPU fails
+  CHECK(IsStickyError(daemon.CopyAsync(&byte, &byte, 1, *other)));
+  CHECK(IsStickyError(daemon.Allocate(0, 64).status()));
 }
 
 }  // namespace

@@ -25,6 +25,8 @@ class HostStream : public Stream {
   int device() const override { return device_; }
   void Push(std::function<absl::Status()> task);
   absl::Status Drain();  // waits until every pushed task has run
+  // cudaStreamQuery: true when every pushed task has run; the sticky error otherwise.
+  absl::StatusOr<bool> Idle();
   bool stopping() const { return stopping_.load(); }
 
  private:
@@ -84,10 +86,25 @@ struct HostWorld::State {
   std::map<uint64_t, std::weak_ptr<EventState>> events;  // live interprocess events
   std::map<std::vector<uint8_t>, std::shared_ptr<CommGroup>> groups;
   std::atomic<int> live_comms{0};  // communicators not yet aborted or destroyed
+  std::atomic<int> aborted_comms{0};
+  std::atomic<int> finalized_comms{0};  // destroyed after a completed Finalize
+  std::atomic<int> thread_violations{0};
+  std::atomic<int> in_progress_polls{2};
 };
 
-std::unique_ptr<Communicator> MakeHostCommunicator(HostDevice& device,
-                                                   std::shared_ptr<CommGroup> group, int rank,
-                                                   int gpu);
+// A process's open IPC mappings by address, to find the allocation a copy touches.
+struct MappingTable {
+  std::mutex mu;
+  struct Entry {
+    size_t bytes;
+    uint64_t id;
+  };
+  std::map<uintptr_t, Entry> by_address;
+  // The allocation id of the mapping holding [p, p + bytes), or 0.
+  uint64_t Find(const void* p, size_t bytes);
+};
+
+// GroupEnd: the communicator accepts a call its group deferred (host_communicator.cc).
+void AcceptDeferred(Communicator* comm, Stream& stream, std::function<absl::Status()> task);
 
 }  // namespace ard::gpu::testing

@@ -1,5 +1,5 @@
-"""Horovod's timeline for allreduced (README "Timeline"): HOROVOD_TIMELINE=path and
-start_timeline(path)/stop_timeline() record the whole job, every host, as a Chrome trace.
+"""Horovod's timeline for allreduced (docs/operator-guide.md "Timeline"): HOROVOD_TIMELINE=path
+and start_timeline(path)/stop_timeline() record the whole job, every host, as a Chrome trace.
 
 Rank 0 runs `allreducectl timeline --job JOB -o PATH` as a child process and stops it (SIGINT) at
 stop_timeline() or exit; allreducectl asks every host's daemon over gRPC and writes the file. So

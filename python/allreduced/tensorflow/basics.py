@@ -17,7 +17,7 @@ Average = constants()["ARD_AVERAGE"]
 Min = constants()["ARD_MIN"]
 Max = constants()["ARD_MAX"]
 Product = constants()["ARD_PRODUCT"]
-Adasum = constants()["ARD_ADASUM"]  # allreduce of float host tensors (README "Adasum")
+Adasum = constants()["ARD_ADASUM"]  # allreduce of float host tensors (docs/user-guide.md "Adasum")
 
 _initialized = [False]
 _homogeneous = [True]
@@ -34,7 +34,7 @@ def init(comm=None, process_sets=None):
     environment. `process_sets` are ProcessSet objects to register right away, collectively."""
     if comm is not None:
         raise NotImplementedError("allreduced: init(comm=...) is not supported; the job's ranks "
-                                  "come from the launcher's environment (see README)")
+                                  "come from the launcher's environment (see docs/user-guide.md)")
     err = ctypes.create_string_buffer(512)
     _check_call(library().allreduced_tf_init(err, ctypes.c_size_t(len(err))), err, "init")
     if not _initialized[0]:
@@ -124,9 +124,9 @@ def _job_name():
 
 def start_timeline(file_path, mark_cycles=False):
     """Horovod's timeline: on rank 0, records the whole job (every rank, every host) into
-    `file_path` as a Chrome trace until stop_timeline() or exit (allreduced.common.timeline; README
-    "Timeline"). Other ranks do nothing, as in Horovod. `mark_cycles` has no equivalent: fused
-    groups are always shown."""
+    `file_path` as a Chrome trace until stop_timeline() or exit (allreduced.common.timeline;
+    docs/operator-guide.md "Timeline"). Other ranks do nothing, as in Horovod. `mark_cycles` has
+    no equivalent: fused groups are always shown."""
     if not _initialized[0]:
         raise ValueError("allreduced has not been initialized; use allreduced.tensorflow.init().")
     if rank() == 0:

@@ -31,3 +31,7 @@ from allreduced.torch.functions import (allgather_object, broadcast_object,
                                         broadcast_optimizer_state, broadcast_parameters)
 from allreduced.torch.optimizer import DistributedOptimizer
 from allreduced.torch.sync_batch_norm import SyncBatchNorm
+import torch.distributed as _dist  # noqa: E402
+
+if _dist.is_available():  # a torch built without distributed support has no c10d to extend
+    from allreduced.torch import c10d  # noqa: F401 (registers torch.distributed's "allreduced")

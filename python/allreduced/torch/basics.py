@@ -79,7 +79,7 @@ def init(comm=None, process_sets=None):
     `process_sets`: ProcessSet objects to add right away, collectively."""
     if comm is not None:
         raise NotImplementedError("allreduced: init(comm=...) is not supported; the job's ranks "
-                                  "come from the launcher's environment (see README)")
+                                  "come from the launcher's environment (see docs/user-guide.md)")
     if 0 not in _connections:
         _connections[0] = Connection(_check(Client, "init"))
         if not _state["at_exit"]:
