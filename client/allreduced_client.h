@@ -289,7 +289,10 @@ ARD_API void ard_release(ard_client* client, uint64_t handle);
 
 /* Says goodbye to the daemon, closes the socket, joins the receiver thread, completes requests
  * still pending with ARD_CANCELLED (their callbacks run on this thread) and unmaps all shared
- * memory. No other call on `client` may be in progress or follow. NULL is ignored. */
+ * memory. After device submits it first waits (up to the client timeout) for the daemon to confirm
+ * that it no longer uses the GPU staging arena and events, and frees them only then; without that
+ * answer they stay allocated until the process exits. No other call on `client` may be in progress
+ * or follow. NULL is ignored. */
 ARD_API void ard_client_destroy(ard_client* client);
 
 /* "OK", "CANCELLED", ..., "UNAVAILABLE" (absl's names); "UNKNOWN" for other values. The string

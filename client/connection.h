@@ -3,8 +3,8 @@
 //
 // Threads: Send() is serialised by an internal mutex and may be called from any thread (TF calls
 // ard_submit from many). Receive() is used by one thread at a time: the creating thread until
-// WELCOME, then the thread holding the session's read role (session_read.cc). Shutdown() may be called from any thread to
-// wake a blocked Receive().
+// WELCOME, then the thread holding the session's read role (session_read.cc). Shutdown() may be
+// called from any thread to wake a blocked Receive().
 #pragma once
 
 #include <cstddef>

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -27,10 +28,12 @@ bool Bind(void* lib, const char* name, Fn* out, std::string* missing) {
 Loaded Load() {
   Loaded l;
   // Kept open for the life of the process (the driver cannot be unloaded safely).
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  const char* path = std::getenv(kDriverLibraryEnv);
+  if (path == nullptr || *path == '\0') path = "libcuda.so.1";
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* why = dlerror();
-    l.status = FailedPrecondition(std::string("dlopen(libcuda.so.1): ") + (why ? why : "?"));
+    l.status = FailedPrecondition("dlopen(" + std::string(path) + "): " + (why ? why : "?"));
     return l;
   }
   Driver& d = l.driver;
@@ -62,7 +65,7 @@ Loaded Load() {
   Bind(lib, "cuStreamSynchronize", &d.StreamSynchronize, &missing);
   Bind(lib, "cuGetErrorString", &d.GetErrorString, &missing);
   if (!missing.empty()) {
-    l.status = FailedPrecondition("libcuda.so.1 has no " + missing + " (driver too old?)");
+    l.status = FailedPrecondition(std::string(path) + " has no " + missing + " (driver too old?)");
     return l;
   }
   CUresult r = d.Init(0);

@@ -62,6 +62,10 @@ struct Driver {
   Status Error(const char* call, CUresult result) const;
 };
 
+// Names the driver library to load instead of libcuda.so.1: the client's host double
+// (client/testing/fake_cuda.cc) in tests and the GPU pack's dry run. Read once, at the first load.
+inline constexpr char kDriverLibraryEnv[] = "ALLREDUCED_CUDA_DRIVER_LIBRARY";
+
 // The driver, loaded and cuInit'ed once per process. FailedPrecondition "no CUDA driver/device:
 // ..." when libcuda.so.1 is missing, lacks an entry point, or cuInit fails (no GPU).
 Status LoadDriver(const Driver** out);

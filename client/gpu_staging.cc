@@ -100,9 +100,11 @@ Status GpuStaging::CopyIn(uint64_t offset, const void* src, size_t bytes, uint32
   ARD_CLIENT_RETURN_IF_ERROR(Check(offset, bytes, event));
   ScopedContext ctx(*driver_, context_);
   auto s = static_cast<cuda::CUstream>(stream);
-  cuda::CUresult r =
-      driver_->MemcpyAsync(arena_ + offset, reinterpret_cast<cuda::CUdeviceptr>(src), bytes, s);
-  if (r != cuda::kSuccess) return driver_->Error("cuMemcpyAsync (into staging)", r);
+  cuda::CUresult r = cuda::kSuccess;
+  if (bytes > 0) {
+    r = driver_->MemcpyAsync(arena_ + offset, reinterpret_cast<cuda::CUdeviceptr>(src), bytes, s);
+    if (r != cuda::kSuccess) return driver_->Error("cuMemcpyAsync (into staging)", r);
+  }
   if ((r = driver_->EventRecord(events_[event], s)) != cuda::kSuccess) {
     return driver_->Error("cuEventRecord", r);
   }
@@ -115,6 +117,7 @@ Status GpuStaging::CopyOut(uint64_t offset, void* dst, size_t bytes, uint32_t ev
   auto s = static_cast<cuda::CUstream>(stream);
   cuda::CUresult r = driver_->StreamWaitEvent(s, events_[event], 0);
   if (r != cuda::kSuccess) return driver_->Error("cuStreamWaitEvent", r);
+  if (bytes == 0) return OkStatus();
   r = driver_->MemcpyAsync(reinterpret_cast<cuda::CUdeviceptr>(dst), arena_ + offset, bytes, s);
   if (r != cuda::kSuccess) return driver_->Error("cuMemcpyAsync (out of staging)", r);
   return OkStatus();

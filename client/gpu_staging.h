@@ -36,6 +36,8 @@ class GpuStaging {
   uint32_t num_events() const { return static_cast<uint32_t>(events_.size()); }
 
   // `stream` is the framework's CUstream (e.g. TF's Eigen GPU device stream), passed as void*.
+  // CopyIn with 0 bytes only records the event (an input the daemon never reads); CopyOut with 0
+  // bytes only makes the stream wait for the daemon (so the range may be reused after it).
   Status CopyIn(uint64_t offset, const void* src, size_t bytes, uint32_t event, void* stream);
   Status CopyOut(uint64_t offset, void* dst, size_t bytes, uint32_t event, void* stream);
 

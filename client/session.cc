@@ -62,6 +62,7 @@ Status Session::Start() {
 }
 
 Session::~Session() {
+  const bool free_gpu = UnregisterGpu();
   closing_ = true;
   if (connection_ != nullptr) {
     connection_->Send(MsgType::kBye, 0, nullptr, 0);  // best effort: the daemon may be gone
@@ -73,6 +74,10 @@ Session::~Session() {
     Deliver(requests_.FailAll({wire::Code::kCancelled, "allreduced client destroyed"}, true));
   } catch (...) {  // out of memory while cancelling: nothing more can be done from a destructor
   }
+  // CUDA: freeing memory (or an event) that another process still has open through IPC is
+  // undefined and can poison the daemon's context for every job on that GPU. Without the daemon's
+  // word the staging stays allocated until this process exits (its end closes the daemon's side).
+  if (!free_gpu) (void)gpu_.release();
 }
 
 Status Session::SendHello() {
@@ -199,8 +204,10 @@ Status Session::HandleFrame(Frame& frame) {
     case MsgType::kNotify:
       return HandleError(frame, /*notify=*/true);
     case MsgType::kGpuRegistered:
+    case MsgType::kGpuUnregistered:
       if (HandleGpuReply(frame, OkStatus())) return OkStatus();
-      return Internal("unexpected GPU_REGISTERED");
+      return Internal("unexpected GPU_REGISTERED/GPU_UNREGISTERED for request " +
+                      std::to_string(frame.header.request_id));
     case MsgType::kResultSegment: {
       wire::Segment segment;
       ARD_CLIENT_RETURN_IF_ERROR(DecodeSegment(frame.payload, frame.payload_bytes, &segment));

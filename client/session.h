@@ -12,8 +12,9 @@
 //      (one hand-off less per request); the receiver thread reads all the time once a request
 //      with a callback (or the GPU path) was used, else only what arrives while nobody waits
 //      (every kParkMs). Callbacks run on the thread that read their COMPLETE.
-//   3. ~Session(): BYE, shut the socket down, join the receiver, cancel what is pending (callbacks
-//      run on the destroying thread), unmap everything.
+//   3. ~Session(): GPU_UNREGISTER and its answer when a GPU was registered, BYE, shut the socket
+//      down, join the receiver, cancel what is pending (callbacks run on the destroying thread),
+//      unmap everything; the GPU staging is freed only if the daemon answered GPU_UNREGISTERED.
 // Thread-safe; a terminal failure (NOTIFY, lost connection, protocol error) fails every pending
 // request and every later Submit() with the same status.
 #pragma once
@@ -107,6 +108,7 @@ class Session {
     uint64_t capacity = 0;  // result bytes that fit (allgather: size x input bytes)
     uint64_t elem = 1;      // dtype size: the result's bytes follow from COMPLETE's shape
     uint32_t event = 0;
+    bool skip_copy_out = false;  // a broadcast root in place: the output already holds the result
     void* out = nullptr;
     void* stream = nullptr;
   };
@@ -116,7 +118,12 @@ class Session {
   // `complete`'s shape; NULL for an ERROR) when `status` is OK and frees its staging range and
   // event. Returns the status to report. False: `id` is not a device submit.
   bool FinishGpu(uint64_t id, Status* status, const wire::Complete* complete);
-  bool HandleGpuReply(const Frame& frame, const Status& status);  // GPU_REGISTER's answer
+  // GPU_REGISTER's or GPU_UNREGISTER's answer. False: `frame` answers neither.
+  bool HandleGpuReply(const Frame& frame, const Status& status);
+  // ~Session, before BYE: GPU_UNREGISTER, then waits for GPU_UNREGISTERED, the connection's end or
+  // the timeout. True when the staging may be freed (the daemon said so, or none was registered).
+  bool UnregisterGpu();
+  void ReceiverExited();  // wakes a GPU_REGISTER/GPU_UNREGISTER wait
 
   const ClientConfig config_;
   std::unique_ptr<Connection> connection_;
@@ -144,7 +151,9 @@ class Session {
   std::condition_variable gpu_cv_;
   std::unique_ptr<GpuStaging> gpu_;  // after a successful registration
   uint64_t gpu_register_id_ = 0;     // in flight
+  uint64_t gpu_unregister_id_ = 0;   // in flight
   bool gpu_answered_ = false;
+  bool receiver_exited_ = false;  // nothing more will be answered
   Status gpu_register_status_;
   std::map<uint64_t, uint64_t> gpu_free_;  // staging offset -> bytes (free ranges)
   std::vector<uint32_t> gpu_free_events_;

@@ -28,19 +28,25 @@ Status Session::RegisterGpu(int device) {
     lock.release();
     return sent;
   }
-  auto answered = [this] { return gpu_answered_; };
+  auto answered = [this] { return gpu_answered_ || receiver_exited_; };
   if (config_.timeout_ms < 0) {
     gpu_cv_.wait(lock, answered);
   } else if (!gpu_cv_.wait_for(lock, std::chrono::milliseconds(config_.timeout_ms), answered)) {
     gpu_register_id_ = 0;
     lock.release();
+    // The daemon may still open (and use) the handles it was sent: never freed (~Session).
+    (void)staging.release();
     return Status(wire::Code::kDeadlineExceeded,
                   "GPU_REGISTER: no answer from the daemon within " +
                       std::to_string(config_.timeout_ms) +
                       " ms (every local rank of the job must register its GPU)");
   }
   gpu_register_id_ = 0;
-  Status status = gpu_register_status_;
+  Status status = gpu_answered_ ? gpu_register_status_
+                                : Unavailable("allreduced daemon at " + config_.socket_path +
+                                              " closed the connection before answering "
+                                              "GPU_REGISTER");
+  if (!gpu_answered_) (void)staging.release();  // as above: the daemon may have opened it
   if (status.ok()) {
     gpu_ = std::move(staging);
     gpu_free_.clear();
@@ -54,11 +60,36 @@ Status Session::RegisterGpu(int device) {
 
 bool Session::HandleGpuReply(const Frame& frame, const Status& status) {
   std::lock_guard<std::mutex> lock(gpu_mu_);
-  if (gpu_register_id_ == 0 || frame.header.request_id != gpu_register_id_) return false;
+  const uint64_t id = frame.header.request_id;
+  if (id == 0 || (id != gpu_register_id_ && id != gpu_unregister_id_)) return false;
   gpu_register_status_ = status;
   gpu_answered_ = true;
   gpu_cv_.notify_all();
   return true;
+}
+
+void Session::ReceiverExited() {
+  std::lock_guard<std::mutex> lock(gpu_mu_);
+  receiver_exited_ = true;
+  gpu_cv_.notify_all();
+}
+
+bool Session::UnregisterGpu() {
+  std::unique_lock<std::mutex> lock(gpu_mu_);
+  if (gpu_ == nullptr) return true;
+  gpu_unregister_id_ = next_handle_.fetch_add(1);
+  gpu_answered_ = false;
+  if (!connection_->Send(MsgType::kGpuUnregister, gpu_unregister_id_, nullptr, 0).ok()) {
+    return false;
+  }
+  auto answered = [this] { return gpu_answered_ || receiver_exited_; };
+  if (config_.timeout_ms < 0) {
+    gpu_cv_.wait(lock, answered);
+  } else {
+    gpu_cv_.wait_for(lock, std::chrono::milliseconds(config_.timeout_ms), answered);
+  }
+  gpu_unregister_id_ = 0;
+  return gpu_answered_ && gpu_register_status_.ok();
 }
 
 Status Session::AllocateGpu(uint64_t bytes, GpuPending* pending) {
@@ -133,8 +164,14 @@ Status Session::SubmitDevice(const ard_request& request, int device, void* devic
   Status status = AllocateGpu(capacity, &pending);
   pending.bytes = request.bytes;
   pending.elem = wire::DataTypeSize(static_cast<uint32_t>(request.dtype));
+  // A broadcast reads only the root's input: elsewhere the event is recorded without a copy. A
+  // root whose output is its input (in place) needs no copy-out either.
+  const bool broadcast = collective == wire::Collective::kBroadcast;
+  const bool root = request.root_rank == topology_.rank;
+  pending.skip_copy_out = broadcast && root && device_out == request.data;
   if (status.ok()) {
-    status = gpu_->CopyIn(pending.offset, request.data, request.bytes, pending.event, stream);
+    status = gpu_->CopyIn(pending.offset, request.data, broadcast && !root ? 0 : request.bytes,
+                          pending.event, stream);
     if (!status.ok()) {
       gpu_free_[pending.offset] = pending.reserved;
       gpu_free_events_.push_back(pending.event);
@@ -191,9 +228,10 @@ bool Session::FinishGpu(uint64_t id, Status* status, const wire::Complete* compl
                                                     " bytes reserved for it");
       }
     }
-    // The stream waits for the daemon's record of the event, then copies the result out.
+    // The stream waits for the daemon's record of the event, then copies the result out (or only
+    // waits: a later copy-in into this range must not overtake the daemon).
     if (status->ok() && bytes > 0) {
-      *status = gpu_->CopyOut(p.offset, p.out, bytes, p.event, p.stream);
+      *status = gpu_->CopyOut(p.offset, p.out, p.skip_copy_out ? 0 : bytes, p.event, p.stream);
     }
   }
   gpu_free_[p.offset] = p.reserved;

@@ -39,6 +39,7 @@ bool Session::ReadFrame(int timeout_ms) {
     if (status.ok()) status = HandleFrame(frame);
     if (status.ok()) return true;
     read_done_ = true;
+    ReceiverExited();            // nothing more will be answered
     if (closing_) return false;  // the destructor cancels what is pending
     if (status.code() == wire::Code::kUnavailable) {
       FailAll(Unavailable(connection_->LostMessage()));
@@ -49,6 +50,7 @@ bool Session::ReadFrame(int timeout_ms) {
     connection_->Shutdown();
   } catch (...) {  // std::bad_alloc: give up on the connection rather than terminate TF
     read_done_ = true;
+    ReceiverExited();
     connection_->Shutdown();
     try {
       FailAll(Internal("allreduced client ran out of memory reading the daemon's answers"));

@@ -125,6 +125,11 @@ void WireClient::Register(const gpu::GpuRegistration& reg, uint64_t request_id) 
       fd_, Frame(wire::MsgType::kGpuRegister, request_id, &g, sizeof(g), tail), -1));
 }
 
+void WireClient::Unregister(uint64_t request_id) {
+  REQUIRE(local::SendMessage(fd_, Frame(wire::MsgType::kGpuUnregister, request_id, nullptr, 0, ""),
+                             -1));
+}
+
 void WireClient::SubmitMeta(uint64_t request_id, const wire::Submit& s, uint64_t offset,
                             uint32_t event) {
   wire::GpuPlacement p{offset, event, 0};

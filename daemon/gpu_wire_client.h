@@ -41,6 +41,8 @@ class WireClient {
   Reply Expect(wire::MsgType type);
 
   void Register(const gpu::GpuRegistration& reg, uint64_t request_id);
+  // GPU_UNREGISTER: the process is about to free its staging (answered GPU_UNREGISTERED).
+  void Unregister(uint64_t request_id);
 
   // Any collective: `s` as built by Meta().
   void SubmitMeta(uint64_t request_id, const wire::Submit& s, uint64_t offset, uint32_t event);

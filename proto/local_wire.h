@@ -18,10 +18,13 @@
 //                                       <-   COMPLETE (same request_id)
 //   RELEASE                             ->   result read, the daemon may reuse its slot
 //                                       <-   NOTIFY: the job failed (a rank died, ...); any time
+//   GPU_UNREGISTER (GPU path, below)    ->
+//                                       <-   GPU_UNREGISTERED: the staging memory may be freed
 //   BYE                                 ->   (or closing the socket: same cleanup)
 //
 // Details both sides rely on:
-//  - RELEASE and BYE have no payload (payload_bytes 0); RELEASE carries the COMPLETE's request_id.
+//  - RELEASE, BYE and GPU_UNREGISTER have no payload (payload_bytes 0); RELEASE carries the
+//    COMPLETE's request_id.
 //  - Input segment 0 is the one passed with HELLO; ADD_SEGMENT indexes continue at 1, and an
 //    ADD_SEGMENT is always sent before any SUBMIT that names its index.
 //  - A COMPLETE with an error code has bytes 0 (nothing to read or release).
@@ -67,9 +70,11 @@ enum class MsgType : uint16_t {
   kError = 9,
   kResultSegment = 10,
   // GPU path (issue 6; see "GPU path" below). Numbers from 20.
-  kGpuRegister = 20,    // client -> daemon, once per process: staging arena + event pool
-  kGpuRegistered = 21,  // daemon -> client: the GPU_REGISTER was accepted (no payload)
-  kGpuSubmit = 22,      // client -> daemon: a SUBMIT whose input lies in the GPU staging arena
+  kGpuRegister = 20,      // client -> daemon, once per process: staging arena + event pool
+  kGpuRegistered = 21,    // daemon -> client: the GPU_REGISTER was accepted (no payload)
+  kGpuSubmit = 22,        // client -> daemon: a SUBMIT whose input lies in the GPU staging arena
+  kGpuUnregister = 23,    // client -> daemon, before BYE: the process will free its staging
+  kGpuUnregistered = 24,  // daemon -> client: it no longer touches that memory (no payload)
 };
 
 enum class Collective : uint32_t {
@@ -229,6 +234,15 @@ static_assert(sizeof(Error) == 8, "wire layout");
 // writes the result in place (same offset) and records the same event, then sends COMPLETE (bytes
 // 0). The client makes the framework's stream wait on the event and copies the result out: the
 // host never waits for the GPU.
+// Ending: a process that registered sends GPU_UNREGISTER (no payload, a fresh request_id) before
+// BYE and frees its arena and events only after GPU_UNREGISTERED (same request_id): the daemon
+// sends it once this rank's GPU registration is released and the process's IPC mappings are no
+// longer used (CUDA: freeing exported memory before the importer closes it is undefined, and a
+// sticky error would poison the daemon's context for every job on that GPU). A daemon that knows
+// nothing of the process (no job, no registration) answers at once; an ERROR answer to
+// GPU_REGISTER means the daemon keeps nothing of that registration open. Without the answer (the
+// connection lost, an ERROR, or no answer within the client's timeout) the client keeps the memory
+// allocated until the process exits.
 inline constexpr size_t kIpcHandleBytes = 64;   // CU_IPC_HANDLE_SIZE
 inline constexpr uint32_t kMaxGpuEvents = 1024;  // tail of GPU_REGISTER fits a frame
 

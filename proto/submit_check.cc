@@ -32,7 +32,8 @@ absl::Status ValidateSubmit(const Submit& s, const std::vector<int64_t>& splits)
     return absl::OkStatus();
   }
   if (DataTypeSize(s.dtype) == 0) return Bad(absl::StrCat("unknown dtype ", s.dtype));
-  const bool reduces = collective == Collective::kAllreduce || collective == Collective::kReducescatter;
+  const bool reduces =
+      collective == Collective::kAllreduce || collective == Collective::kReducescatter;
   if (reduces && (s.reduce_op < 1 || s.reduce_op > static_cast<uint32_t>(ReduceOp::kAdasum))) {
     return Bad(absl::StrCat("unknown reduce op ", s.reduce_op));
   }
@@ -47,8 +48,7 @@ absl::Status ValidateSubmit(const Submit& s, const std::vector<int64_t>& splits)
   const uint64_t expect = static_cast<uint64_t>(elements) * DataTypeSize(s.dtype);
   if (elements > 0 && expect / elements != DataTypeSize(s.dtype)) return Bad("size overflow");
   if (expect > kMaxTensorBytes) {
-    return Bad(absl::StrCat("tensor of ", expect, " bytes exceeds the limit of ",
-                            kMaxTensorBytes));
+    return Bad(absl::StrCat("tensor of ", expect, " bytes exceeds the limit of ", kMaxTensorBytes));
   }
   if (s.bytes != expect) {
     return Bad(absl::StrCat("bytes ", s.bytes, " != ", expect, " for shape ",
@@ -59,7 +59,8 @@ absl::Status ValidateSubmit(const Submit& s, const std::vector<int64_t>& splits)
   }
   if (s.offset + s.bytes < s.offset) return Bad("offset + bytes overflows");
   if ((collective == Collective::kAllgather || collective == Collective::kAlltoall ||
-       collective == Collective::kReducescatter) && s.ndims == 0) {
+       collective == Collective::kReducescatter) &&
+      s.ndims == 0) {
     return Bad("allgather/alltoall/reducescatter need a tensor of rank >= 1");
   }
   if (s.group_id < -1 || (s.group_id >= 0 && s.group_size < 1)) return Bad("group id/size");

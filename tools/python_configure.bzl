@@ -1,7 +1,8 @@
 """python_configure: the Python interpreter for py_test and TensorFlow's headers and library.
 
-Uses the repository's virtual environment (.venv, made by tools/bootstrap.sh) when it exists,
-else Debian's /usr/bin/python3 (then TensorFlow targets are empty and TF_ENABLED is False, so the
+Uses the repository's virtual environment (.venv, made by tools/bootstrap.sh) when it exists, or
+the one $ALLREDUCED_VENV names (`--repo_env`; tools/gpu_suite.sh's own, with TensorFlow's GPU
+wheel), else Debian's /usr/bin/python3 (then TensorFlow targets are empty and TF_ENABLED is False, so the
 rest of the build still works). TensorFlow's flags come from the venv's own tf.sysconfig, so they
 match the installed wheel. Downloads nothing.
 """
@@ -65,7 +66,8 @@ print(tf.__version__)
 
 def _impl(ctx):
     root = ctx.path(Label("@//:WORKSPACE")).dirname
-    venv_python = ctx.path(str(root) + "/.venv/bin/python3")
+    venv = ctx.os.environ.get("ALLREDUCED_VENV", "") or str(root) + "/.venv"
+    venv_python = ctx.path(venv + "/bin/python3")
     python = str(venv_python) if venv_python.exists else "/usr/bin/python3"
     ctx.file("WORKSPACE", 'workspace(name = "%s")\n' % ctx.name)
     ctx.file("BUILD", _PY_BUILD.format(python = python))
@@ -89,5 +91,6 @@ def _impl(ctx):
 
 python_configure = repository_rule(
     implementation = _impl,
+    environ = ["ALLREDUCED_VENV"],
     local = True,
 )

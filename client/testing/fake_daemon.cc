@@ -38,6 +38,12 @@ struct FakeDaemon::Impl {
   FakeResultArena results;
   std::map<uint64_t, FakeResultArena::Slot> outstanding;  // request id -> result slot
   std::map<uint64_t, std::pair<FakeConn*, ReceivedSubmit>> held;
+  struct GpuArena {
+    char* base = nullptr;
+    uint64_t bytes = 0;
+  };
+  std::map<FakeConn*, GpuArena> gpu_arenas;
+  std::vector<std::pair<FakeConn*, uint64_t>> gpu_unregisters_held;
   bool stop = false;
   std::thread thread;
 
@@ -49,6 +55,9 @@ struct FakeDaemon::Impl {
   void HandleAddSegment(FakeConn* c, const wire::FrameHeader& h, const char* p, int fd);
   void HandleSubmit(FakeConn* c, const wire::FrameHeader& h, const char* p);
   void HandleRelease(const wire::FrameHeader& h);
+  void HandleGpuRegister(FakeConn* c, const wire::FrameHeader& h, const char* p);
+  void HandleGpuSubmit(FakeConn* c, const wire::FrameHeader& h, const char* p);
+  void HandleGpuUnregister(FakeConn* c, const wire::FrameHeader& h);
   void Answer(FakeConn* c, const ReceivedSubmit& s);
   void Send(FakeConn* c, std::string frame, int fd = -1) {
     c->Send(std::move(frame), fd);
@@ -96,8 +105,7 @@ FakeDaemon::~FakeDaemon() {
 
 const std::string& FakeDaemon::socket_path() const { return impl_->path; }
 
-bool FakeDaemon::WaitFor(const std::function<bool(const FakeDaemonState&)>& pred,
-                         int timeout_ms) {
+bool FakeDaemon::WaitFor(const std::function<bool(const FakeDaemonState&)>& pred, int timeout_ms) {
   std::unique_lock<std::mutex> lock(impl_->mu);
   return impl_->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
                             [&] { return pred(impl_->state); });
@@ -132,10 +140,9 @@ void FakeDaemon::Impl::Serve() {
     }
     for (size_t i = 0; i < polled.size(); ++i) {
       // A command may have closed connections meanwhile: find this one again.
-      auto it = std::find_if(conns.begin(), conns.end(),
-                             [&](const auto& c) {
-                               return c.get() == polled[i] && c->fd == fds[i + 2].fd;
-                             });
+      auto it = std::find_if(conns.begin(), conns.end(), [&](const auto& c) {
+        return c.get() == polled[i] && c->fd == fds[i + 2].fd;
+      });
       if (it == conns.end()) continue;
       if ((fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR)) && !ReadFrames(it->get())) {
         Close(static_cast<size_t>(it - conns.begin()));
@@ -184,20 +191,30 @@ void FakeDaemon::Impl::Handle(FakeConn* c, const char* data, size_t n, int fd) {
   bool wants_fd = type == MsgType::kHello || type == MsgType::kAddSegment;
   if (wants_fd != (fd >= 0)) Violation("fd presence wrong for type " + std::to_string(h.type));
   switch (type) {
-    case MsgType::kHello: return HandleHello(c, h, p, fd);
-    case MsgType::kAddSegment: return HandleAddSegment(c, h, p, fd);
-    case MsgType::kSubmit: return HandleSubmit(c, h, p);
-    case MsgType::kRelease: return HandleRelease(h);
+    case MsgType::kHello:
+      return HandleHello(c, h, p, fd);
+    case MsgType::kAddSegment:
+      return HandleAddSegment(c, h, p, fd);
+    case MsgType::kSubmit:
+      return HandleSubmit(c, h, p);
+    case MsgType::kRelease:
+      return HandleRelease(h);
+    case MsgType::kGpuRegister:
+      return HandleGpuRegister(c, h, p);
+    case MsgType::kGpuSubmit:
+      return HandleGpuSubmit(c, h, p);
+    case MsgType::kGpuUnregister:
+      return HandleGpuUnregister(c, h);
     case MsgType::kBye:
       ++state.byes;
       if (h.payload_bytes != 0) Violation("BYE with a payload");
       return;
-    default: return Violation("unexpected frame type " + std::to_string(h.type));
+    default:
+      return Violation("unexpected frame type " + std::to_string(h.type));
   }
 }
 
-void FakeDaemon::Impl::HandleHello(FakeConn* c, const wire::FrameHeader& h, const char* p,
-                                   int fd) {
+void FakeDaemon::Impl::HandleHello(FakeConn* c, const wire::FrameHeader& h, const char* p, int fd) {
   wire::Hello hello;
   if (h.payload_bytes != sizeof(hello)) return Violation("HELLO of the wrong length");
   std::memcpy(&hello, p, sizeof(hello));
@@ -238,9 +255,9 @@ void FakeDaemon::Impl::HandleSubmit(FakeConn* c, const wire::FrameHeader& h, con
   if (tail > 0) std::memcpy(s.splits.data(), p + sizeof(s.submit), tail);
   state.submits.push_back(s);
   const wire::Submit& m = s.submit;
-  bool in_bounds = m.bytes == 0 || (m.segment < c->inputs.size() &&
-                                    m.offset % wire::kSlotAlignment == 0 &&
-                                    m.offset + m.bytes <= c->inputs[m.segment].bytes);
+  bool in_bounds =
+      m.bytes == 0 || (m.segment < c->inputs.size() && m.offset % wire::kSlotAlignment == 0 &&
+                       m.offset + m.bytes <= c->inputs[m.segment].bytes);
   if (!in_bounds) {
     Violation("SUBMIT " + std::to_string(h.request_id) + " names an unannounced segment/range");
     return Send(c, EncodeErrorFrame(MsgType::kError, h.request_id,
@@ -255,7 +272,20 @@ void FakeDaemon::Impl::HandleSubmit(FakeConn* c, const wire::FrameHeader& h, con
   Answer(c, s);
 }
 
-// float32 allreduce: 2 * input (as if two ranks sent the same tensor); otherwise a copy.
+// float32 allreduce: 2 * input (as if two ranks sent the same tensor); otherwise a copy. `in` and
+// `dst` may be the same bytes (the GPU path's result is written in place).
+static void FakeResult(const wire::Submit& m, const char* in, char* dst) {
+  bool twice = m.collective == static_cast<uint32_t>(wire::Collective::kAllreduce) &&
+               m.dtype == static_cast<uint32_t>(wire::DataType::kFloat32);
+  for (uint64_t i = 0; twice && i + 4 <= m.bytes; i += 4) {
+    float f;
+    std::memcpy(&f, in + i, 4);
+    f *= 2;
+    std::memcpy(dst + i, &f, 4);
+  }
+  if (!twice) std::memmove(dst, in, m.bytes);
+}
+
 void FakeDaemon::Impl::Answer(FakeConn* c, const ReceivedSubmit& s) {
   const wire::Submit& m = s.submit;
   wire::Complete out{};
@@ -270,17 +300,7 @@ void FakeDaemon::Impl::Answer(FakeConn* c, const ReceivedSubmit& s) {
                                       static_cast<int32_t>(wire::Code::kResourceExhausted),
                                       "fake result arena full"));
     }
-    const char* in = c->inputs[m.segment].base + m.offset;
-    char* dst = results.At(slot);
-    bool twice = m.collective == static_cast<uint32_t>(wire::Collective::kAllreduce) &&
-                 m.dtype == static_cast<uint32_t>(wire::DataType::kFloat32);
-    for (uint64_t i = 0; twice && i + 4 <= m.bytes; i += 4) {
-      float f;
-      std::memcpy(&f, in + i, 4);
-      f *= 2;
-      std::memcpy(dst + i, &f, 4);
-    }
-    if (!twice) std::memcpy(dst, in, m.bytes);
+    FakeResult(m, c->inputs[m.segment].base + m.offset, results.At(slot));
     out.segment = slot.segment;
     out.offset = slot.offset;
     out.bytes = m.bytes;
@@ -302,8 +322,67 @@ void FakeDaemon::Impl::HandleRelease(const wire::FrameHeader& h) {
   state.outstanding_results = outstanding.size();
 }
 
+void FakeDaemon::Impl::HandleGpuRegister(FakeConn* c, const wire::FrameHeader& h, const char* p) {
+  wire::GpuRegister g;
+  if (h.payload_bytes < sizeof(g)) return Violation("GPU_REGISTER too short");
+  std::memcpy(&g, p, sizeof(g));
+  if (h.payload_bytes != sizeof(g) + size_t{g.num_events} * wire::kIpcHandleBytes) {
+    return Violation("GPU_REGISTER length does not match num_events");
+  }
+  ++state.gpu_registers;
+  uintptr_t base = 0;  // the host double's handle: "ardfake\0", pid, address
+  if (std::memcmp(g.arena_handle, "ardfake", 8) == 0) std::memcpy(&base, g.arena_handle + 16, 8);
+  gpu_arenas[c] = {reinterpret_cast<char*>(base), g.arena_bytes};
+  Send(c, EncodeFrame(MsgType::kGpuRegistered, h.request_id, nullptr, 0));
+}
+
+void FakeDaemon::Impl::HandleGpuSubmit(FakeConn* c, const wire::FrameHeader& h, const char* p) {
+  ReceivedSubmit s;
+  s.request_id = h.request_id;
+  wire::GpuPlacement where;
+  if (h.payload_bytes != sizeof(s.submit) + sizeof(where)) return Violation("GPU_SUBMIT length");
+  std::memcpy(&s.submit, p, sizeof(s.submit));
+  std::memcpy(&where, p + sizeof(s.submit), sizeof(where));
+  state.gpu_submits.push_back(s);
+  auto arena = gpu_arenas.find(c);
+  if (arena == gpu_arenas.end() || arena->second.base == nullptr ||
+      where.offset + s.submit.bytes > arena->second.bytes) {
+    Violation("GPU_SUBMIT " + std::to_string(h.request_id) + " outside a registered arena");
+    return Send(c, EncodeErrorFrame(MsgType::kError, h.request_id,
+                                    static_cast<int32_t>(wire::Code::kInvalidArgument),
+                                    "bad GPU placement"));
+  }
+  char* at = arena->second.base + where.offset;
+  const bool from_elsewhere =
+      s.submit.collective == static_cast<uint32_t>(wire::Collective::kBroadcast) &&
+      s.submit.root_rank != options.welcome.rank;
+  if (from_elsewhere) {
+    std::memset(at, 0x42, s.submit.bytes);  // as if the root's tensor arrived
+  } else {
+    FakeResult(s.submit, at, at);
+  }
+  wire::Complete out{};
+  out.ndims = s.submit.ndims;
+  std::memcpy(out.shape, s.submit.shape, sizeof(out.shape));
+  Send(c, EncodeFrame(MsgType::kComplete, h.request_id, &out, sizeof(out)));
+}
+
+void FakeDaemon::Impl::HandleGpuUnregister(FakeConn* c, const wire::FrameHeader& h) {
+  if (h.payload_bytes != 0) Violation("GPU_UNREGISTER with a payload");
+  state.gpu_unregisters.push_back(h.request_id);
+  if (!options.answer_gpu_unregister) {
+    gpu_unregisters_held.emplace_back(c, h.request_id);
+    return;
+  }
+  gpu_arenas.erase(c);
+  Send(c, EncodeFrame(MsgType::kGpuUnregistered, h.request_id, nullptr, 0));
+}
+
 void FakeDaemon::Impl::Close(size_t index) {
   FakeConn* c = conns[index].get();
+  gpu_arenas.erase(c);
+  auto& u = gpu_unregisters_held;
+  u.erase(std::remove_if(u.begin(), u.end(), [c](const auto& e) { return e.first == c; }), u.end());
   for (auto it = held.begin(); it != held.end();) {
     it = it->second.first == c ? held.erase(it) : std::next(it);
   }
@@ -333,8 +412,7 @@ void FakeDaemon::CompleteAllHeld() {
   for (uint64_t id : State().held) CompleteHeld(id);
 }
 
-void FakeDaemon::SendFailedComplete(uint64_t request_id, int32_t code,
-                                    const std::string& message) {
+void FakeDaemon::SendFailedComplete(uint64_t request_id, int32_t code, const std::string& message) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   wire::Complete out{};
   out.code = code;
@@ -366,6 +444,16 @@ void FakeDaemon::AddResultSegment(uint64_t bytes) {
     d.Send(c.get(), EncodeFrame(MsgType::kResultSegment, 0, &s, sizeof(s)),
            ReopenReadOnly(d.results.fd(s.index)));
   }
+}
+
+void FakeDaemon::AnswerGpuUnregister() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& d = *impl_;
+  for (const auto& [c, id] : d.gpu_unregisters_held) {
+    d.gpu_arenas.erase(c);
+    d.Send(c, EncodeFrame(MsgType::kGpuUnregistered, id, nullptr, 0));
+  }
+  d.gpu_unregisters_held.clear();
 }
 
 void FakeDaemon::CloseConnections() {

@@ -35,6 +35,12 @@ struct FakeDaemonOptions {
   wire::Welcome welcome = {0, 1, 0, 1, 0, 1, 0, 0, 7, 0};
   uint64_t result_segment_bytes = 64ull << 20;
   bool hold_submits = false;
+  // GPU path: GPU_REGISTER is answered GPU_REGISTERED; GPU_UNREGISTER is answered at once unless
+  // this is false (then AnswerGpuUnregister). A GPU_SUBMIT is answered as a SUBMIT, in place in the
+  // staging arena, which must come from the client's host double of the CUDA driver
+  // (client/testing/fake_cuda.cc: its IPC handle holds the arena's address in this process). A
+  // broadcast from another rank's root arrives as bytes 0x42.
+  bool answer_gpu_unregister = true;
 };
 
 struct ReceivedSubmit {
@@ -52,8 +58,11 @@ struct FakeDaemonState {
   wire::Hello hello{};           // the last HELLO
   std::vector<uint16_t> frames;  // every frame type received, in order
   std::vector<ReceivedSubmit> submits;
-  std::vector<uint64_t> held;    // SUBMITs not answered yet (hold mode)
+  std::vector<uint64_t> held;  // SUBMITs not answered yet (hold mode)
   std::vector<uint64_t> releases;
+  int gpu_registers = 0;
+  std::vector<uint64_t> gpu_unregisters;  // request ids, in order
+  std::vector<ReceivedSubmit> gpu_submits;
   std::vector<wire::Segment> added_segments;
   size_t outstanding_results = 0;  // COMPLETEs with bytes > 0 not yet RELEASEd
   std::vector<std::string> violations;
@@ -82,6 +91,7 @@ class FakeDaemon {
   void SendNotify(int32_t code, const std::string& message);
   void AddResultSegment(uint64_t bytes);  // results are then placed in the newest segment first
   void CloseConnections();
+  void AnswerGpuUnregister();  // every GPU_UNREGISTER not answered yet
 
  private:
   struct Impl;

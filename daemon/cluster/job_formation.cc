@@ -79,7 +79,17 @@ void JobFormation::Register(const RegisterRanksRequest& request, Done<RegisterRa
                                                  request.host())));
     return;
   }
-  forming->hosts[request.host()] = {request, std::move(done)};
+  auto& entry = forming->hosts[request.host()];
+  if (entry.second) {
+    // The host's job re-registered (a newer generation there): its earlier registration ends,
+    // answered from the loop (the answer may register again).
+    loop_.Post([superseded = std::move(entry.second),
+                why = absl::AbortedError(absl::StrCat(
+                    "job ", request.job(), ": host ", request.host(),
+                    " registered again; this registration of ", entry.first.ranks_size(),
+                    " rank(s) is superseded"))]() { superseded(why); });
+  }
+  entry = {request, std::move(done)};
   forming->last_change = absl::Now();
   if (elastic) ScheduleSettled(request.job());
   TryForm(request.job());

@@ -92,6 +92,34 @@ TEST_CASE("sizes that disagree, too many ranks and absurd registrations are refu
   CHECK(f.formed.empty());
 }
 
+TEST_CASE("a host that registers again supersedes its earlier registration, which is answered") {
+  EventLoop loop("formation");
+  loop.Start();
+  JobFormation formation(loop, 7, [](const JobLayout&) {});
+  absl::Notification first_answered;
+  absl::Status first = absl::UnknownError("unanswered");
+  bool second_answered = false;
+  loop.Post([&] {
+    formation.Register(Registration("a", 1, 3), [&](absl::StatusOr<RegisterRanksResponse> r) {
+      first = r.status();
+      first_answered.Notify();
+    });
+    formation.Register(Registration("a", 2, 3),
+                       [&](absl::StatusOr<RegisterRanksResponse>) { second_answered = true; });
+  });
+  REQUIRE(first_answered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  CHECK(absl::IsAborted(first));
+  CHECK(first.message() ==
+        "job train: host a registered again; this registration of 1 rank(s) is superseded");
+  absl::Notification checked;
+  loop.Post([&] {
+    CHECK_FALSE(second_answered);  // 2 of 3 ranks: it still waits for the third
+    checked.Notify();
+  });
+  checked.WaitForNotification();
+  loop.Stop();
+}
+
 TEST_CASE("a host DOWN drops its registration; the job then needs it again") {
   Formation f;
   f.Register(Registration("a", 1, 2));
@@ -137,7 +165,7 @@ TEST_CASE("an elastic job re-forms from the surviving hosts with dense ranks in 
   CHECK(two.generation() == 2);
   CHECK(two.size() == 3);
   CHECK(two.data_secret().size() == 32);
-  CHECK(two.data_secret() != first_secret);  // a fresh secret per generation
+  CHECK(two.data_secret() != first_secret);          // a fresh secret per generation
   CHECK(RanksOf(two, 0) == std::vector<int>{1, 0});  // index = local rank; hint 0 -> rank 0
   CHECK(RanksOf(two, 1) == std::vector<int>{2});
   // Host b goes DOWN: a alone (>= min_np) is every surviving host of generation 2.

@@ -16,9 +16,13 @@ bool ElasticGeneration::FormsNow(const std::vector<uint32_t>& pids, uint64_t gen
     arrivals.expected_here = std::all_of(
         before.returning.begin(), before.returning.end(),
         [&](uint32_t pid) { return std::find(pids.begin(), pids.end(), pid) != pids.end(); });
-    // A survivor re-registers moments after it detached from the last generation, however long
-    // after the first survivor it got there: count the settle time from both.
+    // A survivor re-registers once it detached from the last generation, however long after the
+    // first survivor it got there: count the wait from both. `returning` holds only survivors
+    // that still run, so a missing one is coming back unless it dies meanwhile.
     arrivals.last_change = std::max(last_arrival_, before.left);
+    if (!arrivals.expected_here) {
+      arrivals.settle = std::max(before.settle, negotiation::kSurvivorWait);
+    }
   } else if (spec_.first_local > 0) {  // the launcher said how many start here
     arrivals.expected_here = n >= spec_.first_local;
     arrivals.settle = absl::InfiniteDuration();

@@ -23,7 +23,7 @@ namespace ard::jobs {
 struct Predecessors {
   bool attached = false;  // a process of an earlier generation has not re-registered or gone
   absl::Time left = absl::InfinitePast();  // the last process of the earlier generation detached
-  std::set<uint32_t> returning;            // pids that left it to register again
+  std::set<uint32_t> returning;            // pids that left it to register again, still running
   absl::Duration settle;                   // the settle window (JobOptions::elastic_settle)
 };
 

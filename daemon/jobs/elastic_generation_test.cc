@@ -1,6 +1,7 @@
 #include "daemon/jobs/elastic_generation.h"
 
 #include "catch2/catch.hpp"
+#include "daemon/negotiation/elastic_settle.h"
 
 namespace ard::jobs {
 namespace {
@@ -46,15 +47,26 @@ TEST_CASE("A coordinated generation leaves min_np to the coordinator; max_np for
   CHECK(bounded.FormsNow({1, 2}, 0, None(), kT0));
 }
 
-TEST_CASE("A successor waits for its returning processes, or settles after the last left") {
+TEST_CASE(
+    "A successor waits for its returning processes that run, or settles after the last left") {
   ElasticGeneration next(ElasticSpec{1, 0, false, 0});
   next.Arrived(kT0);
-  Predecessors before{false, kT0 + absl::Seconds(1), {10, 11}, kSettle};
-  CHECK_FALSE(next.FormsNow({10}, 1, before, kT0 + absl::Seconds(1)));
-  CHECK(next.FormsNow({10, 11}, 1, before, kT0 + absl::Seconds(1)));
-  // 11 died meanwhile: the window counts from the later of arrival and departure.
-  CHECK_FALSE(next.FormsNow({10}, 1, before, kT0 + absl::Seconds(1) + kSettle / 2));
-  CHECK(next.FormsNow({10}, 1, before, kT0 + absl::Seconds(1) + kSettle));
+  const absl::Time left = kT0 + absl::Seconds(1);
+  Predecessors before{false, left, {10, 11}, kSettle};
+  CHECK(next.FormsNow({10, 11}, 1, before, left));
+  // 11 still runs (re-initialising on a loaded host): waited for past the settle window, up to
+  // kSurvivorWait from the later of arrival and departure.
+  CHECK_FALSE(next.FormsNow({10}, 1, before, left + 4 * kSettle));
+  CHECK_FALSE(next.FormsNow({10}, 1, before, left + negotiation::kSurvivorWait / 2));
+  CHECK(next.FormsNow({10}, 1, before, left + negotiation::kSurvivorWait));
+  // 11 died meanwhile (Succession::Before lists only running ones): it is not waited for.
+  before.returning = {10};
+  CHECK(next.FormsNow({10}, 1, before, left));
+  // Nobody expected back: it forms at once.
+  before.returning = {};
+  ElasticGeneration fresh(ElasticSpec{1, 0, false, 0});
+  fresh.Arrived(left);
+  CHECK(fresh.FormsNow({12}, 1, before, left));
   before.attached = true;  // a process of the old generation is still attached
   CHECK_FALSE(next.FormsNow({10, 11}, 1, before, kT0 + absl::Hours(1)));
 }

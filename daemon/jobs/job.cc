@@ -221,7 +221,7 @@ void Job::OnMemberClosed(const std::shared_ptr<Session>& s, bool graceful, const
       Fail(gone);
     }
   }
-  if (gpu_ != nullptr) gpu_->Release(s->rank, context_ ? context_->failure() : absl::OkStatus());
+  ReleaseGpu(s->rank);
   EndIfDetached();
 }
 

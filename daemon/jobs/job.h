@@ -99,6 +99,9 @@ class Job : private NegotiationSink {
   void AddMember(const std::shared_ptr<local::Session>& s);
   void Submit(const std::shared_ptr<local::Session>& s, local::DecodedFrame frame);
   void GpuRegister(const std::shared_ptr<local::Session>& s, const local::DecodedFrame& frame);
+  // GPU_UNREGISTER: releases the rank's GPU registration as its leaving would, then answers
+  // GPU_UNREGISTERED (local_wire.h: the process may free its staging memory).
+  void GpuUnregister(const std::shared_ptr<local::Session>& s, uint64_t request_id);
   void OnMemberClosed(const std::shared_ptr<local::Session>& s, bool graceful,
                       const std::string& why);
   // The formation timeout passed: if still forming, every member is told and detached.
@@ -139,6 +142,8 @@ class Job : private NegotiationSink {
   // The job's GPU side, created at its first GPU frame (the registry lets GPU frames through only
   // on a daemon with a GPU device).
   JobGpu& Gpu();
+  // `rank`'s process leaves the GPU side (GPU_UNREGISTER, BYE or a lost connection).
+  void ReleaseGpu(int rank);
   void StartGpu(absl::StatusOr<gpu::CrossHostGpuPlan> plan);
   void FailGpuForming(const absl::Status& status);
   void EndIfDetached();

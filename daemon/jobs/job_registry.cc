@@ -59,10 +59,25 @@ void JobRegistry::Drop(const std::string& name, uint32_t id) {
   if (Job* ended = current ? it->second.get() : succession_.Find(id)) succession_.Ended(*ended);
   if (current) jobs_.erase(it);
   if (succession_.Drop(id)) succession_.TryForm(Find(name));  // its successor may form now
-  if (succession_.awaited(name)) {
-    loop_.PostAfter(options_.elastic_settle + absl::Milliseconds(1),
-                    [this, name] { succession_.TryForm(Find(name)); });
+  if (succession_.awaited(name)) TryFormSettled(name);
+}
+
+void JobRegistry::TryFormSettled(const std::string& name) {
+  loop_.PostAfter(options_.elastic_settle + absl::Milliseconds(1),
+                  [this, name] { TryFormPolling(name, false); });
+}
+
+void JobRegistry::TryFormPolling(const std::string& name, bool polled) {
+  if (shut_down_) return;
+  if (polled) polling_.erase(name);
+  Job* job = Find(name);
+  succession_.TryForm(job);
+  // Still waiting: for a survivor that runs, which may yet die with nothing else to tell.
+  if (job == nullptr || !job->elastic() || job->state() != JobState::kForming ||
+      job->formation_in_flight() || !polling_.insert(name).second) {
+    return;
   }
+  loop_.PostAfter(options_.elastic_settle / 4, [this, name] { TryFormPolling(name, true); });
 }
 
 Job* JobRegistry::NewJob(const std::string& name, int size, int local_size, uid_t uid,
@@ -121,6 +136,13 @@ void JobRegistry::OnFrame(const std::shared_ptr<Session>& s, local::DecodedFrame
       if (frame.type == wire::MsgType::kGpuRegister) return job->GpuRegister(s, frame);
       return job->Submit(s, std::move(frame));
     }
+    case wire::MsgType::kGpuUnregister: {
+      // Nothing of this process is held without a job (or without a GPU): answered at once.
+      Job* job = s->welcomed && options_.gpu_device != nullptr ? JobOf(*s) : nullptr;
+      if (job != nullptr) return job->GpuUnregister(s, frame.request_id);
+      s->Send(local::EncodeEmpty(wire::MsgType::kGpuUnregistered, frame.request_id));
+      return;
+    }
     default:
       if (fd >= 0) close(fd);
       s->Reject(frame.request_id, absl::InvalidArgumentError("unexpected frame"));
@@ -169,8 +191,7 @@ void JobRegistry::HandleHello(const std::shared_ptr<Session>& s, const wire::Hel
   job->AddMember(s);
   if (!elastic) return;
   succession_.TryForm(job);
-  loop_.PostAfter(options_.elastic_settle + absl::Milliseconds(1),
-                  [this, name] { succession_.TryForm(Find(name)); });
+  TryFormSettled(name);
 }
 
 void JobRegistry::OnClosed(const std::shared_ptr<Session>& s, bool graceful,

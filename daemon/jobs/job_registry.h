@@ -74,6 +74,10 @@ class JobRegistry : public local::SessionHandler {
   // Every job here: current ones and retired generations.
   void ForEachJob(const std::function<void(Job&)>& f);
   void Drop(const std::string& name, uint32_t id);
+  // Forms `name`'s forming elastic generation once the settle window passed, polling (once per
+  // name) while it still waits.
+  void TryFormSettled(const std::string& name);
+  void TryFormPolling(const std::string& name, bool polled);
   void ScheduleStallInspection();
 
   EventLoop& loop_;
@@ -85,6 +89,7 @@ class JobRegistry : public local::SessionHandler {
   dataplane::tcp::DataListener* listener_ = nullptr;   // Not owned.
   std::string data_address_;
   bool shut_down_ = false;
+  std::set<std::string> polling_;      // names with a TryFormPolling posted
   std::unique_ptr<GpuProcesses> gpu_;  // GPU path: with a device only
 };
 

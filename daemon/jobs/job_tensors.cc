@@ -100,6 +100,15 @@ void Job::GpuRegister(const std::shared_ptr<Session>& s, const local::DecodedFra
       });
 }
 
+void Job::GpuUnregister(const std::shared_ptr<Session>& s, uint64_t request_id) {
+  ReleaseGpu(s->rank);
+  s->Send(local::EncodeEmpty(wire::MsgType::kGpuUnregistered, request_id));
+}
+
+void Job::ReleaseGpu(int rank) {
+  if (gpu_ != nullptr) gpu_->Release(rank, context_ ? context_->failure() : absl::OkStatus());
+}
+
 JobGpu& Job::Gpu() {
   if (gpu_ == nullptr) gpu_ = std::make_unique<JobGpu>(env_.options, *env_.gpu, name_, size_);
   return *gpu_;

@@ -55,7 +55,9 @@ Predecessors Succession::Before(const std::string& name) const {
   auto it = handoffs_.find(name);
   if (it != handoffs_.end()) {
     before.left = it->second.at;
-    before.returning = it->second.returning;
+    for (uint32_t pid : it->second.returning) {
+      if (alive_(pid)) before.returning.insert(pid);
+    }
   }
   return before;
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "daemon/common/process_alive.h"
 #include "daemon/jobs/elastic_generation.h"
 #include "daemon/jobs/job.h"
 
@@ -23,9 +24,11 @@ namespace ard::jobs {
 
 class Succession {
  public:
-  // `form_timeout`: a handoff older than this is forgotten; `settle`: the settle window.
-  Succession(absl::Duration form_timeout, absl::Duration settle)
-      : form_timeout_(form_timeout), settle_(settle) {}
+  // `form_timeout`: a handoff older than this is forgotten; `settle`: the settle window;
+  // `alive`: whether a process still runs (a returning one that does not is not waited for).
+  Succession(absl::Duration form_timeout, absl::Duration settle,
+             std::function<bool(uint32_t pid)> alive = ProcessAlive)
+      : form_timeout_(form_timeout), settle_(settle), alive_(std::move(alive)) {}
 
   // The generation of elastic job `name` that a registering process joins: the forming one in
   // `jobs` (the registry's current jobs), else a new one from `start` (given the generation it
@@ -41,7 +44,7 @@ class Succession {
   // The generation that a new generation of `name` succeeds (its last one here ended before this
   // one came back), or 0 (none, or longer than the formation timeout ago: forgotten).
   uint64_t Handoff(const std::string& name, absl::Time now);
-  // What a forming generation of `name` waits for.
+  // What a forming generation of `name` waits for (returning processes that still run).
   Predecessors Before(const std::string& name) const;
   // `name`'s successor formed (or is forming) with those present: forget its handoff.
   void Formed(const std::string& name) { handoffs_.erase(name); }
@@ -66,6 +69,7 @@ class Succession {
   };
   const absl::Duration form_timeout_;
   const absl::Duration settle_;
+  const std::function<bool(uint32_t pid)> alive_;
   std::vector<std::unique_ptr<Job>> retired_;  // until their last process detached
   std::map<std::string, Expected> handoffs_;   // by job name
 };

@@ -146,6 +146,7 @@ absl::StatusOr<DecodedFrame> DecodeFrame(const uint8_t* data, size_t size, bool 
     }
     case MsgType::kRelease:
     case MsgType::kBye:
+    case MsgType::kGpuUnregister:
       if (auto s = expect_size(0); !s.ok()) return s;
       break;
     default:

@@ -13,6 +13,10 @@ namespace ard::negotiation {
 // How long a forming elastic generation waits after the last arrival for one it expects that
 // has not come (a survivor that died meanwhile; a new job's slow starters).
 inline constexpr absl::Duration kElasticSettle = absl::Milliseconds(500);
+// How long a forming successor waits for a survivor of the last generation that still runs (its
+// framework re-initialising, seconds on a loaded host) before it forms without it. A survivor
+// that died is not waited for at all.
+inline constexpr absl::Duration kSurvivorWait = absl::Seconds(10);
 
 // What has arrived for a forming generation.
 struct ElasticArrivals {

@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "proto/local_wire.h"
 #include "daemon/common/host_name.h"
 #include "daemon/local/frame_codec.h"
 #include "daemon/negotiation/readiness_table.h"
 #include "daemon/negotiation/tensor_request.h"
+#include "proto/local_wire.h"
 #include "proto/submit_check.h"
 
 namespace {

@@ -1,9 +1,12 @@
-"""The launcher's elastic mode: SlotTable's bookkeeping and blacklist, the discovery script's
-parsing (pure), and `python -m allreduced.launch --min-np 2 --max-np 4 -np 4` over 2 real daemons
-x 2 slots with real TensorFlow workers (elastic_worker.py): a worker dies, the job shrinks to 3,
-the launcher starts a replacement in the freed slot, the job grows back to 4 and finishes; and
-over the cluster view: a daemon joins mid-run, the launcher starts workers there, the job grows."""
+"""The launcher's elastic mode: SlotTable's bookkeeping, blacklist and cooldown, the discovery
+script's parsing, the launcher's notices (pure); its rules with shell workers (a failed worker's
+host blacklisted, the reset limit, a host dropped, a job that finished); and
+`python -m allreduced.launch --min-np 2 --max-np 4 -np 4` over 3 real daemons x 2 slots with real
+TensorFlow workers (elastic_worker.py): a worker dies, its host leaves the job, the launcher
+starts two workers on the free host, the job grows back to 4 and finishes; and over the cluster
+view: a daemon joins mid-run, the launcher starts workers there, the job grows."""
 import json
+import math
 import os
 import shutil
 import signal
@@ -54,26 +57,82 @@ def test_slots_free_taken_and_released():
     table.take("a")
     table.take("b")
     assert [(h.name, i) for h, i in table.free(0)] == [("a", 1)]
-    assert not table.release("b", True, 0)
+    table.release("b")
     assert [(h.name, i) for h, i in table.free(0)] == [("a", 1), ("b", 0)]
-    table.update([Host("a", 2, "/a", True)])  # b is gone: no new worker there
-    assert [(h.name, i) for h, i in table.free(0)] == [("a", 1)]
-
-
-def test_a_host_failing_three_times_in_the_window_is_blacklisted_for_the_cool_down():
-    table = elastic.SlotTable(failure_limit=3, window_s=10, cool_down_s=100)
-    table.update([Host("a", 1, "/a", True), Host("b", 1, "/b", True)])
-    for now in (0, 20, 25):  # the first failure is out of the window by the third
-        table.take("a")
-        assert not table.release("a", True, now)
-    table.take("a")
-    assert table.release("a", True, 29)
-    assert [h.name for h, _ in table.free(30)] == ["b"]
-    assert [h.name for h, _ in table.free(128.9)] == ["b"]
-    assert [h.name for h, _ in table.free(129.1)] == ["a", "b"]
     table.take("b")
-    assert not table.release("b", False, 130)  # a success is no failure
-    assert table.used == {"a": 0, "b": 0}
+    table.update([Host("a", 2, "/a", True)])  # b is gone: its worker is to stop, no new one
+    assert table.gone() == ["b"]
+    assert [(h.name, i) for h, i in table.free(0)] == [("a", 1)]
+    table.release("b")
+    assert table.gone() == []
+
+
+def test_a_blacklisted_host_without_a_cooldown_range_stays_blacklisted():
+    table = elastic.SlotTable()
+    table.update([Host("a", 2, "/a", True), Host("b", 1, "/b", True)])
+    table.take("a")
+    assert table.blacklist("a", 5) == math.inf
+    assert table.blacklist("a", 6) is None  # already
+    assert [h.name for h, _ in table.free(1e9)] == ["b"]  # no slot of a, not even the free one
+
+
+def test_the_cooldown_doubles_per_blacklisting_with_jitter_and_stays_in_its_range():
+    jitter = iter([0.0, 0.5, 0.0, 0.999, 0.0])
+    table = elastic.SlotTable(cooldown_range=(2, 10), jitter=lambda: next(jitter))
+    table.update([Host("a", 1, "/a", True)])
+    assert table.blacklist("a", 0) == 2  # 2 * 2**0 + 0
+    assert [h.name for h, _ in table.free(1.9)] == [] and table.free(2.1)
+    assert table.blacklist("a", 100) == 5  # 2 * 2**1 + 0.5 * 2
+    assert table.blacklist("a", 200) == 8  # 2 * 2**2
+    assert table.blacklist("a", 300) == 10  # 16 + ~2, capped
+    assert table.blacklist("a", 400) == 10
+    assert [elastic.cooldown_s(n, 3, 3, 0.9) for n in (1, 2, 70)] == [3, 3, 3]
+
+
+def test_launch_notices_reach_the_workers_they_concern(tmp_path, monkeypatch):
+    # The launcher's side (elastic_run.Notices) and a worker's (common.launch_notice), in one
+    # process: worker 1's view of workers 2 and 3 started, then of a host removed.
+    from allreduced.common import launch_notice
+    from allreduced.launch.elastic_run import Notices
+    from allreduced.launch.hosts import Slot
+    notices = Notices()
+    try:
+        env = notices.env(Slot(1, 2, 0, "h", "/s", 1, 2, True), 1)
+        assert notices.env(Slot(1, 2, 0, "r", "/s", 1, 2, False), 1) == {}  # remote: none
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(launch_notice, "_seen", [0])
+
+        class FakeState:
+            def __init__(self):
+                self.messages = []
+
+            def on_hosts_updated(self, timestamp, result):
+                self.messages.append(result)
+
+        state = FakeState()
+        launch_notice.watch(state)
+        notices.added([0, 1])  # the batch worker 1 came with: no news to it
+        launch_notice.poll()
+        assert state.messages == []
+        notices.added([2, 3])
+        notices.removed(4)
+        launch_notice.poll()
+        assert state.messages == [launch_notice.ADDED, launch_notice.REMOVED]
+        assert launch_notice.wait_for_new_workers(timeout_s=0) == [2, 3]
+        monkeypatch.setenv("ALLREDUCED_ELASTIC_WORKER", "2")
+        launch_notice.arrive(timeout_s=0)  # worker 2 arrived; 3 exits
+        monkeypatch.setenv("ALLREDUCED_ELASTIC_WORKER", "1")
+        notices.exited(3)
+        assert launch_notice.wait_for_new_workers(timeout_s=0) == []
+        monkeypatch.setenv("ALLREDUCED_ELASTIC_WORKER", "1")
+        launch_notice.failed()
+        assert notices.failed(1) and not notices.failed(0)
+        assert launch_notice.training_failed()
+    finally:
+        launch_notice._failed[0] = False
+        launch_notice._states.discard(state)
+        notices.remove()
 
 
 def watched_launch(cluster, args, env, stall_s=90, limit_s=300, on_line=None):
@@ -136,12 +195,12 @@ def watched_launch(cluster, args, env, stall_s=90, limit_s=300, on_line=None):
             "".join(l for _, l in lines["err"]))
 
 
-def test_a_dead_worker_is_replaced_and_the_job_grows_back():
+def test_a_dead_worker_s_host_leaves_and_the_job_grows_back_on_a_free_one():
     cluster = Cluster(host_timeout_ms=10000)
     try:
         # The default formation timeout (60 s): under load, TensorFlow workers started together
         # reach their daemons tens of seconds apart.
-        daemons = [cluster.add(f"el-l{i}") for i in range(2)]
+        daemons = [cluster.add(f"el-l{i}") for i in range(3)]
         env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, TF_CPP_MIN_LOG_LEVEL="3",
                    ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"], ELASTIC_DIE_AT="1:4",
                    ELASTIC_STEPS="30", ELASTIC_SLEEP_S="0.1", ELASTIC_WAIT_AT="14:4")
@@ -151,21 +210,24 @@ def test_a_dead_worker_is_replaced_and_the_job_grows_back():
                       "elastic-launch", sys.executable, WORKER], env)
         out = stdout + stderr
         assert code == 0, out + cluster.logs()
+        # Worker 1 dies: its host (both slots) is blacklisted, worker 0 stopped; the free host
+        # gets two workers and the job grows back to 4.
         assert "worker 1 on local0 exited with -9" in stderr, out
-        assert "started worker 4 on local0" in stderr, out
+        assert "host local0 blacklisted for good" in stderr, out
+        assert "started worker 4 on local2" in stderr, out
+        assert "started worker 5 on local2" in stderr, out
         finals = finals_of(stdout)
-        assert sorted(finals) == [0, 2, 3, 4], out
+        assert sorted(finals) == [2, 3, 4, 5], out
         assert sorted(f[0] for f in finals.values()) == [0, 1, 2, 3], out
         assert all(f[1] == 4 for f in finals.values()), out
         assert len({json.dumps(f[2]) for f in finals.values()}) == 1, out
         assert all("reference=True" in f[3] for f in finals.values()), out
-        lines = [l.partition("] ")[2] for l in stdout.splitlines() if l.startswith("[0] ")]
-        assert any(l.startswith("STEP ") and l.endswith(" 3") for l in lines), out  # shrank
         died = float(next(l for l in stdout.splitlines() if l.startswith("[1] DIE ")).split()[2])
+        lines = [l.partition("] ")[2] for l in stdout.splitlines() if l.startswith("[2] ")]
         regrown = float(next(l for l in lines if l.startswith("RESUMED ") and l.endswith(" 4")
                              and float(l.split()[1]) > died).split()[1])
         print(f"BENCH worker death -> first collective at 4 ranks again: {regrown - died:.2f} s "
-              "(replacement started by the launcher; includes its TensorFlow import)")
+              "(replacements started by the launcher; includes their TensorFlow import)")
     finally:
         cluster.close()
 
@@ -250,23 +312,75 @@ def launch(tmp_path, shell, *options, hosts=("--sockets", "/x.sock,/y.sock", "--
         text=True, timeout=60)
 
 
-def test_a_failed_worker_is_replaced_and_the_launcher_exits_0_when_the_rest_succeed(tmp_path):
+def test_a_failed_worker_is_replaced_on_another_host(tmp_path):
     r = launch(tmp_path, "if [ $ALLREDUCED_RANK = 1 ] && [ ! -e m ]; then touch m; exit 3; fi\n"
                "sleep 1; echo done $ALLREDUCED_RANK $ALLREDUCED_ELASTIC_MIN_NP "
-               "$ALLREDUCED_ELASTIC_MAX_NP $ALLREDUCED_ELASTIC_RESET_LIMIT\n",
-               "--min-np", "1", "--max-np", "2", "-np", "2", "--reset-limit", "7")
+               "$ALLREDUCED_ELASTIC_MAX_NP $HOROVOD_HOSTNAME\n",
+               "--min-np", "1", "--max-np", "2", "-np", "2", "--reset-limit", "7",
+               hosts=("--sockets", "/x.sock,/y.sock,/z.sock", "--slots", "1"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "worker 1 on local1 exited with 3" in r.stderr, r.stderr
+    assert "host local1 blacklisted for good" in r.stderr, r.stderr
+    assert "started worker 2 on local2" in r.stderr, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["[0] done 0 1 2 local0", "[2] done 1 1 2 local2"]
+
+
+def test_a_failed_worker_blacklists_its_host_and_stops_the_host_s_other_workers(tmp_path):
+    # Ranks 0 and 1 on local0, 2 on local1: rank 1 fails, so local0 is out (rank 0 stopped) and
+    # the free slot of local1 gets a new worker; the job ends well on local1.
+    r = launch(tmp_path, "if [ $ALLREDUCED_RANK = 1 ] && [ $ALLREDUCED_SOCKET = /x.sock ]; then\n"
+               "  exit 4\nfi\n"
+               "[ $ALLREDUCED_RANK = 0 ] && exec sleep 60\nsleep 3; echo done\n",
+               "--min-np", "1", "--max-np", "3", "-np", "3",
+               hosts=("--sockets", "/x.sock,/y.sock", "--slots", "2"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "host local0 blacklisted for good" in r.stderr, r.stderr
+    assert "started worker 3 on local1" in r.stderr, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["[2] done", "[3] done"], r.stdout + r.stderr
+
+
+def test_a_blacklisted_host_gets_workers_again_after_its_cooldown(tmp_path):
+    r = launch(tmp_path, "if [ $ALLREDUCED_RANK = 1 ] && [ ! -e m ]; then touch m; exit 3; fi\n"
+               "if [ $ALLREDUCED_RANK = 0 ]; then while [ ! -e back ]; do sleep 0.1; done; fi\n"
+               "touch back; echo done $HOROVOD_HOSTNAME\n",
+               "--min-np", "1", "--max-np", "2", "-np", "2", "--blacklist-cooldown-range", "1",
+               "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "host local1 blacklisted for 1.0s" in r.stderr, r.stderr
     assert "started worker 2 on local1" in r.stderr, r.stderr
-    assert sorted(r.stdout.splitlines()) == ["[0] done 0 1 2 7", "[2] done 1 1 2 7"], r.stdout
+    assert sorted(r.stdout.splitlines()) == ["[0] done local0", "[2] done local1"], r.stdout
 
 
-def test_a_host_whose_workers_keep_failing_is_blacklisted(tmp_path):
-    r = launch(tmp_path, "if [ $ALLREDUCED_SOCKET = /y.sock ]; then echo no; exit 4; fi\n"
-               "sleep 3\n", "--min-np", "1", "--max-np", "2", "-np", "2")
-    assert r.returncode == 0, r.stdout + r.stderr  # worker 0 finished the job
-    assert "host local1 blacklisted for 120s after 3 failures" in r.stderr, r.stderr
-    assert r.stdout.count("no") == 3, r.stdout  # no worker there after the third failure
+def test_the_job_stops_at_its_reset_limit_counted_over_all_workers(tmp_path):
+    # Rank 1 fails (reset 1); its host's cooldown ends and a worker starts there again (reset
+    # 2): over a limit of 1 the job stops there (rank 0, waiting for that worker, is stopped);
+    # with a limit of 2 it finishes.
+    worker = ("if [ $ALLREDUCED_RANK = 1 ] && [ ! -e m ]; then touch m; exit 3; fi\n"
+              "if [ $ALLREDUCED_RANK = 0 ]; then while [ ! -e back ]; do sleep 0.1; done; fi\n"
+              "touch back; echo done $HOROVOD_HOSTNAME\n")
+    options = ("--min-np", "1", "--max-np", "2", "-np", "2", "--blacklist-cooldown-range", "1",
+               "1")
+    r = launch(tmp_path, worker, *options, "--reset-limit", "1")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "reset 2 times, over its reset limit of 1 (--reset-limit)" in r.stderr, r.stderr
+    assert "started worker 2" not in r.stderr and r.stdout == "", r.stdout + r.stderr
+    (tmp_path / "m").unlink()
+    r = launch(tmp_path, worker, *options, "--reset-limit", "2")
+    assert r.returncode == 0 and "reset limit" not in r.stderr, r.stdout + r.stderr
+    assert sorted(r.stdout.splitlines()) == ["[0] done local0", "[2] done local1"], r.stdout
+
+
+def test_a_replacement_started_as_the_job_ends_does_not_fail_it(tmp_path):
+    # Rank 1 fails; its replacement (worker 2) starts while rank 0 finishes the job: the
+    # replacement would wait for a job that is gone (here: exit 3 after 40 s). It is stopped
+    # (after the launcher's 10 s grace) and the launch exits 0.
+    r = launch(tmp_path, "case $ALLREDUCED_RANK in 1) [ -e m ] || { touch m; exit 3; };"
+               " touch started; exec sleep 40;;\n0) while [ ! -e started ]; do sleep 0.1; done;"
+               " echo done;;"
+               " esac\n", "--min-np", "1", "--max-np", "2", "-np", "2",
+               hosts=("--sockets", "/x.sock,/y.sock,/z.sock", "--slots", "1"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "started after the job's last generation" in r.stderr, r.stderr
 
 
 def test_the_last_failure_is_the_exit_code(tmp_path):
@@ -322,6 +436,25 @@ def test_workers_added_together_on_a_host_share_its_local_size(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(l for l in r.stdout.splitlines() if "added" in l) == [
         "[1] added 1 3 0 2", "[2] added 2 3 1 2"], r.stdout + r.stderr
+
+
+def test_a_host_that_discovery_drops_leaves_the_job(tmp_path):
+    # 127.0.0.1's worker makes the script drop its host; it is stopped (else it would exit 3 after
+    # 40 s) and the job ends well on localhost once it is gone.
+    script = tmp_path / "hosts.sh"
+    script.write_text("#!/bin/sh\necho localhost:1\n[ -e drop ] || echo 127.0.0.1:1\n")
+    script.chmod(0o755)
+    started = time.monotonic()
+    r = launch(tmp_path, "if [ $HOROVOD_HOSTNAME = 127.0.0.1 ]; then\n"
+               "  echo $$ > p.tmp; mv p.tmp pid1; touch drop; sleep 40; exit 3\nfi\n"
+               "while [ ! -e pid1 ]; do sleep 0.1; done\n"
+               "while kill -0 $(cat pid1) 2>/dev/null; do sleep 0.1; done; echo done\n",
+               "--min-np", "1", "--max-np", "2", "-np", "2", "--discovery-interval", "0.1",
+               hosts=("--host-discovery-script", str(script), "--socket", "/z.sock"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "host 127.0.0.1 is no longer available; stopping its workers" in r.stderr, r.stderr
+    assert r.stdout == "[0] done\n", r.stdout + r.stderr
+    assert time.monotonic() - started < 35, r.stderr
 
 
 def test_a_bad_discovery_line_stops_the_launch_with_its_line(tmp_path):

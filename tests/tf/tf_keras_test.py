@@ -44,6 +44,10 @@ def test_tf_keras_distributed_optimizer_matches_single_process_training():
     run_ok("equivalence", LEGACY, per_host=1)
 
 
+def test_tf_keras_gradient_aggregation_as_horovod_s_tests_use_it():
+    run_ok("aggregation", LEGACY, per_host=1)
+
+
 def test_tf_keras_fit_with_warmup_then_save_and_load_the_wrapped_optimizer(tmp_path):
     run_ok("save_load", dict(LEGACY, ALLREDUCED_TEST_DIR=str(tmp_path)))
 

@@ -23,17 +23,20 @@ from allreduced.launch import RankGroup  # noqa: E402  (harness puts python/ fir
 PACKAGE_DIR = os.path.join(HERE, "..", "..", "python")
 
 
-def run_workers(sockets, per_host, scenario, extra_env=None, launcher=None, daemon=None):
+def run_workers(sockets, per_host, scenario, extra_env=None, launcher=None, daemon=None,
+                allreducectl=True):
     """`per_host` tf_worker processes per daemon socket, started by allreduced.launch's RankGroup.
     By default they carry ALLREDUCED_JOB and ALLREDUCED_SIZE/LOCAL_SIZE/LOCAL_RANK (no
     ALLREDUCED_RANK: the daemons number them); `launcher(rank, local_rank, size, per_host)` gives
     another launcher's variables instead, without ALLREDUCED_JOB (the job is named from them).
-    `daemon`: an admin address for hvd.start_timeline (allreducectl timeline).
+    `daemon`: an admin address for hvd.start_timeline (allreducectl timeline); allreducectl=False:
+    no $ALLREDUCECTL either (the trainer's own environment only).
     Returns (returncode, output) per process; one still running after 180 s is killed."""
     size = len(sockets) * per_host
     env = dict(extra_env or {}, PYTHONPATH=PACKAGE_DIR, TF_CPP_MIN_LOG_LEVEL="3",
-               ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"],
-               ALLREDUCECTL=os.environ["ARD_BIN_ALLREDUCECTL"])
+               ALLREDUCED_TF_OPS=os.environ["ARD_BIN_TF_OPS"])
+    if allreducectl:
+        env["ALLREDUCECTL"] = os.environ["ARD_BIN_ALLREDUCECTL"]
     if daemon is not None:
         env["ALLREDUCED_DAEMON"] = daemon
     hook = None
@@ -69,15 +72,38 @@ def test_ops(hosts, per_host, scenario):
         cluster.close()
 
 
-def test_horovod_timeline_records_the_whole_job(tmp_path):
+def test_a_timeline_that_cannot_start_is_a_warning(tmp_path):
+    cluster = Cluster(host_timeout_ms=10000)
+    try:
+        d = cluster.add("tl-warn")
+        results = run_workers([d.socket], 2, "ops", {
+            "HOROVOD_TIMELINE": str(tmp_path / "t.json"),
+            "ALLREDUCECTL": str(tmp_path / "no-allreducectl")}, allreducectl=False)
+        for rc, out in results:
+            assert rc == 0 and "OK ops" in out, out
+        warned = [out for _, out in results if "training goes on without it" in out]
+        assert len(warned) == 1 and "cannot run" in warned[0], results
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize("environment", ["given", "trainer's own"])
+def test_horovod_timeline_records_the_whole_job(tmp_path, environment):
     """HOROVOD_TIMELINE=path on a 2-host job (2 daemons x 2 TensorFlow ranks): rank 0 records
-    every rank of both hosts until exit (docs/operator-guide.md "Timeline")."""
+    every rank of both hosts until exit (docs/operator-guide.md "Timeline"); with allreducectl
+    and the daemon's address given, or with nothing but the trainer's environment (PATH without
+    allreducectl: rank 0 finds both through its daemon's socket)."""
     path = str(tmp_path / "timeline.json")
     cluster = Cluster(host_timeout_ms=10000)
     try:
         daemons = [cluster.add(f"tl-{i}") for i in range(2)]
-        for rc, out in run_workers([d.socket for d in daemons], 2, "ops",
-                                   {"HOROVOD_TIMELINE": path}, daemon=daemons[1].address):
+        given = environment == "given"
+        env = {"HOROVOD_TIMELINE": path}
+        if not given:
+            env["PATH"] = os.path.dirname(sys.executable) + ":/usr/bin:/bin"
+        for rc, out in run_workers([d.socket for d in daemons], 2, "ops", env,
+                                   daemon=daemons[1].address if given else None,
+                                   allreducectl=given):
             assert rc == 0 and "OK ops" in out, out
     finally:
         cluster.close()

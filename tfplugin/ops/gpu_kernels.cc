@@ -5,6 +5,9 @@
 // collective with NCCL, and when COMPLETE
 // arrives the client enqueues the copy into the output on the same stream, then done() runs. The
 // host never waits for the GPU; ops TensorFlow enqueues on the stream after done() see the result.
+// Device copies on this side per tensor: in and out (the daemon can only reach its staging arena,
+// not TensorFlow's allocations); a broadcast copies in only at its root, and a root whose output
+// was forwarded from its input copies nothing out.
 //
 // The stream is `ctx->eigen_gpu_device().stream()` (header-only, stable across TF 2.16-2.21),
 // handed to the client library as an opaque pointer: this file links no CUDA library (the client

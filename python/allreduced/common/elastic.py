@@ -8,6 +8,7 @@ import functools
 import os
 import queue
 
+from allreduced.common import launch_notice
 from allreduced.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 
@@ -29,6 +30,7 @@ class State:
         self._reset_callbacks = []
         self._host_messages = queue.Queue()
         self._last_updated_timestamp = 0
+        launch_notice.watch(self)
 
     def register_reset_callbacks(self, callbacks):
         """Functions to call after each reset (e.g. to scale the learning rate to the new size)."""
@@ -50,8 +52,9 @@ class State:
         self.check_host_updates()
 
     def check_host_updates(self):
-        """Raises HostsUpdatedInterrupt on every rank at once when ranks wait to join or a host
-        update was queued on some rank."""
+        """Raises HostsUpdatedInterrupt on every rank at once when ranks wait to join, a host
+        update was queued on some rank, or the launcher announced new workers to some rank."""
+        launch_notice.poll()
         local = False
         while not self._host_messages.empty():
             timestamp, _ = self._host_messages.get()
@@ -107,21 +110,26 @@ def reset_limit():
 
 def rejoin(basics):
     """The reset every binding does: leaves the generation that ended and registers for the next
-    one, keeping this process's place in rank order. `basics`: the binding's module (rank,
+    one, keeping this process's place in rank order, once the launcher caught up with the loss
+    (it stops the workers of a host it blacklists) and the workers it announced reached init()
+    too (one re-formation takes them). `basics`: the binding's module (rank,
     is_initialized, shutdown, init)."""
     order = basics.rank() if basics.is_initialized() else None
     basics.shutdown()
+    launch_notice.wait_for_launcher()
+    launch_notice.wait_for_new_workers()
     if order is not None and order >= 0:
         os.environ["ALLREDUCED_ELASTIC_ORDER"] = str(order)
     basics.init()
 
 
-def run_fn(func, reset, recoverable=lambda error: False):
+def run_fn(func, reset, recoverable=lambda error: False, daemon_hosts_updated=None):
     """Wraps the training function `func(state, ...)`: syncs `state` from rank 0, runs `func`,
     and on a lost rank (HorovodInternalError, or an exception `recoverable` accepts: a framework's
     own error type) restores the last commit, calls `reset()` (leave the job and re-join it) and
-    runs it again; on joining ranks (HostsUpdatedInterrupt) resets and runs it again. Stops with
-    RuntimeError after reset_limit() resets."""
+    runs it again; on joining ranks (HostsUpdatedInterrupt) resets and runs it again (once the
+    daemon holds the new ranks: `daemon_hosts_updated`, the binding's flag, see
+    launch_notice.wait_for_registration). Stops with RuntimeError after reset_limit() resets."""
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
@@ -134,8 +142,10 @@ def run_fn(func, reset, recoverable=lambda error: False):
                 return func(state, *args, **kwargs)
             except HostsUpdatedInterrupt as interrupt:
                 skip_sync = interrupt.skip_sync
+                launch_notice.wait_for_registration(daemon_hosts_updated)
             except Exception as error:  # noqa: BLE001 (HorovodInternalError or recoverable)
                 if not isinstance(error, HorovodInternalError) and not recoverable(error):
+                    launch_notice.failed()
                     raise
                 state.restore()
                 skip_sync = False

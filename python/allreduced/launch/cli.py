@@ -12,6 +12,7 @@ import threading
 import time
 
 from allreduced.launch import elastic
+from allreduced.launch.elastic_run import ElasticRun
 from allreduced.launch import hosts as hosts_lib
 from allreduced.launch.rank_group import RankGroup
 from allreduced.launch.remote import REMOTE_GRACE_S
@@ -25,11 +26,15 @@ host's daemon socket (ALLREDUCED_SOCKET, from the cluster view unless --socket).
 prefixed with [rank]. One rank failing stops the others and its exit code is returned; SIGINT or
 SIGTERM stops every rank and exits 130 or 143.
 
-Elastic (--min-np/--max-np): -np workers start (default --min-np) with
-ALLREDUCED_ELASTIC_MIN_NP/MAX_NP; a worker that fails frees its slot and a new worker starts in a
-free one, up to --max-np, on the hosts of the cluster view or --host-discovery-script (asked
-again every --discovery-interval seconds); a host with 3 failures within a minute gets no worker for 2 minutes.
-The launcher ends when every worker has: 0 if the last succeeded."""
+Elastic (--min-np/--max-np): workers start in every free slot up to --max-np (at least -np,
+default --min-np) with ALLREDUCED_ELASTIC_MIN_NP/MAX_NP, on the hosts of the cluster view or
+--host-discovery-script (asked again every --discovery-interval seconds); new workers start in
+free slots up to --max-np while the job runs. As with horovodrun, a worker that fails blacklists
+its host (its other workers stop; no worker goes there again, or only after
+--blacklist-cooldown-range's cooldown), a host that discovery drops leaves the job (its workers
+stop), and the job stops with an error once it would re-form more than --reset-limit times. The
+launcher ends when every worker has: 0 once a worker finished the job, else the last failure's
+code."""
 
 
 class _Stopped(Exception):
@@ -59,8 +64,11 @@ def parser(prog="python -m allreduced.launch"):
                    help="total number of ranks (elastic: at the start; default --min-np)")
     p.add_argument("--min-np", type=int, help="elastic: the fewest ranks the job trains with")
     p.add_argument("--max-np", type=int, help="elastic: the most ranks (default: -np)")
-    p.add_argument("--reset-limit", type=int, help="elastic: the most re-formations "
-                   "(ALLREDUCED_ELASTIC_RESET_LIMIT)")
+    p.add_argument("--reset-limit", type=int, help="elastic: the most re-formations of the job "
+                   "(the next one stops it with an error)")
+    p.add_argument("--blacklist-cooldown-range", type=float, nargs=2, metavar=("MIN", "MAX"),
+                   help="elastic: a blacklisted host gets workers again after a cooldown of MIN "
+                   "seconds, doubled per blacklisting, jittered, at most MAX (default: never)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("-H", "--hosts", help="host1:2,host2:2 (host:slots; a bare host has "
                        "--slots, default 1)")
@@ -115,7 +123,7 @@ def _run_elastic(name, command, args):
     """Elastic mode (see _DESCRIPTION); returns the exit code."""
     job = args.job or f"launch-{os.getpid()}-{secrets.token_hex(3)}"
     discover = _discoverer(args)
-    table = elastic.SlotTable()
+    table = elastic.SlotTable(args.blacklist_cooldown_range)
     try:
         table.update(discover())
     except hosts_lib.HostError as e:
@@ -128,8 +136,8 @@ def _run_elastic(name, command, args):
             return 127
     env = {"ALLREDUCED_JOB": job, "ALLREDUCED_ELASTIC_MIN_NP": str(args.min_np),
            "ALLREDUCED_ELASTIC_MAX_NP": str(args.max_np)}
-    if args.reset_limit is not None:
-        env["ALLREDUCED_ELASTIC_RESET_LIMIT"] = str(args.reset_limit)
+    # The launcher counts the job's resets (ElasticRun); a worker's own count is not the job's.
+    env["ALLREDUCED_ELASTIC_RESET_LIMIT"] = ""
     options = {"job": job, "new_session": True,
                "ssh": {"ssh_port": args.ssh_port, "identity_file": args.ssh_identity_file,
                        "config_file": args.ssh_config_file}}
@@ -144,8 +152,10 @@ def _run_elastic(name, command, args):
                 sys.stdout.buffer.write(f"[{number}] ".encode() + line)
                 sys.stdout.buffer.flush()
 
-    workers = []
     signals = _Signals()
+    job_run = ElasticRun(table, discover, command, env, options, log, signals,
+                         args.discovery_interval, args.reset_limit)
+    workers = job_run.workers
 
     def on_signal(signo, frame):
         signals.received.append(signo)
@@ -156,8 +166,7 @@ def _run_elastic(name, command, args):
         if signal.getsignal(signo) != signal.SIG_IGN:
             signal.signal(signo, on_signal)
     try:
-        return elastic.run(table, discover, command, args.np, args.max_np, env, options, log,
-                           workers, signals, interval_s=args.discovery_interval)
+        return job_run.run(args.np, args.max_np)
     except hosts_lib.HostError as e:
         sys.stderr.write(f"{name}: {e}\n")
         _stop_all([w.group for w in workers])
@@ -206,7 +215,8 @@ def main(argv=None, prog="python -m allreduced.launch"):
     if not command:
         p.error("give the command to run after the options (or after --)")
     is_elastic = any(x is not None for x in (args.min_np, args.max_np, args.reset_limit,
-                                             args.host_discovery_script))
+                                             args.host_discovery_script,
+                                             args.blacklist_cooldown_range))
     if is_elastic:
         if args.min_np is None:
             p.error("elastic mode needs --min-np")
@@ -216,6 +226,9 @@ def main(argv=None, prog="python -m allreduced.launch"):
             p.error("elastic mode needs 1 <= --min-np <= -np <= --max-np")
         if args.reset_limit is not None and args.reset_limit < 0:
             p.error("--reset-limit takes a number >= 0")
+        low, high = args.blacklist_cooldown_range or (1, 1)
+        if not 0 < low <= high:
+            p.error("--blacklist-cooldown-range takes MIN and MAX seconds, 0 < MIN <= MAX")
         if not args.discovery_interval > 0:
             p.error("--discovery-interval takes a number of seconds > 0")
     if args.np is None:

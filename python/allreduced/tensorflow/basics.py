@@ -4,6 +4,7 @@ import ctypes
 
 import tensorflow as tf
 
+from allreduced.common import launch_notice
 from allreduced.common import timeline as _timeline
 from allreduced.common.built import (ccl_built, ddl_built, gloo_built,  # noqa: F401
                                      gloo_enabled, mpi_built, mpi_enabled,
@@ -35,6 +36,7 @@ def init(comm=None, process_sets=None):
     if comm is not None:
         raise NotImplementedError("allreduced: init(comm=...) is not supported; the job's ranks "
                                   "come from the launcher's environment (see docs/user-guide.md)")
+    launch_notice.arrive()
     err = ctypes.create_string_buffer(512)
     _check_call(library().allreduced_tf_init(err, ctypes.c_size_t(len(err))), err, "init")
     if not _initialized[0]:
@@ -61,7 +63,9 @@ def shutdown():
 
 
 def _shutdown_at_exit():
-    if _initialized[0]:
+    # Training that failed under the elastic launcher leaves as a crash, not with a goodbye: its
+    # daemon must not wait for it in the next generation.
+    if _initialized[0] and not launch_notice.training_failed():
         shutdown()
 
 

@@ -127,7 +127,8 @@ def run(func):
     restores the last commit, re-forms and runs it again; on joining ranks
     (HostsUpdatedInterrupt) re-forms and runs it again. Collectives must happen inside `func`,
     not around the call. Stops with RuntimeError after $ALLREDUCED_ELASTIC_RESET_LIMIT resets."""
-    return _common.run_fn(func, lambda: _common.rejoin(basics), _recoverable)
+    return _common.run_fn(func, lambda: _common.rejoin(basics), _recoverable,
+                          lambda: bool(library().allreduced_tf_hosts_updated()))
 
 
 __all__ = ["HorovodInternalError", "HostsUpdatedInterrupt", "State", "ObjectState",

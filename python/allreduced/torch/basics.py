@@ -8,6 +8,7 @@ rank of the set repeats alike, and refuses a name already in flight (Horovod's V
 """
 import atexit
 
+from allreduced.common import launch_notice
 from allreduced.common import timeline as _timeline
 from allreduced.common.built import (ccl_built, ddl_built, gloo_built,  # noqa: F401
                                      gloo_enabled, mpi_built, mpi_enabled,
@@ -81,6 +82,7 @@ def init(comm=None, process_sets=None):
         raise NotImplementedError("allreduced: init(comm=...) is not supported; the job's ranks "
                                   "come from the launcher's environment (see docs/user-guide.md)")
     if 0 not in _connections:
+        launch_notice.arrive()
         _connections[0] = Connection(_check(Client, "init"))
         if not _state["at_exit"]:
             _state["at_exit"] = True
@@ -105,7 +107,7 @@ def shutdown():
 
 
 def _shutdown_at_exit():
-    if _connections:
+    if _connections and not launch_notice.training_failed():  # (see allreduced.tensorflow's)
         shutdown()
 
 

@@ -34,9 +34,10 @@ class _RankState:
     def __init__(self):
         self.local_variables = []  # gradients kept local (register_local_var)
         self.variables = None  # Keras 3: the variables of the gradients being applied
-        # tf_keras, backward_passes_per_step > 1: id(var) -> accumulator, apply_gradients calls.
+        # tf_keras, backward_passes_per_step > 1: id(var) -> accumulator, and the
+        # GradientAggregation (`_agg_helper`).
         self.accumulators = {}
-        self.calls = None
+        self.aggregation = None
 
 
 def rank_state(optimizer):

@@ -4,11 +4,14 @@ tf_keras.optimizers.* and tf_keras.optimizers.legacy.*).
 apply_gradients reduces the gradients over the ranks, then hands them to the wrapped class's
 apply_gradients, which clips them (so clipping sees the global gradient, as with Keras 3) and
 updates the variables; model.fit and optimizer.minimize both come through it. tf_keras has no
-gradient accumulation of its own, so backward_passes_per_step = N > 1 is done here, with Keras
-3's semantics: every call adds the gradients to per-variable accumulators; every Nth call
-(counted by a variable of our own) reduces the accumulated sum (or mean, with
-average_aggregated_gradients) once, applies it and clears the accumulators. `iterations` counts
-the updates, as Keras 3's does with gradient accumulation.
+gradient accumulation of its own, so backward_passes_per_step = N > 1 is done here, as Horovod's
+tf_keras optimizer does it: every call adds the gradients to per-variable accumulators (an
+IndexedSlices gradient densely); every Nth call reduces the accumulated sum (or mean, with
+average_aggregated_gradients) once, applies it and clears the accumulators (set to zero, so an
+inf or NaN gradient does not outlive its cycle); `iterations` counts every call, and
+`_agg_helper.counter` the calls since the last update. `_compute_gradients(loss, var_list,
+grad_loss=None, tape=None)` is Horovod's hook too: the local gradients, which apply_gradients
+reduces.
 """
 import functools
 
@@ -18,19 +21,28 @@ from allreduced.tensorflow.gradient_reduction import reduce_gradients
 from allreduced.tensorflow.keras.options import rank_state
 
 
+class GradientAggregation:
+    """Horovod's `optimizer._agg_helper` (backward_passes_per_step > 1): `counter`, the calls of
+    apply_gradients since the last update, and the options. A variable of our own, created once
+    outside any tf.function and not saved with the optimizer."""
+
+    def __init__(self, passes, average):
+        self.backward_passes_per_step = passes
+        self.average_aggregated_gradients = average
+        with tf.init_scope():
+            self.counter = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                       name="allreduced_aggregation_counter")
+
+
 def _accumulators(optimizer, variables):
-    """(calls counter, one accumulator per variable), zero-initialized, created once outside any
-    tf.function."""
-    state = rank_state(optimizer)
-    table = state.accumulators
+    """One accumulator per variable, zero-initialized, created once outside any tf.function."""
+    table = rank_state(optimizer).accumulators
     with tf.init_scope():
-        if state.calls is None:
-            state.calls = tf.Variable(0, dtype=tf.int64, trainable=False, name="allreduced_calls")
         for var in variables:
             if id(var) not in table:
                 table[id(var)] = tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False,
                                              name="allreduced_accumulator")
-    return state.calls, [table[id(var)] for var in variables]
+    return [table[id(var)] for var in variables]
 
 
 @functools.lru_cache(maxsize=None)
@@ -45,6 +57,25 @@ def tf_keras_class(base, options, passes):
             """Keeps `var`'s gradient local to each rank (see PartialDistributedOptimizer)."""
             rank_state(self).local_variables.append(var)
 
+        @property
+        def _agg_helper(self):
+            """Horovod's aggregation helper (GradientAggregation), None without aggregation."""
+            if passes == 1:
+                return None
+            state = rank_state(self)
+            if state.aggregation is None:
+                state.aggregation = GradientAggregation(passes,
+                                                        options.average_aggregated_gradients)
+            return state.aggregation
+
+        def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
+            """Horovod's hook: [(local gradient, variable)] of `loss` (a tensor with `tape`, or
+            a callable); apply_gradients reduces them."""
+            legacy = getattr(super(), "_compute_gradients", None)
+            if legacy is not None:  # tf_keras.optimizers.legacy.*
+                return legacy(loss, var_list, grad_loss=grad_loss, tape=tape)
+            return self.compute_gradients(loss, var_list, tape=tape)
+
         def _reduce(self, grads, variables):
             return reduce_gradients(list(grads), variables,
                                     **options.reduce_kwargs(rank_state(self)))
@@ -57,7 +88,8 @@ def tf_keras_class(base, options, passes):
             if passes == 1:
                 return apply(list(zip(self._reduce(grads, variables), variables)), *args,
                              **kwargs)
-            calls, accumulators = _accumulators(self, variables)
+            counter = self._agg_helper.counter
+            accumulators = _accumulators(self, variables)
             for acc, g in zip(accumulators, grads):
                 if g is not None:
                     acc.assign_add(tf.convert_to_tensor(g))
@@ -69,10 +101,14 @@ def tf_keras_class(base, options, passes):
                 apply(list(zip(self._reduce(summed, variables), variables)), *args, **kwargs)
                 for acc in accumulators:
                     acc.assign(tf.zeros_like(acc))
+                counter.assign(0)
                 return tf.constant(True)
 
-            tf.cond(tf.equal(calls.assign_add(1) % passes, 0), update,
-                    lambda: tf.constant(False))
+            def skip():  # Horovod's: `iterations` counts this call too
+                self.iterations.assign_add(1)
+                return tf.constant(False)
+
+            tf.cond(tf.equal(counter.assign_add(1), passes), update, skip)
             return self.iterations
 
     return options.disguise(_Distributed, base)
