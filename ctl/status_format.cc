@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -163,8 +164,32 @@ std::string FormatDuration(double seconds) {
   return absl::StrFormat("%dd%02dh", s / 86400, (s % 86400) / 3600);
 }
 
+// Coordinator failover: the answering daemon's view of the election and the changes it saw.
+std::string CoordinationText(const GetClusterStatusResponse& status) {
+  if (!status.has_coordination()) return "";
+  const CoordinationView& c = status.coordination();
+  std::string out = absl::StrFormat(
+      "\nCoordination: %s (%s), term %d, coordinator %s%s, %s is %s, etcd %s\n", c.mode(),
+      absl::StrJoin(c.endpoints(), ","), c.term(), c.coordinator().empty() ? "none" : c.coordinator(),
+      c.coordinator_address().empty() ? "" : absl::StrCat(" (", c.coordinator_address(), ")"),
+      status.answered_by(), c.role(), c.etcd_state());
+  if (c.history_size() == 0) return out;
+  std::vector<Row> rows = {{"TIME", "TERM", "COORDINATOR", "ADDRESS", "WHY"}};
+  for (const CoordinatorChange& change : c.history()) {
+    rows.push_back({absl::FormatTime("%Y-%m-%d %H:%M:%E3S", absl::FromUnixMillis(change.time_unix_ms()),
+                                     absl::UTCTimeZone()),
+                     absl::StrCat(change.term()), change.host().empty() ? "none" : change.host(),
+                     change.address().empty() ? "-" : change.address(), change.reason()});
+  }
+  absl::StrAppend(&out, "Coordinator changes seen by ", status.answered_by(), ":\n",
+                  RenderTable(rows));
+  return out;
+}
+
 std::string FormatStatusTable(const GetClusterStatusResponse& status) {
-  if (!status.cluster_view_error().empty()) return LocalViewTable(status);
+  if (!status.cluster_view_error().empty()) {
+    return absl::StrCat(LocalViewTable(status), CoordinationText(status));
+  }
   const ClusterView& view = status.view();
   int up = 0;
   for (const Host& h : view.hosts()) up += h.state() == UP;
@@ -199,6 +224,7 @@ std::string FormatStatusTable(const GetClusterStatusResponse& status) {
   }
   if (!gpus.empty()) absl::StrAppend(&out, "\nGPUs:\n", gpus);
   absl::StrAppend(&out, "\nJobs:\n", JobsTable(view.jobs()));
+  absl::StrAppend(&out, CoordinationText(status));
   return out;
 }
 
@@ -217,7 +243,13 @@ absl::StatusOr<std::string> FormatStatusJson(const GetClusterStatusResponse& sta
   answered_by.set_string_value(status.answered_by());
   pb::Value view_error;
   view_error.set_string_value(status.cluster_view_error());
-  std::string answered_by_json, view_error_json, local_json;
+  std::string answered_by_json, view_error_json, local_json, coordination_json;
+  if (status.has_coordination()) {
+    if (auto s = pb::util::MessageToJsonString(status.coordination(), &coordination_json, print);
+        !s.ok()) {
+      return absl::InternalError(std::string(s.message()));
+    }
+  }
   for (auto [value, json] :
        {std::pair{&answered_by, &answered_by_json}, std::pair{&view_error, &view_error_json}}) {
     if (auto s = pb::util::MessageToJsonString(*value, json); !s.ok()) {
@@ -236,7 +268,9 @@ absl::StatusOr<std::string> FormatStatusJson(const GetClusterStatusResponse& sta
   return absl::StrCat(view_json, ",\"answered_by\":", answered_by_json,
                       ",\"forwarded\":", status.forwarded() ? "true" : "false",
                       ",\"cluster_view_error\":", view_error_json,
-                      local_json.empty() ? "" : ",\"local\":", local_json, "}");
+                      local_json.empty() ? "" : ",\"local\":", local_json,
+                      coordination_json.empty() ? "" : ",\"coordination\":", coordination_json,
+                      "}");
 }
 
 }  // namespace ard::ctl

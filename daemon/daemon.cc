@@ -23,6 +23,7 @@
 #include "daemon/daemon_options.h"
 #include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/dataplane/tcp/data_tls.h"
+#include "daemon/elected_role.h"
 #include "daemon/gpu/cuda_device.h"
 #include "daemon/gpu/device_query.h"
 #include "daemon/jobs/job_registry.h"
@@ -103,7 +104,9 @@ absl::Status Daemon::Start() {
   jobs_ = std::make_unique<jobs::JobRegistry>(
       *loop_, JobOptionsFrom(config_, self_,
                              JobServices{gpu_, gpu_unavailable, metrics_.get(), timeline_.get()}));
-  if (is_coordinator()) {
+  if (!config_.coordination().empty()) {
+    ARD_RETURN_IF_ERROR(BuildElected());
+  } else if (is_coordinator()) {
     BuildCoordinator();
   } else {
     BuildFollower();
@@ -122,6 +125,7 @@ absl::Status Daemon::Start() {
   jobs_->Start();
   if (coordinator_ != nullptr) coordinator_->Start(self_);
   if (agent_ != nullptr) agent_->Start(self_);
+  if (elected_ != nullptr) elected_->Start(self_);
 
   const absl::Duration heartbeat = absl::Milliseconds(config_.heartbeat_ms());
   loop_->Post([this, heartbeat] { HealthOnLoop(heartbeat); });
@@ -132,7 +136,8 @@ absl::Status Daemon::Start() {
   Logger("daemon")->info(
       "allreduced serving version={} host={} address={} role={} local_socket={} gpus={} nccl={} "
       "pid={}",
-      kVersion, self_.name(), self_.address(), is_coordinator() ? "coordinator" : "follower",
+      kVersion, self_.name(), self_.address(),
+      elected_ != nullptr ? "elected" : (is_coordinator() ? "coordinator" : "follower"),
       config_.local_socket(), self_.gpus_size(),
       self_.nccl_version().empty() ? "none" : self_.nccl_version(), self_.pid());
   Logger("daemon")->info("gpu device={}", gpu_ != nullptr
@@ -197,7 +202,27 @@ void Daemon::BuildFollower() {
   agent_ = std::make_unique<cluster::ClusterAgent>(*loop_, *peer_, config_.host_name(), agent);
 }
 
-// The gRPC services over the role (coordinator or follower) built before them.
+absl::Status Daemon::BuildElected() {
+  ElectedRoleServices services;
+  services.loop = loop_.get();
+  services.jobs = jobs_.get();
+  services.peer_credentials = channel_credentials_;
+  const tls::CredentialFiles etcd_tls{config_.coordination_tls_cert_file(),
+                                      config_.coordination_tls_key_file(),
+                                      config_.coordination_tls_ca_file()};
+  ARD_ASSIGN_OR_RETURN(services.etcd_credentials, tls::MakeChannelCredentials(etcd_tls));
+  services.identify = [this](const std::string& address, const IdentifyRequest& request,
+                             cluster::Done<IdentifyResponse> done) {
+    IdentifyOnLoop(address, request, std::move(done));
+  };
+  services.on_fatal = [this](const absl::Status& status) {
+    if (on_fatal_) on_fatal_(status);
+  };
+  elected_ = std::make_unique<ElectedRole>(config_, std::move(services));
+  return absl::OkStatus();
+}
+
+// The gRPC services over the role (coordinator, follower or elected) built before them.
 void Daemon::BuildServices() {
   cluster::ClusterHandler* cluster_handler = coordinator_.get();
   cluster::AdminHandler* admin_handler = coordinator_.get();
@@ -205,18 +230,28 @@ void Daemon::BuildServices() {
     cluster_handler = agent_.get();
     admin_handler = agent_.get();
   }
+  if (elected_ != nullptr) {
+    cluster_handler = elected_.get();
+    admin_handler = elected_.get();
+  }
   cluster_service_ = std::make_unique<rpc::ClusterService>(*cluster_handler);
   timeline_admin_ = std::make_unique<timeline::TimelineAdmin>(
       *loop_, *timeline_, config_.host_name(), [this]() -> const timeline::ClockOffset* {
         return agent_ != nullptr ? &agent_->clock_offset() : nullptr;
       });
   admin_mutations_ = std::make_unique<admin::AdminMutations>(
-      *loop_, config_.host_name(), coordinator_.get(), config_.coordinator(), *jobs_);
+      *loop_, config_.host_name(), coordinator_.get(),
+      elected_ != nullptr ? "the elected coordinator" : config_.coordinator(), *jobs_);
   admin_socket_ = std::make_unique<rpc::AdminSocket>();
   admin_service_ = std::make_unique<rpc::AdminService>(*admin_handler, *timeline_admin_,
                                                        *admin_mutations_, admin_socket_.get());
-  negotiation_service_ = std::make_unique<rpc::NegotiationService>(*loop_, job_coordinator_.get(),
-                                                                   config_.coordinator());
+  if (elected_ != nullptr) {
+    negotiation_service_ = std::make_unique<rpc::NegotiationService>(
+        *loop_, [this](bool forming) { return elected_->JobCoordinatorOnLoop(forming); });
+  } else {
+    negotiation_service_ = std::make_unique<rpc::NegotiationService>(*loop_, job_coordinator_.get(),
+                                                                     config_.coordinator());
+  }
 }
 
 // The local socket, the control loop, the gRPC port and admin socket, the data plane, the
@@ -259,13 +294,16 @@ absl::Status Daemon::StartDataPlane() {
   int unused;
   config::SplitHostPort(self_.address(), &advertised_host, &unused).IgnoreError();
   self_.set_data_address(absl::StrCat(advertised_host, ":", data_listener_->port()));
-  if (is_coordinator()) {
+  if (elected_ != nullptr) {
+    // The elected role's client follows the coordinator from term to term.
+  } else if (is_coordinator()) {
     negotiation_client_ = std::make_unique<cluster::LoopbackNegotiation>(*job_coordinator_);
   } else {
     negotiation_client_ = std::make_unique<rpc::GrpcPeerClient>(
         config_.coordinator(), absl::Milliseconds(config_.rpc_timeout_ms()), channel_credentials_);
   }
-  cluster::NegotiationClient* client = negotiation_client_.get();
+  cluster::NegotiationClient* client =
+      elected_ != nullptr ? &elected_->negotiation() : negotiation_client_.get();
   dataplane::tcp::DataListener* listener = data_listener_.get();
   const std::string data_address = self_.data_address();
   loop_->Post([this, client, listener, data_address] {
@@ -289,7 +327,7 @@ void Daemon::IdentifyOnLoop(const std::string& address, const IdentifyRequest& r
 // The health service says SERVING while this daemon is a member: the coordinator once started, a
 // follower while joined and in contact. Polled (at the heartbeat) rather than pushed by the roles.
 void Daemon::HealthOnLoop(absl::Duration interval) {
-  server_->SetServing(coordinator_ != nullptr || (agent_ != nullptr && agent_->MemberOnLoop()));
+  server_->SetServing(MemberOnLoop());
   loop_->PostAfter(interval, [this, interval] { HealthOnLoop(interval); });
 }
 
@@ -311,7 +349,7 @@ void Daemon::CollectMetrics() {
   loop_->Post([this, done] {
     metrics_->SetLocalJobs(jobs_->Summaries());
     metrics_->SetClientConnections(local_->session_count());
-    metrics_->SetJoined(coordinator_ != nullptr || (agent_ != nullptr && agent_->MemberOnLoop()));
+    metrics_->SetJoined(MemberOnLoop());
     done->Notify();
   });
   const std::shared_ptr<dataplane::tcp::DataTraffic>& traffic = data_listener_->traffic();
@@ -331,6 +369,11 @@ void Daemon::CollectMetrics() {
     view_done->WaitForNotificationWithTimeout(absl::Seconds(2));
   }
   done->WaitForNotificationWithTimeout(absl::Seconds(2));
+}
+
+bool Daemon::MemberOnLoop() const {
+  if (elected_ != nullptr) return elected_->MemberOnLoop();
+  return coordinator_ != nullptr || (agent_ != nullptr && agent_->MemberOnLoop());
 }
 
 // Pings from the control loop, so a wedged loop stops the pings and systemd restarts us.
@@ -378,6 +421,7 @@ void Daemon::Shutdown() {
     jobs_done.Notify();
   });
   jobs_done.WaitForNotificationWithTimeout(absl::Seconds(10));
+  if (elected_ != nullptr) elected_->Shutdown();
   if (agent_ != nullptr) {
     absl::Notification left;
     agent_->LeaveAsync([&left] { left.Notify(); });
@@ -412,6 +456,7 @@ void Daemon::Teardown() {
   timeline_admin_.reset();
   cluster_service_.reset();
   agent_.reset();
+  elected_.reset();  // stops the elector first; its terms drain their calls
   coordinator_.reset();
   negotiation_service_.reset();
   job_coordinator_.reset();

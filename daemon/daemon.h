@@ -31,6 +31,7 @@ class ServerCredentials;
 
 namespace ard {
 
+class ElectedRole;
 namespace admin {
 class AdminMutations;
 }  // namespace admin
@@ -93,7 +94,10 @@ class Daemon {
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }  // 0: metrics_address is empty
   const std::string& address() const { return self_.address(); }
-  bool is_coordinator() const { return config_.coordinator().empty(); }
+  // The single-coordinator mode's coordinator (with `coordination` set the role is elected).
+  bool is_coordinator() const {
+    return config_.coordinator().empty() && config_.coordination().empty();
+  }
 
  private:
   // Start's steps, in order.
@@ -102,6 +106,8 @@ class Daemon {
   void BuildFollower();        // the follower role: the agent and its client to the coordinator
   // What status shows of this host's jobs: the current ones, then its single-host jobs that ended.
   std::vector<JobSummary> LocalJobs() const;
+  // Coordinator failover: the role etcd elects (`coordination`), instead of either above.
+  absl::Status BuildElected();
   void BuildServices();
   absl::Status OpenEndpoints(std::shared_ptr<grpc::ServerCredentials> server_credentials);
   void Teardown();  // stops and destroys every component, in reverse order
@@ -109,6 +115,7 @@ class Daemon {
   absl::Status WritePortFile() const;
   void WatchdogOnLoop(absl::Duration interval);
   void HealthOnLoop(absl::Duration interval);
+  bool MemberOnLoop() const;  // a cluster member: the health service's SERVING
   absl::Status StartMetrics();
   void CollectMetrics();  // the scrape's thread: copies loop-owned state into metrics_
   void IdentifyOnLoop(const std::string& address, const IdentifyRequest& request,
@@ -133,6 +140,7 @@ class Daemon {
   std::unique_ptr<cluster::JobCoordinator> job_coordinator_;       // coordinator role only
   std::unique_ptr<cluster::Coordinator> coordinator_;              // coordinator role only
   std::unique_ptr<cluster::ClusterAgent> agent_;                   // follower role only
+  std::unique_ptr<ElectedRole> elected_;                           // elected role only
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;  // plaintext or mutual TLS
   std::unique_ptr<rpc::GrpcPeerClient> peer_;  // to the coordinator; follower only
   // Coordinator only: clients that ask a host name's holder who it is (Identify), by address;

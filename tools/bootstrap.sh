@@ -17,6 +17,7 @@ APT_PACKAGES=(
   clang libclang-rt-14-dev   # hostile local clients: libFuzzer + ASan/UBSan (tests/fuzz/)
   openssl util-linux   # fault suite (issue 7): test certificates; unshare/nsenter for link cuts
   openssh-client openssh-server   # the launcher's ssh path, tested against a private sshd
+  etcd-server etcd-client   # coordinator failover: a 3-member etcd on loopback (tests/fault)
 )
 
 missing=()

@@ -16,7 +16,9 @@ ClusterAgent::ClusterAgent(EventLoop& loop, MembershipClient& coordinator, std::
       options_(std::move(options)),
       heartbeat_(options_.heartbeat),
       backoff_(options_.backoff_initial),
-      host_timeout_(options_.host_timeout) {}
+      host_timeout_(options_.host_timeout) {
+  term_ = options_.term;
+}
 
 void ClusterAgent::Start(const HostInfo& self) {
   loop_.Post([this, self] {
@@ -30,6 +32,7 @@ void ClusterAgent::JoinOnLoop() {
   ++join_attempts_;
   JoinRequest request;
   *request.mutable_host() = self_;
+  request.set_coordinator_term(term_);
   coordinator_.JoinAsync(request, [this](absl::StatusOr<JoinResponse> response) {
     loop_.Post([this, response = std::move(response)]() mutable { OnJoined(std::move(response)); });
   });
@@ -37,6 +40,9 @@ void ClusterAgent::JoinOnLoop() {
 
 void ClusterAgent::OnJoined(absl::StatusOr<JoinResponse> response) {
   if (state_ != State::kJoining) return;
+  if (response.ok()) {
+    if (absl::Status s = CheckTerm(response->coordinator_term()); !s.ok()) response = s;
+  }
   if (response.ok() && response->protocol_version() != kProtocolVersion) {
     // A coordinator of another release accepted us: neither would read the other's job messages
     // right. (Its table lists this host UP until its host timeout.)
@@ -99,6 +105,7 @@ void ClusterAgent::HeartbeatOnLoop(uint64_t generation) {
   request.set_host_name(self_.name());
   request.set_incarnation(incarnation_);
   request.set_instance_id(self_.instance_id());
+  request.set_coordinator_term(term_);
   if (options_.local_jobs) {
     for (auto& job : options_.local_jobs()) *request.add_jobs() = std::move(job);
   }
@@ -119,6 +126,9 @@ void ClusterAgent::HeartbeatOnLoop(uint64_t generation) {
 
 void ClusterAgent::OnHeartbeat(uint64_t generation, absl::StatusOr<HeartbeatResponse> response) {
   if (state_ != State::kJoined || generation != generation_) return;
+  if (response.ok()) {
+    if (absl::Status s = CheckTerm(response->coordinator_term()); !s.ok()) response = s;
+  }
   if (!response.ok()) {
     last_error_ = response.status().ToString();
     NoteCoordinatorUnreachable(response.status(), "heartbeat");
@@ -148,9 +158,9 @@ void ClusterAgent::OnHeartbeat(uint64_t generation, absl::StatusOr<HeartbeatResp
       Logger("cluster")->warn("coordinator asked to rejoin reason=\"{}\"", response->detail());
       // The coordinator no longer counts us in: it aborted our cross-host jobs.
       if (options_.on_cut_off) {
-        options_.on_cut_off(absl::UnavailableError(absl::StrCat(
-            "host ", self_.name(), " was dropped by the coordinator (", response->detail(),
-            ") and is rejoining")));
+        options_.on_cut_off(absl::UnavailableError(
+            absl::StrCat("host ", self_.name(), " was dropped by the coordinator (",
+                         response->detail(), ") and is rejoining")));
       }
       state_ = State::kJoining;
       JoinOnLoop();
@@ -169,10 +179,10 @@ void ClusterAgent::CheckCutOff(const absl::Status& last_error) {
   const absl::Duration silent = absl::Now() - last_contact_;
   if (cut_off_reported_ || silent < host_timeout_) return;
   cut_off_reported_ = true;
-  const absl::Status status = absl::UnavailableError(absl::StrCat(
-      "host ", self_.name(), " lost contact with the coordinator at ",
-      options_.coordinator_address, " for ", absl::ToInt64Milliseconds(silent),
-      " ms (the cluster marks it DOWN): ", last_error.message()));
+  const absl::Status status = absl::UnavailableError(
+      absl::StrCat("host ", self_.name(), " lost contact with the coordinator at ",
+                   options_.coordinator_address, " for ", absl::ToInt64Milliseconds(silent),
+                   " ms (the cluster marks it DOWN): ", last_error.message()));
   Logger("cluster")->warn("cut off from the coordinator coordinator={} silent_ms={} error=\"{}\"",
                           options_.coordinator_address, absl::ToInt64Milliseconds(silent),
                           last_error.message());
@@ -200,10 +210,20 @@ void ClusterAgent::LeaveAsync(std::function<void()> done) {
   });
 }
 
+absl::Status ClusterAgent::CheckTerm(uint64_t term) {
+  if (term >= term_) {
+    term_ = term;
+    return absl::OkStatus();
+  }
+  return absl::AbortedError(absl::StrCat("stale coordinator at ", options_.coordinator_address,
+                                         ": it answered for term ", term, ", etcd names term ",
+                                         term_));
+}
+
 absl::Status ClusterAgent::NotCoordinator() const {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "host ", self_name_, " is not the coordinator; the coordinator is at ",
-      options_.coordinator_address));
+  return absl::FailedPreconditionError(
+      absl::StrCat("host ", self_name_, " is not the coordinator; the coordinator is at ",
+                   options_.coordinator_address));
 }
 
 void ClusterAgent::HandleJoin(const JoinRequest&, Done<JoinResponse> done) {

@@ -5,9 +5,9 @@
 // coordinator; answers Identify with its own HostInfo. State lives on the control loop;
 // MembershipClient callbacks post back to it.
 //
-// Lifecycle: 1. construct with the loop and a MembershipClient to the coordinator; 2. Start(self), once
-// this daemon's bound address is known, begins joining (a Join refused with ALREADY_EXISTS, the
-// host name being held by another live daemon, or with UNIMPLEMENTED, another protocol version,
+// Lifecycle: 1. construct with the loop and a MembershipClient to the coordinator; 2. Start(self),
+// once this daemon's bound address is known, begins joining (a Join refused with ALREADY_EXISTS,
+// the host name being held by another live daemon, or with UNIMPLEMENTED, another protocol version,
 // or answered by a coordinator of another protocol version, ends joining for good:
 // options.on_refused);
 // 3. LeaveAsync() on shutdown stops heartbeats and tells the coordinator; 4. destroy after the
@@ -41,6 +41,10 @@ struct AgentOptions {
   // live daemon holds it (ALREADY_EXISTS), or the two speak different protocol versions
   // (UNIMPLEMENTED): the agent stops joining for good; the daemon should exit. May be empty.
   std::function<void(const absl::Status&)> on_refused;
+  // Coordinator failover (etcd): the term of the coordinator this agent joins (0: the
+  // single-coordinator mode). Sent with Join and Heartbeat; an answer of an older term is a stale
+  // coordinator's (an error), one of a newer term the same coordinator re-elected (adopted).
+  uint64_t term = 0;
 };
 
 class ClusterAgent : public ClusterHandler, public AdminHandler {
@@ -55,6 +59,9 @@ class ClusterAgent : public ClusterHandler, public AdminHandler {
 
   // Loop thread: joined and in contact with the coordinator (the health service's SERVING).
   bool MemberOnLoop() const { return state_ == State::kJoined && !cut_off_reported_; }
+  // Loop thread: joined and the coordinator answered the last call (failover reads etcd sooner
+  // when it did not).
+  bool AnsweredOnLoop() const { return state_ == State::kJoined && coordinator_reachable_; }
   // The coordinator's clock minus this host's, from heartbeats (timeline alignment). Loop only.
   const timeline::ClockOffset& clock_offset() const { return clock_; }
 
@@ -78,6 +85,8 @@ class ClusterAgent : public ClusterHandler, public AdminHandler {
   // host timeout; `last_error` is the latest failed call's status.
   void CheckCutOff(const absl::Status& last_error);
   absl::Status NotCoordinator() const;
+  // An error when an answer of `term` comes from a stale coordinator; adopts a newer term.
+  absl::Status CheckTerm(uint64_t term);
 
   EventLoop& loop_;
   MembershipClient& coordinator_;  // Not owned.
@@ -88,6 +97,7 @@ class ClusterAgent : public ClusterHandler, public AdminHandler {
   HostInfo self_;
   State state_ = State::kJoining;
   uint32_t incarnation_ = 0;
+  uint64_t term_ = 0;        // options.term, then a newer one the coordinator answered with
   uint64_t generation_ = 0;  // bumped on every (re)join; stale heartbeat timers see a mismatch
   absl::Duration heartbeat_;
   absl::Duration backoff_;

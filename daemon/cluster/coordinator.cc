@@ -18,8 +18,7 @@ void Coordinator::Start(const HostInfo& self) {
   loop_.Post([this, self] {
     self_ = self;
     table_.emplace(self, options_.host_timeout, absl::Now());
-    Logger("cluster")->info("coordinating cluster host={} address={}", self_name_,
-                            self.address());
+    Logger("cluster")->info("coordinating cluster host={} address={}", self_name_, self.address());
     SweepOnLoop();
   });
 }
@@ -30,9 +29,9 @@ void Coordinator::SweepOnLoop() {
                             name, absl::ToInt64Milliseconds(options_.host_timeout),
                             table_->epoch());
     if (options_.on_host_down) {
-      options_.on_host_down(name, absl::StrCat("missed heartbeats for ",
-                                               absl::ToInt64Milliseconds(options_.host_timeout),
-                                               " ms"));
+      options_.on_host_down(name,
+                            absl::StrCat("missed heartbeats for ",
+                                         absl::ToInt64Milliseconds(options_.host_timeout), " ms"));
     }
   }
   // Sweep several times per timeout so DOWN is declared close to host_timeout, not 2x it.
@@ -49,6 +48,12 @@ void Coordinator::HandleJoin(const JoinRequest& request, Done<JoinResponse> done
 void Coordinator::JoinOnLoop(const JoinRequest& request, Done<JoinResponse> done,
                              const std::string& gone_instance) {
   if (!Ready()) return done(kStarting);
+  if (absl::Status s = CheckTerm(request.coordinator_term()); !s.ok()) return done(s);
+  if (fenced_) {
+    return done(absl::UnavailableError(absl::StrCat(
+        "coordinator ", self_name_, " (term ", term_,
+        ") is fenced: it cannot renew its etcd lease, so it admits no member until it can")));
+  }
   const HostInfo& host = request.host();
   if (host.protocol_version() != kProtocolVersion) {
     // It would misread this cluster's messages (or they its): an operator must upgrade one side.
@@ -112,14 +117,16 @@ void Coordinator::JoinOnLoop(const JoinRequest& request, Done<JoinResponse> done
   response.set_heartbeat_ms(absl::ToInt64Milliseconds(options_.heartbeat));
   response.set_host_timeout_ms(absl::ToInt64Milliseconds(options_.host_timeout));
   response.set_protocol_version(kProtocolVersion);
+  response.set_coordinator_term(term_);
   done(std::move(response));
 }
 
-void Coordinator::HandleHeartbeat(const HeartbeatRequest& request,
-                                  Done<HeartbeatResponse> done) {
+void Coordinator::HandleHeartbeat(const HeartbeatRequest& request, Done<HeartbeatResponse> done) {
   loop_.Post([this, request, done = std::move(done)] {
     if (!Ready()) return done(kStarting);
+    if (absl::Status s = CheckTerm(request.coordinator_term()); !s.ok()) return done(s);
     HeartbeatResponse response;
+    response.set_coordinator_term(term_);
     std::string detail;
     response.set_verdict(table_->Heartbeat(request, absl::Now(), &detail));
     response.set_detail(detail);
@@ -127,6 +134,13 @@ void Coordinator::HandleHeartbeat(const HeartbeatRequest& request,
     response.set_coordinator_time_us(absl::ToUnixMicros(absl::Now()));
     done(std::move(response));
   });
+}
+
+absl::Status Coordinator::CheckTerm(uint64_t term) {
+  if (term_ == 0 || term <= term_) return absl::OkStatus();
+  if (options_.on_newer_term) options_.on_newer_term(term);
+  return absl::AbortedError(absl::StrCat("stale coordinator: ", self_name_, " leads term ", term_,
+                                         ", the caller knows term ", term));
 }
 
 absl::StatusOr<uint64_t> Coordinator::Forget(const std::string& host) {

@@ -26,7 +26,7 @@ namespace ard::cluster {
 struct CoordinatorOptions {
   absl::Duration heartbeat = absl::Seconds(1);
   absl::Duration host_timeout = absl::Seconds(5);
-  LocalJobsSource local_jobs;  // may be empty
+  LocalJobsSource local_jobs;    // may be empty
   LocalJobsSource cluster_jobs;  // cross-host jobs as negotiation sees them; may be empty
   // Called on the loop when a host goes DOWN (missed heartbeats) or leaves; may be empty.
   std::function<void(const std::string& host, const std::string& reason)> on_host_down;
@@ -36,6 +36,9 @@ struct CoordinatorOptions {
   std::function<void(const std::string& address, const IdentifyRequest& request,
                      Done<IdentifyResponse> done)>
       identify;
+  // Coordinator failover (etcd): told (loop) that a Join or Heartbeat named a term newer than
+  // this coordinator's (it is stale; the elector checks etcd at once). May be empty.
+  std::function<void(uint64_t term)> on_newer_term;
 };
 
 class Coordinator : public ClusterHandler, public AdminHandler {
@@ -47,6 +50,14 @@ class Coordinator : public ClusterHandler, public AdminHandler {
   bool IsUp(const std::string& host) const { return Ready() && table_->IsUp(host); }
   // Loop thread: `allreducectl forget` (MembershipTable::Forget). Returns the new epoch.
   absl::StatusOr<uint64_t> Forget(const std::string& host);
+  // Loop thread, coordinator failover (etcd): this coordinator's term (0: single-coordinator
+  // mode, no checks) and whether it is fenced (its lease may have expired: Joins are refused with
+  // UNAVAILABLE; members keep heartbeating). A Join or Heartbeat naming a newer term is refused
+  // with ABORTED; answers carry the term.
+  void SetTerm(uint64_t term, bool fenced) {
+    term_ = term;
+    fenced_ = fenced;
+  }
 
   void HandleJoin(const JoinRequest& request, Done<JoinResponse> done) override;
   void HandleHeartbeat(const HeartbeatRequest& request, Done<HeartbeatResponse> done) override;
@@ -62,12 +73,16 @@ class Coordinator : public ClusterHandler, public AdminHandler {
   void JoinOnLoop(const JoinRequest& request, Done<JoinResponse> done,
                   const std::string& gone_instance);
   bool Ready() const { return table_.has_value(); }
+  // ABORTED when `term` (a request's) is newer than this coordinator's, telling on_newer_term.
+  absl::Status CheckTerm(uint64_t term);
 
   EventLoop& loop_;
   const std::string self_name_;
   const CoordinatorOptions options_;
   std::optional<MembershipTable> table_;  // loop thread only; set by Start()
   HostInfo self_;                         // loop thread only; set by Start()
+  uint64_t term_ = 0;                     // loop thread only
+  bool fenced_ = false;                   // loop thread only
 };
 
 }  // namespace ard::cluster

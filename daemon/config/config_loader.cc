@@ -10,9 +10,11 @@
 #include <memory>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "daemon/common/host_name.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
@@ -139,6 +141,39 @@ absl::Status SetField(const std::string& name, const std::string& value, DaemonC
   }
 }
 
+// Coordinator failover (`coordination`): etcd endpoints and lease timing.
+absl::Status CheckCoordination(const DaemonConfig& c) {
+  constexpr absl::string_view kScheme = "etcd://";
+  if (!c.coordinator().empty()) {
+    return absl::InvalidArgumentError(
+        "coordinator and coordination are exclusive: with coordination the coordinator is "
+        "elected");
+  }
+  if (!absl::StartsWith(c.coordination(), kScheme) || c.coordination().size() == kScheme.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("coordination: '", c.coordination(),
+                                                   "' is not etcd://HOST:PORT[,HOST:PORT...]"));
+  }
+  for (absl::string_view endpoint : absl::StrSplit(c.coordination().substr(kScheme.size()), ',')) {
+    std::string host;
+    int port;
+    if (auto s = SplitHostPort(std::string(endpoint), &host, &port); !s.ok() || port == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("coordination: etcd endpoint '", endpoint,
+                                                     "' is not HOST:PORT with a port"));
+    }
+  }
+  if (c.coordination_ttl_ms() < 2000) {
+    return absl::InvalidArgumentError("coordination_ttl_ms must be at least 2000 (etcd's minimum)");
+  }
+  if (c.coordination_poll_ms() == 0 || c.coordination_poll_ms() * 2 > c.coordination_ttl_ms()) {
+    return absl::InvalidArgumentError(
+        "coordination_poll_ms must be > 0 and at most half of coordination_ttl_ms");
+  }
+  if (c.coordination_prefix().empty() || c.coordination_prefix()[0] != '/') {
+    return absl::InvalidArgumentError("coordination_prefix must start with '/'");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 DaemonConfig Defaults() {
@@ -146,6 +181,9 @@ DaemonConfig Defaults() {
   c.set_cluster_address("0.0.0.0:7070");
   c.set_local_socket("/run/allreduced/allreduced.sock");
   c.set_heartbeat_ms(1000);
+  c.set_coordination_ttl_ms(3000);
+  c.set_coordination_poll_ms(500);
+  c.set_coordination_prefix("/allreduced/default");
   c.set_host_timeout_ms(5000);
   c.set_log_level("info");
   c.set_rpc_timeout_ms(2000);
@@ -280,6 +318,9 @@ absl::Status ValidateAndComplete(DaemonConfig* c) {
       return field_error("coordinator", s);
     }
     if (port == 0) return absl::InvalidArgumentError("coordinator: port 0 cannot be dialed");
+  }
+  if (!c->coordination().empty()) {
+    if (auto s = CheckCoordination(*c); !s.ok()) return s;
   }
   if (!c->advertise_address().empty()) {
     if (auto s = SplitHostPort(c->advertise_address(), &host, &port); !s.ok()) {

@@ -121,24 +121,25 @@ class JobEventWriter : public grpc::ServerWriteReactor<JobEvent> {
 
 NegotiationService::NegotiationService(EventLoop& loop, cluster::JobCoordinator* coordinator,
                                        std::string coordinator_address)
-    : loop_(loop), coordinator_(coordinator), coordinator_address_(std::move(coordinator_address)) {}
+    : NegotiationService(loop,
+                         [coordinator, address = std::move(coordinator_address)](
+                             bool) -> absl::StatusOr<cluster::JobCoordinator*> {
+                           if (coordinator != nullptr) return coordinator;
+                           return absl::FailedPreconditionError(absl::StrCat(
+                               "not the coordinator; the coordinator is at ", address));
+                         }) {}
 
-absl::Status NegotiationService::NotCoordinator() const {
-  return absl::FailedPreconditionError(
-      absl::StrCat("not the coordinator; the coordinator is at ", coordinator_address_));
-}
+NegotiationService::NegotiationService(EventLoop& loop, Lookup lookup)
+    : loop_(loop), lookup_(std::move(lookup)) {}
 
 grpc::ServerUnaryReactor* NegotiationService::RegisterRanks(grpc::CallbackServerContext* context,
                                                             const RegisterRanksRequest* request,
                                                             RegisterRanksResponse* response) {
   auto* reactor = context->DefaultReactor();
-  auto done = FinishWith(reactor, response);
-  if (coordinator_ == nullptr) {
-    done(NotCoordinator());
-    return reactor;
-  }
-  loop_.Post([this, request = *request, done = std::move(done)]() mutable {
-    coordinator_->HandleRegisterRanks(request, std::move(done));
+  loop_.Post([this, request = *request, done = FinishWith(reactor, response)]() mutable {
+    absl::StatusOr<cluster::JobCoordinator*> coordinator = lookup_(true);
+    if (!coordinator.ok()) return done(coordinator.status());
+    (*coordinator)->HandleRegisterRanks(request, std::move(done));
   });
   return reactor;
 }
@@ -147,32 +148,29 @@ grpc::ServerUnaryReactor* NegotiationService::Negotiate(grpc::CallbackServerCont
                                                         const NegotiateRequest* request,
                                                         NegotiateResponse* response) {
   auto* reactor = context->DefaultReactor();
-  auto done = FinishWith(reactor, response);
-  if (coordinator_ == nullptr) {
-    done(NotCoordinator());
-    return reactor;
-  }
-  loop_.Post([this, request = *request, done = std::move(done)]() mutable {
-    coordinator_->HandleNegotiate(request, std::move(done));
+  loop_.Post([this, request = *request, done = FinishWith(reactor, response)]() mutable {
+    absl::StatusOr<cluster::JobCoordinator*> coordinator = lookup_(false);
+    if (!coordinator.ok()) return done(coordinator.status());
+    (*coordinator)->HandleNegotiate(request, std::move(done));
   });
   return reactor;
 }
 
 grpc::ServerWriteReactor<JobEvent>* NegotiationService::WatchJob(
     grpc::CallbackServerContext* context, const WatchJobRequest* request) {
-  if (coordinator_ == nullptr) {
-    auto* writer = new JobEventWriter(nullptr);
-    writer->FinishWhenDrained(ToGrpcStatus(NotCoordinator()));
-    return writer;
-  }
+  // The JobCoordinator that took the Watch hears when it ends (set on the loop, read there).
+  auto watched = std::make_shared<cluster::JobCoordinator*>(nullptr);
   // OnCancel runs only once this handler returned: its post follows the Watch posted below.
-  auto* writer = new JobEventWriter([this, request = *request](auto sink) {
-    loop_.Post([this, request, sink = std::move(sink)]() mutable {
-      coordinator_->OnWatchEnded(request, std::move(sink));
+  auto* writer = new JobEventWriter([this, request = *request, watched](auto sink) {
+    loop_.Post([request, watched, sink = std::move(sink)]() mutable {
+      if (*watched != nullptr) (*watched)->OnWatchEnded(request, std::move(sink));
     });
   });
-  loop_.Post([this, request = *request, sink = writer->sink()] {
-    absl::Status s = coordinator_->Watch(request, sink);
+  loop_.Post([this, request = *request, sink = writer->sink(), watched] {
+    absl::StatusOr<cluster::JobCoordinator*> coordinator = lookup_(false);
+    if (!coordinator.ok()) return sink->Finish(coordinator.status());
+    *watched = *coordinator;
+    absl::Status s = (*coordinator)->Watch(request, sink);
     if (!s.ok()) sink->Finish(s);
   });
   return writer;

@@ -3,8 +3,10 @@
 // stream whose writer is the JobCoordinator's event sink for that host; when the host cancels it
 // or its connection breaks, the JobCoordinator hears it (OnWatchEnded, posted). On a daemon that
 // is not the coordinator every call fails with FAILED_PRECONDITION naming the coordinator.
+// With coordinator failover the coordinator is looked up per call, on the loop (it changes).
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "daemon/cluster/job_coordinator.h"
@@ -18,6 +20,10 @@ class NegotiationService final : public ard::Negotiation::CallbackService {
   // `coordinator` is null on a follower; `coordinator_address` names the real one then.
   NegotiationService(EventLoop& loop, cluster::JobCoordinator* coordinator,
                      std::string coordinator_address);
+  // Called on the loop for every call: the JobCoordinator to serve it, or why there is none
+  // here. `forming`: the call may form a job (RegisterRanks).
+  using Lookup = std::function<absl::StatusOr<cluster::JobCoordinator*>(bool forming)>;
+  NegotiationService(EventLoop& loop, Lookup lookup);
 
   grpc::ServerUnaryReactor* RegisterRanks(grpc::CallbackServerContext* context,
                                           const RegisterRanksRequest* request,
@@ -29,11 +35,8 @@ class NegotiationService final : public ard::Negotiation::CallbackService {
                                                const WatchJobRequest* request) override;
 
  private:
-  absl::Status NotCoordinator() const;
-
   EventLoop& loop_;
-  cluster::JobCoordinator* const coordinator_;  // Not owned; null on followers.
-  const std::string coordinator_address_;
+  const Lookup lookup_;
 };
 
 }  // namespace ard::rpc
