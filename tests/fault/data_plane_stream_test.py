@@ -10,16 +10,12 @@ import tempfile
 import pytest
 
 from fault_util import (HEARTBEAT_MS, HOST_TIMEOUT_MS, SLACK_S, STALL_WARNING_MS, Procs, all_up,
-                        harness, run_job, wait_until)
+                        fd_count, harness, run_job, wait_until)
 from stream_tap import StreamTap
 
 NAMES = ["h-a", "h-b"]
 FLAGS = [f"--stall_warning_ms={STALL_WARNING_MS}", "--job_form_timeout_ms=8000"]
 MIB = 1 << 20
-
-
-def fd_count(daemon):
-    return len(os.listdir(f"/proc/{daemon.proc.pid}/fd"))
 
 
 @pytest.fixture
