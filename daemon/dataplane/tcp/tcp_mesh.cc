@@ -22,6 +22,8 @@
 namespace ard::dataplane::tcp {
 namespace {
 
+static_assert(sizeof(TransferQueue::trailer) == TcpMesh::kChecksumBytes);
+
 bool RetryableConnectError(int err) {
   return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH || err == EHOSTUNREACH ||
          err == ECONNRESET || err == EAGAIN;
