@@ -21,16 +21,20 @@ MIB = 1 << 20
 @pytest.fixture
 def tapped():
     """h-a and h-b (behind the tap), a first job run through the tap; yields (cluster, tap,
-    the daemons' fd counts after that job)."""
+    the daemons' fd counts when idle, before and after that job)."""
     tap = StreamTap()
     c = harness.Cluster(heartbeat_ms=HEARTBEAT_MS, host_timeout_ms=HOST_TIMEOUT_MS)
     try:
         c.add("h-a", extra_flags=FLAGS)
         c.add("h-b", extra_flags=FLAGS + tap.daemon_flags())
         wait_until(lambda: all_up(c, NAMES), 15, "h-a and h-b UP")
+        idle = {n: fd_count(d) for n, d in c.daemons.items()}
         run_job(sockets(c), "warmup")
         assert tap.connections >= 1, "h-a did not dial h-b through the tap:\n" + c.logs()
-        yield c, tap, {n: fd_count(d) for n, d in c.daemons.items()}
+        # A job's descriptors close shortly after its ranks exit: back to the idle count.
+        wait_until(lambda: {n: fd_count(d) for n, d in c.daemons.items()} == idle, 15,
+                   f"the daemons' fd counts back to {idle} after a normal job")
+        yield c, tap, idle
     finally:
         c.close()
         tap.close()
