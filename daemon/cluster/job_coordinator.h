@@ -33,13 +33,14 @@
 #include "daemon/cluster/job_formation.h"
 #include "daemon/cluster/job_history.h"
 #include "daemon/common/event_loop.h"
+#include "daemon/negotiation/fusion_planner.h"
 #include "proto/common.pb.h"
 #include "proto/negotiation.pb.h"
 
 namespace ard::cluster {
 
 struct JobCoordinatorOptions {
-  uint64_t fusion_threshold_bytes = 128ull << 20;
+  uint64_t fusion_threshold_bytes = negotiation::kFusionThresholdBytesDefault;
   uint64_t id_prefix = 0;  // makes job ids unique across coordinator restarts
   absl::Duration stall_warning = absl::Seconds(60);
   size_t cache_capacity = 1024;  // response cache entries per job (Horovod's default)

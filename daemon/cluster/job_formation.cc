@@ -14,6 +14,7 @@
 namespace ard::cluster {
 
 using negotiation::kElasticSettle;
+using negotiation::kElasticSettleNoneBack;
 
 namespace {
 // Bounds on what a peer may ask for: a job of more ranks, or a formation wait longer than this,
@@ -96,8 +97,8 @@ void JobFormation::Register(const RegisterRanksRequest& request, Done<RegisterRa
 }
 
 void JobFormation::ScheduleSettled(const std::string& name) {
-  for (int quarter : {1, 4}) {
-    loop_.PostAfter(quarter * kElasticSettle + absl::Milliseconds(1), [this, name] {
+  for (absl::Duration settle : {kElasticSettle, kElasticSettleNoneBack}) {
+    loop_.PostAfter(settle + absl::Milliseconds(1), [this, name] {
       if (forming_.count(name) != 0) TryForm(name);
     });
   }
@@ -250,10 +251,7 @@ bool JobFormation::ElasticReady(const std::string& name, const Forming& f, int t
       any_back = any_back || back;
     }
   }
-  // A new job (its hosts start their ranks at different times), or none of the last
-  // generation's hosts back yet (new hosts wait for them: they left it moments ago): four times
-  // the window.
-  const absl::Duration settle = any_back ? kElasticSettle : 4 * kElasticSettle;
+  const absl::Duration settle = any_back ? kElasticSettle : kElasticSettleNoneBack;
   return negotiation::ElasticSettled({total, f.size, all_back, f.last_change, settle}, absl::Now());
 }
 

@@ -71,7 +71,8 @@ class JobFormation {
   struct Forming;
 
   void TryForm(const std::string& name);
-  // Elastic: TryForm once the settle window and four times that have passed.
+  // Elastic: TryForm once each of the two settle windows (kElasticSettle, kElasticSettleNoneBack)
+  // has passed.
   void ScheduleSettled(const std::string& name);
   void FormTimeout(const std::string& name, uint64_t token);
   // Elastic: whether `f` forms now (else TryForm runs again after the settle window).

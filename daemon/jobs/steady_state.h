@@ -45,7 +45,7 @@ class SteadyState : public dataplane::IdleRounds {
   SteadyState(std::vector<bool> here, uint64_t fusion_threshold_bytes,
               std::function<dataplane::tcp::TcpMesh*()> mesh,
               std::function<void(std::vector<negotiation::ReadyTensor>)> to_coordinator,
-              uint64_t round_data_max_bytes = 0, PartialWait partial_wait = {});
+              uint64_t round_data_max_bytes, PartialWait partial_wait);
   ~SteadyState() override;
   SteadyState(const SteadyState&) = delete;
   SteadyState& operator=(const SteadyState&) = delete;

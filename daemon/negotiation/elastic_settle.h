@@ -13,6 +13,10 @@ namespace ard::negotiation {
 // How long a forming elastic generation waits after the last arrival for one it expects that
 // has not come (a survivor that died meanwhile; a new job's slow starters).
 inline constexpr absl::Duration kElasticSettle = absl::Milliseconds(500);
+// The coordinator's window for a generation none of whose previous hosts is back yet (a new
+// job's hosts start their ranks at different times; new hosts wait for those that left moments
+// ago).
+inline const absl::Duration kElasticSettleNoneBack = 4 * kElasticSettle;
 // How long a forming successor waits for a survivor of the last generation that still runs (its
 // framework re-initialising, seconds on a loaded host) before it forms without it. A survivor
 // that died is not waited for at all.
