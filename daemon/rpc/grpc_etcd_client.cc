@@ -49,16 +49,23 @@ absl::Status GrpcEtcdClient::OnAnyEndpoint(const char* what, Call call) {
   // One deadline for the whole call, whichever endpoints it tries: the elector's timing relies
   // on a call taking at most `timeout_`.
   const absl::Time deadline = absl::Now() + timeout_;
-  for (size_t tried = 0; tried < endpoints_.size(); ++tried) {
-    Endpoint& endpoint = *endpoints_[current_];
+  const size_t first = current_;
+  for (size_t tried = 0; tried < endpoints_.size() && absl::Now() < deadline; ++tried) {
+    const size_t index = (first + tried) % endpoints_.size();
+    Endpoint& endpoint = *endpoints_[index];
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(deadline));
     last = FromGrpcStatus(call(endpoint, context));
-    if (!Unreachable(last)) break;
+    if (!Unreachable(last)) {
+      current_ = index;
+      return last;
+    }
     last = absl::Status(last.code(),
                         absl::StrCat("etcd ", endpoint.address, ": ", what, ": ", last.message()));
-    current_ = (current_ + 1) % endpoints_.size();
   }
+  // None answered in time: the next call starts at the next endpoint, so that one which hangs
+  // (and takes the whole deadline) is not the first tried again and again.
+  current_ = (first + 1) % endpoints_.size();
   return last;
 }
 

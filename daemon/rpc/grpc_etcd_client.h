@@ -1,7 +1,10 @@
 // coordination::EtcdClient over etcd's v3 gRPC API (proto/etcd_v3.proto): one channel per
 // endpoint; a call goes to the endpoint that answered last and, when that one is unreachable,
-// to each other endpoint in turn (so one etcd member down costs one failed connect, once).
-// Synchronous calls, each within one deadline whatever endpoints it tries; one thread at a time (the elector's).
+// to each other endpoint in turn (so one etcd member down costs one failed connect, once); a call
+// that no endpoint answered in time makes the next call start at the next endpoint (one that
+// hangs costs one call, not every call).
+// Synchronous calls, each within one deadline whatever endpoints it tries; one thread at a time
+// (the elector's).
 #pragma once
 
 #include <memory>
@@ -32,8 +35,8 @@ class GrpcEtcdClient : public coordination::EtcdClient {
 
  private:
   struct Endpoint;
-  // Runs `call` against each endpoint, starting with the last that answered, until one answers
-  // (any status but UNAVAILABLE / DEADLINE_EXCEEDED); returns the last status otherwise.
+  // Runs `call` against each endpoint, starting with `current_`, until one answers (any status
+  // but UNAVAILABLE / DEADLINE_EXCEEDED) or the deadline passed; returns the last status then.
   template <typename Call>
   absl::Status OnAnyEndpoint(const char* what, Call call);
 
