@@ -17,10 +17,12 @@ inline constexpr absl::Duration kElasticSettle = absl::Milliseconds(500);
 // job's hosts start their ranks at different times; new hosts wait for those that left moments
 // ago).
 inline const absl::Duration kElasticSettleNoneBack = 4 * kElasticSettle;
-// How long a forming successor waits for a survivor of the last generation that still runs (its
-// framework re-initialising, seconds on a loaded host) before it forms without it. A survivor
-// that died is not waited for at all.
-inline constexpr absl::Duration kSurvivorWait = absl::Seconds(10);
+// How long a forming successor waits for a survivor of the last generation that still runs before
+// it forms without it. A survivor first waits for the launcher to catch up with the loss (up to
+// LAUNCHER_TIMEOUT_S, 10 s, python/allreduced/common/launch_notice.py), then re-initialises its
+// framework (seconds on a loaded host): two survivors can come back that far apart, so the wait
+// covers both with room. A survivor that died is not waited for at all.
+inline constexpr absl::Duration kSurvivorWait = absl::Seconds(30);
 
 // What has arrived for a forming generation.
 struct ElasticArrivals {

@@ -35,7 +35,8 @@ _POLL_S = 0.05
 
 WATCH_INTERVAL_S = 0.2
 # How long a rank that lost a peer waits for the launcher to look at its workers (a launcher that
-# stopped polling is gone).
+# stopped polling is gone). The daemon waits longer for a survivor (kSurvivorWait, 30 s,
+# daemon/negotiation/elastic_settle.h): keep it above this.
 LAUNCHER_TIMEOUT_S = 10.0
 # Horovod's HostUpdateResult values (horovod.runner.elastic.worker), as on_hosts_updated gets.
 REMOVED, ADDED = 1, 2
