@@ -110,7 +110,8 @@ absl::Status SimDataPlane::Connect(const JobLayout& layout, const std::vector<st
     here[host->rank] = true;
     host->steady = std::make_unique<jobs::SteadyState>(
         std::move(here), options_.fusion_threshold_bytes, [host] { return host->mesh.get(); },
-        [host](std::vector<ReadyTensor> central) { host->to_coordinator += central.size(); });
+        [host](std::vector<ReadyTensor> central) { host->to_coordinator += central.size(); },
+        /*round_data_max_bytes=*/0, jobs::PartialWait{});
     for (int t = 0; t < options_.tensors; ++t) {
       ARD_ASSIGN_OR_RETURN(
           TensorRequest request,

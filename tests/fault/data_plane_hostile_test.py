@@ -2,16 +2,15 @@
 (or guess: ids are consecutive) the next job's id. Two daemons; h-a (host 0 of every job) dials
 h-b (host 1), so the strangers dial h-b claiming to be host 0. A handshake of a real job is
 recorded off the loopback interface (raw socket: root only) to be replayed."""
-import os
 import re
 import secrets
 import socket
 import struct
-import threading
 
 import pytest
 
-from fault_util import harness, make_cluster, run_job, wait_until
+from fault_util import data_port, fd_count, make_cluster, run_job, wait_until
+from loopback_capture import LoopbackCapture, can_capture
 
 NAMES = ["h-a", "h-b"]
 MAGIC, VERSION = 0x54445241, 3
@@ -20,68 +19,12 @@ PROOF_BYTES, NONCE_BYTES = 32, 16
 HANDSHAKE_TIMEOUT_S = 10  # DataListenerOptions.handshake_timeout
 
 
-def data_port(daemon):
-    m = re.search(r"data listener started address=\S+ port=(\d+)", daemon.read_log())
-    assert m, daemon.read_log()
-    return int(m.group(1))
-
-
-def fd_count(daemon):
-    return len(os.listdir(f"/proc/{daemon.proc.pid}/fd"))
-
-
 def job_ids(daemon):
     return [int(x) for x in re.findall(r"tcp mesh connected job=(\d+)", daemon.read_log())]
 
 
 def rejections(daemon, reason):
     return daemon.read_log().count(f"rejected reason={reason}")
-
-
-class Sniffer:
-    """Records the payload of the first TCP connection to `port` on lo (AF_PACKET: needs
-    CAP_NET_RAW). payload is what the dialer sent, in order."""
-
-    def __init__(self, port):
-        self.port = port
-        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800))
-        self.sock.bind(("lo", 0))
-        self.sock.settimeout(0.1)
-        self.payload = b""
-        self.src = None
-        self.stop = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        while not self.stop:
-            try:
-                frame = self.sock.recv(65536)
-            except socket.timeout:
-                continue
-            ip = frame[14:]
-            if len(ip) < 20 or ip[9] != 6:  # TCP only
-                continue
-            tcp = ip[(ip[0] & 0xF) * 4:]
-            src, dst = struct.unpack("!HH", tcp[:4])
-            data = tcp[(tcp[12] >> 4) * 4:]
-            if dst != self.port or not data or self.src not in (None, src):
-                continue
-            self.src = src
-            self.payload += data
-
-    def close(self):
-        self.stop = True
-        self.thread.join(5)
-        self.sock.close()
-
-
-def can_sniff():
-    try:
-        socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800)).close()
-        return True
-    except (PermissionError, OSError):
-        return False
 
 
 def dial(port, data=b"", wait_nonce=False):
@@ -128,14 +71,16 @@ def test_strangers_cannot_take_a_hosts_place(cluster):
     a, b = cluster.daemons["h-a"], cluster.daemons["h-b"]
     port = data_port(b)
     sockets = [a.socket, b.socket]
-    sniffer = Sniffer(port) if can_sniff() else None
+    fds_before = fd_count(b)  # idle
+    sniffer = LoopbackCapture(port) if can_capture() else None
     try:
         run_job(sockets, "warmup")
     finally:
         if sniffer:
             sniffer.close()
     previous = max(job_ids(b))
-    fds_before = fd_count(b)
+    # A job's descriptors close shortly after its ranks exit: back to the idle count.
+    wait_until(lambda: fd_count(b) == fds_before, 15, "h-b's fd count back after a normal job")
     next_job = previous + 1  # ids are consecutive: what an attacker would guess
 
     strangers = []
@@ -144,8 +89,8 @@ def test_strangers_cannot_take_a_hosts_place(cluster):
     strangers[-1].sendall(secrets.token_bytes(PROOF_BYTES))
     expected_bad_proof = 1
     if sniffer:
-        assert len(sniffer.payload) >= HELLO.size + PROOF_BYTES, "no handshake recorded on lo"
-        recorded = sniffer.payload[:HELLO.size + PROOF_BYTES]
+        recorded = sniffer.first_dialed()[:HELLO.size + PROOF_BYTES]
+        assert len(recorded) == HELLO.size + PROOF_BYTES, "no handshake recorded on lo"
         fields = list(HELLO.unpack(recorded[:HELLO.size]))
         assert fields[2] == previous, fields
         fields[2] = next_job

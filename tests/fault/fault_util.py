@@ -2,7 +2,7 @@
 whose output is read as it comes (so a test can act at a known point of the workload), and checks
 on the errors ranks report. Builds on tests/integration/harness.py."""
 import os
-import subprocess
+import re
 import sys
 import time
 
@@ -115,28 +115,13 @@ def wait_stalled(c, via, job, tensor, missing=None, timeout_s=15):
     return wait_until(stalled, timeout_s, f"a stall report for {job}/{tensor}")
 
 
-def openssl(*args, cwd):
-    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, capture_output=True, timeout=60)
+def data_port(daemon):
+    """The port of `daemon`'s data listener, from its log."""
+    m = re.search(r"data listener started address=\S+ port=(\d+)", daemon.read_log())
+    assert m, daemon.read_log()
+    return int(m.group(1))
 
 
-def make_pki(d):
-    """CA `ca` signing h-a, h-b and ctl; rogue CA `rogue` signing `intruder`. Every certificate
-    names 127.0.0.1 (peers verify the address they dial) and may serve and be a client."""
-    with open(os.path.join(d, "ext"), "w") as f:
-        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                "extendedKeyUsage=serverAuth,clientAuth\n")
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    for ca in ("ca", "rogue"):
-        openssl("req", "-x509", *key, "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-days", "2",
-                "-subj", f"/CN=ard-test-{ca}", cwd=d)
-    for name, ca in (("h-a", "ca"), ("h-b", "ca"), ("ctl", "ca"), ("intruder", "rogue")):
-        openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj",
-                f"/CN={name}", cwd=d)
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", "ext", cwd=d)
-
-
-def tls_flags(pki, name, ca="ca"):
-    """The daemon flags of mutual TLS with `name`'s certificate from make_pki."""
-    return [f"--tls_cert_file={pki}/{name}.pem", f"--tls_key_file={pki}/{name}.key",
-            f"--tls_ca_file={pki}/{ca}.pem"]
+def fd_count(daemon):
+    """How many file descriptors `daemon`'s process holds open."""
+    return len(os.listdir(f"/proc/{daemon.proc.pid}/fd"))

@@ -1,6 +1,6 @@
 """Optional mutual TLS on the cluster and admin gRPC port (tls_cert_file, tls_key_file,
-tls_ca_file), with certificates this test makes with openssl: a CA for the cluster and a rogue
-CA that nobody trusts."""
+tls_ca_file), with certificates made with openssl (tls_util.make_pki): a CA for the cluster and
+a rogue CA that nobody trusts."""
 import json
 import shutil
 import subprocess
@@ -8,42 +8,17 @@ import tempfile
 
 import pytest
 
-from fault_util import (HOST_TIMEOUT_MS, STALL_WARNING_MS, harness, make_pki, run_job, tls_flags,
-                        wait_until)
+from fault_util import harness, run_job, wait_until
+from tls_util import pki  # noqa: F401  (a fixture)
+from tls_util import ctl_tls, hosts_up, tls_cluster, tls_flags
 
 if shutil.which("openssl") is None:
     pytest.skip("openssl is not installed", allow_module_level=True)
 
 
-@pytest.fixture(scope="module")
-def pki():
-    d = tempfile.mkdtemp(prefix="ard-pki.", dir="/tmp")
-    make_pki(d)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-def ctl_tls(pki, address, name="ctl", ca="ca", command=("status", "--json")):
-    args = [] if name is None else ["--tls_cert", f"{pki}/{name}.pem", "--tls_key",
-                                    f"{pki}/{name}.key", "--tls_ca", f"{pki}/{ca}.pem"]
-    return harness.ctl("--daemon", address, "--timeout_ms", "2000", *args, *command)
-
-
-def hosts_up(pki, address):
-    r = ctl_tls(pki, address)
-    if r.returncode not in (0, 3):  # 3: answered, some host is DOWN
-        return set()
-    return {h["name"] for h in json.loads(r.stdout)["hosts"] if h["state"] == "UP"}
-
-
 @pytest.fixture
 def cluster(pki):
-    c = harness.Cluster(heartbeat_ms=100, host_timeout_ms=HOST_TIMEOUT_MS)
-    flags = [f"--stall_warning_ms={STALL_WARNING_MS}", "--job_form_timeout_ms=8000"]
-    c.add("h-a", extra_flags=flags + tls_flags(pki, "h-a"))
-    c.add("h-b", extra_flags=flags + tls_flags(pki, "h-b"))
-    wait_until(lambda: hosts_up(pki, c.daemons["h-a"].address) == {"h-a", "h-b"}, 15,
-               "h-a and h-b UP over TLS")
+    c = tls_cluster(pki, {"h-a": [], "h-b": []})
     yield c
     c.close()
 

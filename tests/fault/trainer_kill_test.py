@@ -1,7 +1,6 @@
 """A training process SIGKILLed before, during and after submitting a tensor, in a job of four
 ranks on two daemons (two per host; the victim is rank 3 on h-b, so the survivors sit both on
 its host and on the other one)."""
-import os
 import signal
 import time
 

@@ -15,13 +15,14 @@
 #include "daemon/common/duration_format.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
-#include "daemon/dataplane/tcp/crc32c.h"
 #include "daemon/dataplane/tcp/dial_handshake.h"
 #include "daemon/dataplane/tcp/handshake.h"
 #include "daemon/dataplane/tcp/secure_mesh.h"
 
 namespace ard::dataplane::tcp {
 namespace {
+
+static_assert(sizeof(TransferQueue::trailer) == TcpMesh::kChecksumBytes);
 
 bool RetryableConnectError(int err) {
   return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH || err == EHOSTUNREACH ||
@@ -78,6 +79,25 @@ absl::StatusOr<UniqueFd> Dial(const std::string& address, const DialIdentity& id
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Milliseconds(200));
   }
+}
+
+// sendmsg of iov[0..count) capped at `limit` bytes (the last range is shortened for the call).
+ssize_t SendCapped(int fd, iovec* iov, size_t count, size_t limit) {
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = std::min<size_t>(count, IOV_MAX);
+  size_t cut = msg.msg_iovlen, cut_len = 0;
+  for (size_t i = 0, left = limit; i < msg.msg_iovlen; left -= iov[i].iov_len, ++i) {
+    if (iov[i].iov_len < left) continue;
+    cut = i;
+    cut_len = iov[i].iov_len;
+    iov[i].iov_len = left;
+    msg.msg_iovlen = i + 1;
+    break;
+  }
+  const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (cut < count) iov[cut].iov_len = cut_len;  // no call in between: errno is sendmsg's
+  return n;
 }
 
 std::string DescribeEncryption(const std::vector<std::unique_ptr<TlsStream>>& tls) {
@@ -167,7 +187,9 @@ TcpMesh::TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, std::vect
       tls_(std::move(tls)),
       encryption_(DescribeEncryption(tls_)),
       algorithms_(algorithms),
-      io_(fds_.size()) {}
+      io_(fds_.size()) {
+  for (PeerIo& io : io_) io.out.checksum = io.in.checksum = options_.checksum;
+}
 
 absl::Status TcpMesh::CheckPeersAgree() {
   const uint64_t mine = Fingerprint(algorithms_);
@@ -203,17 +225,14 @@ absl::Status TcpMesh::Exchange(int send_to, const void* send, size_t send_bytes,
 absl::Status TcpMesh::Transfer(absl::Span<const Send> sends, absl::Span<const Recv> recvs) {
   ARD_RETURN_IF_ERROR(CheckUsable());
   for (int peer : peers_) {  // keeps the vectors' capacity: no allocation per transfer
-    PeerIo& io = io_[peer];
-    io.out.iov.clear();
-    io.out.next = 0;
-    io.in.iov.clear();
-    io.in.next = 0;
+    io_[peer].out.Reset();
+    io_[peer].in.Reset();
   }
   for (const Send& s : sends) ARD_RETURN_IF_ERROR(Enqueue(s.peer, true, s.data, s.bytes));
   for (const Recv& r : recvs) ARD_RETURN_IF_ERROR(Enqueue(r.peer, false, r.data, r.bytes));
   for (int peer : peers_) {
-    Seal(io_[peer].out, true);
-    Seal(io_[peer].in, false);
+    io_[peer].out.Seal(true);
+    io_[peer].in.Seal(false);
   }
   absl::Status status = Pump();
   if (!status.ok()) return Fail(std::move(status));
@@ -283,27 +302,13 @@ absl::Status TcpMesh::Enqueue(int peer, bool send, const void* data, size_t byte
                                                    " (not one of its mesh peers)"));
   }
   if (bytes == 0) return absl::OkStatus();
-  Queue& q = send ? io_[peer].out : io_[peer].in;
-  q.iov.push_back(iovec{const_cast<void*>(data), bytes});
+  (send ? io_[peer].out : io_[peer].in).Add(const_cast<void*>(data), bytes);
   return absl::OkStatus();
 }
 
-void TcpMesh::Seal(Queue& q, bool send) const {
-  q.data_iovs = q.iov.size();
-  if (q.iov.empty() || !options_.checksum) return;
-  q.crc = Crc32cExtend(0, &q.transfers, sizeof q.transfers);
-  if (send) {
-    for (const iovec& v : q.iov) q.crc = Crc32cExtend(q.crc, v.iov_base, v.iov_len);
-    q.trailer = q.crc;
-    ++q.transfers;
-  }
-  static_assert(sizeof q.trailer == kChecksumBytes);
-  q.iov.push_back(iovec{&q.trailer, sizeof q.trailer});
-}
-
-absl::Status TcpMesh::CheckReceived(int peer, Queue& q) {
-  const uint64_t transfer = q.transfers++;
-  if (q.crc == q.trailer) return absl::OkStatus();
+absl::Status TcpMesh::CheckReceived(int peer, TransferQueue& q) {
+  const uint64_t transfer = q.transfers;
+  if (q.Received()) return absl::OkStatus();
   return absl::DataLossError(absl::StrCat(
       "job ", job_id_, ": host ", self_, " received a corrupt stream from host ", peer,
       " (checksum mismatch in transfer ", transfer,
@@ -338,18 +343,23 @@ absl::Status TcpMesh::Pump() {
   }
 }
 
-absl::StatusOr<size_t> TcpMesh::MoveBytes(int peer, bool send, Queue& q) {
+absl::StatusOr<size_t> TcpMesh::MoveBytes(int peer, bool send, TransferQueue& q) {
   const int fd = fds_[peer].get();
   TlsStream* tls = tls_[peer].get();
+  iovec* ranges = q.iov.data() + q.next;
+  const size_t count = q.iov.size() - q.next;
   ssize_t n;
-  if (tls != nullptr) {  // one range per call: a TLS record never spans two ranges
-    iovec& v = q.iov[q.next];
-    n = send ? tls->Write(v.iov_base, v.iov_len) : tls->Read(v.iov_base, v.iov_len);
+  if (send) q.ChecksumAhead();  // the bytes about to go out, summed while they are in cache
+  if (tls != nullptr) {         // one range per call: a TLS record never spans two ranges
+    n = send ? tls->Write(ranges->iov_base, std::min(ranges->iov_len, q.SendLimit()))
+             : tls->Read(ranges->iov_base, ranges->iov_len);
+  } else if (send) {
+    n = SendCapped(fd, ranges, count, q.SendLimit());
   } else {
     msghdr msg{};
-    msg.msg_iov = q.iov.data() + q.next;
-    msg.msg_iovlen = std::min<size_t>(q.iov.size() - q.next, IOV_MAX);
-    n = send ? ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recvmsg(fd, &msg, MSG_DONTWAIT);
+    msg.msg_iov = ranges;
+    msg.msg_iovlen = std::min<size_t>(count, IOV_MAX);
+    n = ::recvmsg(fd, &msg, MSG_DONTWAIT);
   }
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
   if (n < 0 && tls != nullptr && errno == EBADMSG) {
@@ -374,24 +384,14 @@ absl::Status TcpMesh::PumpPeer(int peer, bool* progressed) {
   PeerIo& io = io_[peer];
   for (int dir = 0; dir < 2; ++dir) {
     const bool send = dir == 0;
-    Queue& q = send ? io.out : io.in;
+    TransferQueue& q = send ? io.out : io.in;
     if (q.done()) continue;
     ARD_ASSIGN_OR_RETURN(const size_t n, MoveBytes(peer, send, q));
     if (n == 0) continue;
     *progressed = true;
     (send ? traffic_->sent_bytes : traffic_->received_bytes)
         .fetch_add(n, std::memory_order_relaxed);
-    for (size_t left = n; left > 0;) {
-      iovec& v = q.iov[q.next];
-      const size_t step = std::min(left, v.iov_len);
-      if (!send && q.next < q.data_iovs && options_.checksum)
-        q.crc = Crc32cExtend(q.crc, v.iov_base, step);
-      v.iov_base = static_cast<char*>(v.iov_base) + step;
-      v.iov_len -= step;
-      left -= step;
-      if (v.iov_len == 0) ++q.next;
-    }
-    while (!q.done() && q.iov[q.next].iov_len == 0) ++q.next;
+    q.Advance(n, send);  // receiving: the checksum of the chunk just written, while in cache
     if (!send && q.done() && options_.checksum) ARD_RETURN_IF_ERROR(CheckReceived(peer, q));
   }
   return absl::OkStatus();

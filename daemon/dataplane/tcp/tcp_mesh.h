@@ -4,15 +4,16 @@
 // once. HostCollectives (host_collectives.h) builds the collectives on top, over those edges only.
 //
 // Streams carry the transfers' bytes, each transfer's bytes to one peer followed by their
-// CRC32C (crc32c.h, seeded with the count of earlier transfers in that direction): every host
-// runs the same collectives in the same order, so both ends of a connection agree on the sizes,
-// and what one host sends to a peer in one transfer that peer receives in one transfer. A corrupt,
-// shifted or truncated stream, or bytes past a transfer's end, fails the transfer that reads them
-// with DataLoss naming the host. A transfer that fails leaves the byte streams out of step, so
-// after any error the mesh is poisoned (every later call fails) and its sockets are shut down,
-// which makes the peers' pending transfers fail promptly too. With the listener's TLS context
-// (--data_plane_tls) every connection is TLS 1.3 (data_tls.h): a record that fails its MAC fails
-// the transfer with DataLoss naming the host, like a checksum mismatch.
+// CRC32C (crc32c.h, seeded with the count of earlier transfers in that direction; taken while
+// the bytes move, transfer_queue.h): every host runs the same collectives in the same order, so
+// both ends of a connection agree on the sizes, and what one host sends to a peer in one
+// transfer that peer receives in one transfer. A corrupt, shifted or truncated stream, or bytes
+// past a transfer's end, fails the transfer that reads them with DataLoss naming the host. A
+// transfer that fails leaves the byte streams out of step, so after any error the mesh is
+// poisoned (every later call fails) and its sockets are shut down, which makes the peers'
+// pending transfers fail promptly too. With the listener's TLS context (--data_plane_tls) every
+// connection is TLS 1.3 (data_tls.h): a record that fails its MAC fails the transfer with
+// DataLoss naming the host, like a checksum mismatch.
 //
 // Threads: Exchange/Transfer from one thread at a time (the job's executor). Abort() from any
 // thread, concurrently with a transfer, but not concurrently with the destructor.
@@ -46,6 +47,7 @@
 #include "daemon/dataplane/tcp/data_listener.h"
 #include "daemon/dataplane/tcp/data_tls.h"
 #include "daemon/dataplane/tcp/socket_util.h"
+#include "daemon/dataplane/tcp/transfer_queue.h"
 
 namespace ard::dataplane::tcp {
 
@@ -142,20 +144,9 @@ class TcpMesh {
   void Abort(absl::Status why);
 
  private:
-  // Byte ranges still to move in one direction with one peer; op thread only.
-  struct Queue {
-    std::vector<iovec> iov;
-    size_t next = 0;  // first iovec not yet done (iov[next] may be partly done)
-    // iov[data_iovs] is the checksum (`trailer`) when the transfer moves any bytes this way.
-    size_t data_iovs = 0;
-    uint32_t crc = 0;        // receiving: the CRC32C of what arrived so far
-    uint32_t trailer = 0;    // the checksum sent, or received
-    uint64_t transfers = 0;  // transfers with bytes in this direction so far (the CRC's seed)
-    bool done() const { return next == iov.size(); }
-  };
   struct PeerIo {
-    Queue out;
-    Queue in;
+    TransferQueue out;
+    TransferQueue in;
   };
 
   TcpMesh(uint64_t job_id, int self, std::vector<UniqueFd> fds, std::vector<int> peers,
@@ -167,14 +158,12 @@ class TcpMesh {
 
   absl::Status CheckUsable() const;
   absl::Status Enqueue(int peer, bool send, const void* data, size_t bytes);
-  // Appends the checksum trailer to a queue that moves any bytes (after Enqueue).
-  void Seal(Queue& q, bool send) const;
   // A receiving queue just completed: its checksum must match.
-  absl::Status CheckReceived(int peer, Queue& q);
+  absl::Status CheckReceived(int peer, TransferQueue& q);
   absl::Status Pump();
   absl::Status PumpPeer(int peer, bool* progressed);
   // One sendmsg/recvmsg (or TLS write/read) on q's next ranges; the errors of Transfer.
-  absl::StatusOr<size_t> MoveBytes(int peer, bool send, Queue& q);
+  absl::StatusOr<size_t> MoveBytes(int peer, bool send, TransferQueue& q);
   absl::Status StalledError() const;
   // Turns a transfer error into the mesh's final state (and the abort status, if aborted).
   absl::Status Fail(absl::Status error);
