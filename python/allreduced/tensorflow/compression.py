@@ -1,30 +1,8 @@
-"""Horovod's gradient compression: `Compression.none`, or `Compression.fp16` (floating tensors go
-through the collective as float16 and are cast back afterwards)."""
+"""Horovod's gradient compression for TensorFlow (allreduced.common.compression)."""
 import tensorflow as tf
 
+from allreduced.common.compression import fp16_compression
 
-class NoneCompressor:
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class FP16Compressor:
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating and tensor.dtype != tf.float16:
-            return tf.cast(tensor, tf.float16), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tf.cast(tensor, ctx) if ctx is not None else tensor
-
-
-class Compression:
-    none = NoneCompressor
-    fp16 = FP16Compressor
+Compression = fp16_compression(tf.float16, lambda t: t.dtype.is_floating, tf.cast)
+NoneCompressor = Compression.none
+FP16Compressor = Compression.fp16
