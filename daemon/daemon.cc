@@ -158,11 +158,19 @@ std::string Daemon::DescribeSelf() {
   self_.set_pid(getpid());
   self_.set_local_socket(AbsolutePath(config_.local_socket()));
   gpu::DescribeDevices(&self_);
-  if (gpu_ != nullptr) return "";  // injected by the caller (tests: the host-memory double)
-  auto device = gpu::NewCudaDevice();
-  if (!device.ok()) return std::string(device.status().message());
-  gpu_device_ = std::move(*device);
-  gpu_ = gpu_device_.get();
+  if (gpu_ == nullptr) {  // else injected by the caller (tests: the host-memory double)
+    auto device = gpu::NewCudaDevice();
+    if (!device.ok()) return std::string(device.status().message());
+    gpu_device_ = std::move(*device);
+    gpu_ = gpu_device_.get();
+  }
+  // Every GPU's context now, before the control loop runs: else the IPC opens of the first
+  // GPU_REGISTER would create it on the loop, stalling every job for hundreds of ms per GPU.
+  if (absl::Status contexts = gpu_->InitContexts(); !contexts.ok()) {
+    gpu_ = nullptr;
+    gpu_device_.reset();
+    return absl::StrCat("GPU contexts: ", contexts.message());
+  }
   return "";
 }
 

@@ -12,10 +12,10 @@
 
 #include "absl/status/status.h"
 #include "catch2/catch.hpp"
-#include "proto/local_wire.h"
 #include "daemon/gpu/testing/fake_process.h"
 #include "daemon/gpu_daemon_fixtures.h"
 #include "daemon/gpu_wire_client.h"
+#include "proto/local_wire.h"
 
 namespace ard {
 namespace {
@@ -47,6 +47,8 @@ TEST_CASE_METHOD(OneDaemon,
     CHECK(reg.request_id == 7);
   }
   CHECK(device.memory_opens() == 3);  // one mapping per process arena
+  // Item 8: the GPUs' contexts were made at daemon start, not by those opens on the control loop.
+  CHECK(device.lazy_contexts() == 0);
   CHECK(Eventually([&] { return StatusDevices(daemon, "gjob") == gpu_of; }));
 
   for (int step = 0; step < 3; ++step) {

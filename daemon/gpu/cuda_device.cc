@@ -77,6 +77,23 @@ absl::StatusOr<std::unique_ptr<Memory>> CudaDevice::Allocate(int device, size_t 
   return std::unique_ptr<Memory>(new CudaMemory(data, bytes, device, false));
 }
 
+absl::StatusOr<std::unique_ptr<Memory>> CudaDevice::AllocateHost(size_t bytes) {
+  void* data = nullptr;
+  if (cudaError_t err = cudaHostAlloc(&data, bytes, cudaHostAllocPortable); err != cudaSuccess) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cudaHostAlloc of ", bytes, " bytes: ", cudaGetErrorString(err)));
+  }
+  return std::unique_ptr<Memory>(new CudaHostMemory(data, bytes));
+}
+
+absl::Status CudaDevice::InitContexts() {
+  for (int device = 0; device < count_; ++device) {
+    ARD_CUDA_RETURN(cudaInitDevice(device, 0, 0), device);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<IpcHandle> CudaDevice::ExportMemory(const Memory& memory) {
   cudaIpcMemHandle_t h;
   ARD_CUDA_RETURN(cudaSetDevice(memory.device()), memory.device());

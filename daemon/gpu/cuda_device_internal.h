@@ -60,6 +60,20 @@ class CudaMemory : public Memory {
   bool ipc_;
 };
 
+// cudaHostAlloc'd (page-locked, portable) host memory.
+class CudaHostMemory : public Memory {
+ public:
+  CudaHostMemory(void* data, size_t size) : data_(data), size_(size) {}
+  ~CudaHostMemory() override { cudaFreeHost(data_); }
+  void* data() const override { return data_; }
+  size_t size() const override { return size_; }
+  int device() const override { return kHostMemory; }
+
+ private:
+  void* data_;
+  size_t size_;
+};
+
 class CudaEvent : public Event {
  public:
   CudaEvent(cudaEvent_t event, int device) : event_(event), device_(device) {}
@@ -132,16 +146,18 @@ class NcclCommunicator : public Communicator {
 
 class CudaDevice : public Device {
  public:
-  // Touches no GPU: contexts are created by the first call that needs one.
+  // Touches no GPU: InitContexts creates the contexts (else the first call that needs one).
   explicit CudaDevice(int count) : count_(count) {}
 
   std::string Describe() const override;
   std::string NcclVersion() const override;
   absl::Status Lost() const override;
   absl::StatusOr<int> DeviceCount() override { return count_; }
+  absl::Status InitContexts() override;
 
   // cuda_device.cc
   absl::StatusOr<std::unique_ptr<Memory>> Allocate(int device, size_t bytes) override;
+  absl::StatusOr<std::unique_ptr<Memory>> AllocateHost(size_t bytes) override;
   absl::StatusOr<IpcHandle> ExportMemory(const Memory& memory) override;
   absl::StatusOr<std::unique_ptr<Memory>> OpenMemory(int device, const IpcHandle& handle) override;
   absl::StatusOr<std::unique_ptr<Event>> CreateEvent(int device, bool interprocess) override;

@@ -46,12 +46,15 @@ using IpcHandle = std::array<uint8_t, kIpcHandleBytes>;
 inline constexpr size_t kUniqueIdBytes = 128;
 using UniqueId = std::array<uint8_t, kUniqueIdBytes>;
 
+// Memory::device() of page-locked host memory (Device::AllocateHost).
+inline constexpr int kHostMemory = -1;
+
 class Memory {
  public:
   virtual ~Memory() = default;
   virtual void* data() const = 0;
   virtual size_t size() const = 0;
-  virtual int device() const = 0;
+  virtual int device() const = 0;  // kHostMemory for AllocateHost's
 };
 
 class Event {
@@ -123,8 +126,16 @@ class Device {
   virtual absl::Status Lost() const = 0;
   // GPUs visible to this process; an error when there is no driver or no GPU.
   virtual absl::StatusOr<int> DeviceCount() = 0;
+  // Creates every visible GPU's context now (cudaInitDevice). CUDA creates a context at the first
+  // call that needs one, which takes hundreds of milliseconds per GPU: the daemon calls this at
+  // start so that no later call (the control loop's IPC opens at GPU_REGISTER) pays for it.
+  virtual absl::Status InitContexts() = 0;
 
   virtual absl::StatusOr<std::unique_ptr<Memory>> Allocate(int device, size_t bytes) = 0;
+  // Page-locked host memory (cudaHostAlloc, portable): a copy between it and a GPU runs
+  // asynchronously on its stream by DMA, where a copy from pageable memory is staged through a
+  // driver buffer and blocks the calling thread.
+  virtual absl::StatusOr<std::unique_ptr<Memory>> AllocateHost(size_t bytes) = 0;
   virtual absl::StatusOr<IpcHandle> ExportMemory(const Memory& memory) = 0;
   // Maps another process's allocation on `device`. InvalidArgument for a handle that is not a
   // live allocation on that device.

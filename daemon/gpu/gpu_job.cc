@@ -201,6 +201,16 @@ absl::Status GpuJob::EnsureFusion(size_t bytes) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<char*> GpuJob::HostBuffer(HostSlot slot, size_t bytes) {
+  std::unique_ptr<Memory>& buffer = host_[slot];
+  if (buffer == nullptr || buffer->size() < bytes) {
+    const size_t grown = std::max(bytes, buffer == nullptr ? size_t{0} : 2 * buffer->size());
+    buffer.reset();
+    ARD_ASSIGN_OR_RETURN(buffer, device_.AllocateHost(std::max<size_t>(grown, 1)));
+  }
+  return static_cast<char*>(buffer->data());
+}
+
 absl::Status GpuJob::Allreduce(const std::vector<GpuTensor>& tensors) {
   for (const GpuTensor& t : tensors) {
     ARD_RETURN_IF_ERROR(CheckReduction(t.meta.dtype, t.meta.op));  // that tensor's error only
@@ -211,6 +221,7 @@ absl::Status GpuJob::Allreduce(const std::vector<GpuTensor>& tensors) {
       ARD_RETURN_IF_ERROR(CheckTensor(t, Bytes(t.meta)));
       metas.push_back(t.meta);
     }
+    if (InPlace(tensors)) return AllreduceInPlace(tensors[0]);
     FusionLayout layout = PlanFusion(metas);
     ARD_RETURN_IF_ERROR(ReduceAll(tensors, layout));
     for (LocalGpu& gpu : gpus_) ARD_RETURN_IF_ERROR(Scatter(gpu, tensors, layout));

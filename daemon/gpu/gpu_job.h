@@ -11,7 +11,9 @@
 // Per fused allreduce (Allreduce): on each GPU's stream, wait for each process's "input ready"
 // event, copy its inputs into the fusion buffer at PlanFusion's offsets (several processes on one
 // GPU are reduced through host memory first), one grouped communicator call per run, copy results
-// back into each process's staging arena where its input was, and record the same pool event. It
+// back into each process's staging arena where its input was, and record the same pool event. A
+// response of one unscaled tensor with one process per GPU skips the fusion buffer: the
+// communicator reduces it in place in each process's staging range (no device-to-device copy). It
 // returns once that work is done on the device (the completion rule: COMPLETE never reports a
 // result that does not exist yet); the process's stream still waits on the event.
 //
@@ -167,19 +169,21 @@ class GpuJob {
   absl::Status Finish(const std::string& what, absl::Status status);
 
   absl::Status EnsureFusion(size_t bytes);
-  // Host memory of the host-staged steps, kept by the job so a copy that a failed wait left on a
-  // stream never writes into freed memory. Slot `slot` holds at least `bytes`.
+  // Page-locked host memory of the host-staged steps (scaling, several processes on a GPU, the
+  // hierarchical exchange), so their copies are asynchronous on the job's stream; kept by the job
+  // (growing like the fusion buffers) so a copy that a failed wait left on a stream never writes
+  // into freed memory. Slot `slot`'s first `bytes` bytes.
   enum HostSlot { kSumBuffer, kPartBuffer, kScaleBuffer, kHostSlots };
-  std::vector<char>& HostBuffer(HostSlot slot, size_t bytes) {
-    if (host_[slot].size() < bytes) host_[slot].resize(bytes);
-    return host_[slot];
-  }
+  absl::StatusOr<char*> HostBuffer(HostSlot slot, size_t bytes);
   absl::Status Gather(LocalGpu& gpu, const std::vector<GpuTensor>& tensors,
                       const FusionLayout& layout);
   absl::Status Scatter(LocalGpu& gpu, const std::vector<GpuTensor>& tensors,
                        const FusionLayout& layout);
   absl::Status ReduceHierarchical(const FusionLayout& layout);
   absl::Status AllreduceRuns(const FusionLayout& layout, bool host_local);
+  // Whether Allreduce can reduce `tensors` in place in the staging arenas; AllreduceInPlace does.
+  bool InPlace(const std::vector<GpuTensor>& tensors) const;
+  absl::Status AllreduceInPlace(const GpuTensor& tensor);
   // gpu_job_collectives.cc.
   bool HostExchange() const {
     return options_.mode == GpuMode::kHierarchical && options_.cross_host;
@@ -191,7 +195,7 @@ class GpuJob {
   absl::Status WaitInputs(LocalGpu& gpu, const GpuTensor& tensor);
   absl::Status GroupedBytesSum(size_t bytes);
   absl::Status HostCollective(const GpuTensor& tensor, size_t result_bytes,
-                              const std::function<absl::Status(std::vector<char>&)>& fill);
+                              const std::function<absl::Status(char* host)>& fill);
   absl::Status CheckTensor(const GpuTensor& tensor, size_t range_bytes) const;
   struct Piece {
     size_t arena_offset = 0;  // from the rank's input offset
@@ -211,7 +215,7 @@ class GpuJob {
   std::vector<LocalGpu> gpus_;
   std::map<int, Rank> view_;      // the running collective's snapshot of ranks_
   std::map<int, Rank> retained_;  // mappings a stream that never drained may still touch
-  std::vector<char> host_[kHostSlots];
+  std::unique_ptr<Memory> host_[kHostSlots];
   // Any thread.
   mutable absl::Mutex failure_mu_;
   absl::Status failure_ ABSL_GUARDED_BY(failure_mu_);

@@ -87,16 +87,16 @@ absl::Status GpuJob::ScaleFusion(LocalGpu& gpu, const std::vector<GpuTensor>& te
   }
   if (hi <= lo) return absl::OkStatus();
   // NCCL has no scale operation and the daemon has no device kernels: scale in host memory.
-  std::vector<char>& host = HostBuffer(kScaleBuffer, hi - lo);
-  ARD_RETURN_IF_ERROR(device_.CopyAsync(host.data(), At(*gpu.fusion, lo), hi - lo, *gpu.stream));
+  ARD_ASSIGN_OR_RETURN(char* host, HostBuffer(kScaleBuffer, hi - lo));
+  ARD_RETURN_IF_ERROR(device_.CopyAsync(host, At(*gpu.fusion, lo), hi - lo, *gpu.stream));
   ARD_RETURN_IF_ERROR(AwaitStream(gpu, "scaling copy"));
   for (size_t i = 0; i < tensors.size(); ++i) {
     const GpuTensor& t = tensors[i];
     const double factor = post ? t.postscale : t.prescale;
     if (factor == 1.0 || t.meta.count == 0) continue;
-    collectives::Scale(host.data() + (layout.offsets[i] - lo), t.meta.count, t.meta.dtype, factor);
+    collectives::Scale(host + (layout.offsets[i] - lo), t.meta.count, t.meta.dtype, factor);
   }
-  ARD_RETURN_IF_ERROR(device_.CopyAsync(At(*gpu.fusion, lo), host.data(), hi - lo, *gpu.stream));
+  ARD_RETURN_IF_ERROR(device_.CopyAsync(At(*gpu.fusion, lo), host, hi - lo, *gpu.stream));
   return AwaitStream(gpu, "scaling copy");
 }
 
@@ -115,17 +115,17 @@ absl::Status GpuJob::ReduceAll(const std::vector<GpuTensor>& tensors, const Fusi
 // `result_bytes` (and exchanges it with the other hosts), which is copied to every local rank's
 // staging range; the rank's event is recorded after it.
 absl::Status GpuJob::HostCollective(const GpuTensor& tensor, size_t result_bytes,
-                                    const std::function<absl::Status(std::vector<char>&)>& fill) {
+                                    const std::function<absl::Status(char* host)>& fill) {
   for (LocalGpu& gpu : gpus_) ARD_RETURN_IF_ERROR(WaitInputs(gpu, tensor));
-  std::vector<char>& host = HostBuffer(kSumBuffer, result_bytes);
-  std::fill(host.begin(), host.end(), 0);
+  ARD_ASSIGN_OR_RETURN(char* host, HostBuffer(kSumBuffer, result_bytes));
+  std::fill(host, host + result_bytes, 0);
   absl::Status status = fill(host);
   for (LocalGpu& gpu : gpus_) {
     for (int rank : gpu.ranks) {
       if (!status.ok()) break;
       const GpuTensorInput* in = InputOf(tensor, rank);
       Rank& r = view_.at(rank);
-      status = device_.CopyAsync(At(*r.arena, in->offset), host.data(), result_bytes, *gpu.stream);
+      status = device_.CopyAsync(At(*r.arena, in->offset), host, result_bytes, *gpu.stream);
       if (status.ok()) status = device_.Record(*r.events[in->event], *gpu.stream);
     }
   }
@@ -148,14 +148,13 @@ absl::Status GpuJob::Broadcast(const GpuTensor& tensor, int root) {
     const GpuTensorInput* root_in = InputOf(tensor, root);
     if (root_gpu != nullptr && root_in == nullptr) return absl::InternalError("root has no input");
     if (HostExchange()) {
-      return HostCollective(tensor, bytes, [&](std::vector<char>& host) -> absl::Status {
+      return HostCollective(tensor, bytes, [&](char* host) -> absl::Status {
         if (root_gpu != nullptr) {
-          ARD_RETURN_IF_ERROR(device_.CopyAsync(
-              host.data(), At(*view_.at(root).arena, root_in->offset), bytes, *root_gpu->stream));
+          ARD_RETURN_IF_ERROR(device_.CopyAsync(host, At(*view_.at(root).arena, root_in->offset),
+                                                bytes, *root_gpu->stream));
           ARD_RETURN_IF_ERROR(AwaitStream(*root_gpu, "broadcast root copy"));
         }
-        return options_.cross_host(host.data(), bytes, wire::DataType::kUint8,
-                                   wire::ReduceOp::kSum);
+        return options_.cross_host(host, bytes, wire::DataType::kUint8, wire::ReduceOp::kSum);
       });
     }
     ARD_RETURN_IF_ERROR(EnsureFusion(bytes));
@@ -192,17 +191,16 @@ absl::Status GpuJob::Allgather(const GpuTensor& tensor) {
   auto run = [&]() -> absl::Status {
     ARD_RETURN_IF_ERROR(CheckTensor(tensor, total));
     if (HostExchange()) {
-      return HostCollective(tensor, total, [&](std::vector<char>& host) -> absl::Status {
+      return HostCollective(tensor, total, [&](char* host) -> absl::Status {
         for (LocalGpu& gpu : gpus_) {
           for (int rank : gpu.ranks) {
             ARD_RETURN_IF_ERROR(device_.CopyAsync(
-                host.data() + rank * block,
-                At(*view_.at(rank).arena, InputOf(tensor, rank)->offset), block, *gpu.stream));
+                host + rank * block, At(*view_.at(rank).arena, InputOf(tensor, rank)->offset),
+                block, *gpu.stream));
           }
         }
         ARD_RETURN_IF_ERROR(AwaitStreams("allgather host copy"));
-        return options_.cross_host(host.data(), total, wire::DataType::kUint8,
-                                   wire::ReduceOp::kSum);
+        return options_.cross_host(host, total, wire::DataType::kUint8, wire::ReduceOp::kSum);
       });
     }
     ARD_RETURN_IF_ERROR(EnsureFusion(total));

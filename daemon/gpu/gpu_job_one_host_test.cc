@@ -193,13 +193,18 @@ TEST_CASE("integer average over shared GPUs is refused per tensor; an NCCL refus
 TEST_CASE("fusion buffers grow geometrically, not on every larger response") {
   OneHost h(2, false);  // initial fusion buffer: 64 bytes per GPU
   const int before = h.daemon.allocations();
-  for (size_t count = 20; count <= 200; count += 10) {
+  for (size_t count = 20; count <= 200; count += 10) {  // two tensors: fused
     std::vector<float> values(count, 1.0f);
-    for (auto& p : h.procs) p->Submit<float>(0, values, 0);
-    REQUIRE(
-        h.job->Allreduce({Tensor(DataType::kFloat32, ReduceOp::kSum, count, h.Inputs(0, 0))}).ok());
+    for (auto& p : h.procs) {
+      p->Submit<float>(0, values, 0);
+      p->Submit<float>(1024, values, 1);
+    }
+    REQUIRE(h.job
+                ->Allreduce({Tensor(DataType::kFloat32, ReduceOp::kSum, count, h.Inputs(0, 0)),
+                             Tensor(DataType::kFloat32, ReduceOp::kSum, count, h.Inputs(1024, 1))})
+                .ok());
   }
-  // 80 -> 800 bytes: 64 doubles to 1024 in 4 steps per GPU (two GPUs), not 19 steps.
+  // 160 -> 1600 bytes: 64 doubles to 2048 in 4 steps per GPU (two GPUs), not 19 steps.
   CHECK(h.daemon.allocations() - before == 8);
 }
 
@@ -265,8 +270,38 @@ TEST_CASE("one host: broadcast, allgather, reducescatter and pre/postscale, shar
     CHECK(h.daemon.collective_calls("broadcast") == (share ? 2 : n));
     CHECK(h.daemon.collective_calls("allgather") == (share ? 0 : n));
     CHECK(h.daemon.collective_calls("reducescatter") == 0);  // uneven blocks: allreduce
+    // Item 8: scaling and the shared GPU's host reduction copy through page-locked memory.
+    CHECK(h.daemon.pageable_copies() == 0);
     CHECK(h.job->CheckHealth().ok());
   }
+}
+
+// Item 8: a response of one unscaled tensor, one process per GPU, is reduced in place in the
+// staging ranges: no copy into the fusion buffer and back. A fused or scaled response still is.
+TEST_CASE("one tensor, one process per GPU: reduced in place, no device-to-device copy") {
+  OneHost h(2, false);
+  for (int r = 0; r < 2; ++r) h.procs[r]->Submit<float>(0, {1.0f + r, -2.0f * r, 0.5f}, 0);
+  const int before = h.daemon.device_copies();
+  REQUIRE(
+      h.job->Allreduce({Tensor(DataType::kFloat32, ReduceOp::kAverage, 3, h.Inputs(0, 0))}).ok());
+  CHECK(h.daemon.device_copies() - before == 0);
+  for (auto& p : h.procs) CHECK(p->Result<float>(0, 3, 0) == std::vector<float>{1.5f, -1.0f, 0.5f});
+  // Two tensors: into the fusion buffer and back, one copy each way per tensor and rank.
+  for (int r = 0; r < 2; ++r) {
+    h.procs[r]->Submit<int32_t>(0, {r + 1}, 0);
+    h.procs[r]->Submit<int32_t>(256, {10 * r}, 1);
+  }
+  const int fused = h.daemon.device_copies();
+  REQUIRE(h.job
+              ->Allreduce({Tensor(DataType::kInt32, ReduceOp::kSum, 1, h.Inputs(0, 0)),
+                           Tensor(DataType::kInt32, ReduceOp::kSum, 1, h.Inputs(256, 1))})
+              .ok());
+  CHECK(h.daemon.device_copies() - fused == 8);
+  for (auto& p : h.procs) {
+    CHECK(p->Result<int32_t>(0, 1, 0) == std::vector<int32_t>{3});
+    CHECK(p->Result<int32_t>(256, 1, 1) == std::vector<int32_t>{10});
+  }
+  CHECK(h.job->CheckHealth().ok());
 }
 
 TEST_CASE("one host, one process per GPU: even reducescatter is native, with pre/postscale") {

@@ -49,11 +49,11 @@ absl::Status GpuJob::Gather(LocalGpu& gpu, const std::vector<GpuTensor>& tensors
     return ScaleFusion(gpu, tensors, layout, /*post=*/false);
   }
   // Several processes share this GPU: reduce their inputs in host memory, in rank order.
-  std::vector<char>& sum = HostBuffer(kSumBuffer, layout.total_bytes);
-  std::vector<char>& part = HostBuffer(kPartBuffer, layout.total_bytes);
+  ARD_ASSIGN_OR_RETURN(char* sum, HostBuffer(kSumBuffer, layout.total_bytes));
+  ARD_ASSIGN_OR_RETURN(char* part, HostBuffer(kPartBuffer, layout.total_bytes));
   for (size_t k = 0; k < gpu.ranks.size(); ++k) {
     const Rank& r = view_.at(gpu.ranks[k]);
-    char* dst = k == 0 ? sum.data() : part.data();
+    char* dst = k == 0 ? sum : part;
     for (size_t i = 0; i < tensors.size(); ++i) {
       const GpuTensorInput* in = InputOf(tensors[i], gpu.ranks[k]);
       if (in == nullptr) return absl::InternalError("a local rank has no input");
@@ -70,12 +70,11 @@ absl::Status GpuJob::Gather(LocalGpu& gpu, const std::vector<GpuTensor>& tensors
     if (k == 0) continue;
     for (size_t i = 0; i < tensors.size(); ++i) {
       const FusionTensor& m = tensors[i].meta;
-      collectives::ReduceInto(sum.data() + layout.offsets[i], part.data() + layout.offsets[i],
-                              m.count, m.dtype, LocalOp(m.op));
+      collectives::ReduceInto(sum + layout.offsets[i], part + layout.offsets[i], m.count, m.dtype,
+                              LocalOp(m.op));
     }
   }
-  ARD_RETURN_IF_ERROR(
-      device_.CopyAsync(gpu.fusion->data(), sum.data(), layout.total_bytes, *gpu.stream));
+  ARD_RETURN_IF_ERROR(device_.CopyAsync(gpu.fusion->data(), sum, layout.total_bytes, *gpu.stream));
   return AwaitStream(gpu, "host-staged gather");
 }
 
@@ -93,25 +92,49 @@ absl::Status GpuJob::AllreduceRuns(const FusionLayout& layout, bool host_local) 
   });
 }
 
+bool GpuJob::InPlace(const std::vector<GpuTensor>& tensors) const {
+  if (tensors.size() != 1 || HostExchange()) return false;
+  const GpuTensor& t = tensors[0];
+  if (t.prescale != 1.0 || t.postscale != 1.0 || t.meta.count == 0) return false;
+  for (const LocalGpu& gpu : gpus_) {
+    if (gpu.ranks.size() != 1) return false;
+  }
+  return true;
+}
+
+absl::Status GpuJob::AllreduceInPlace(const GpuTensor& tensor) {
+  for (LocalGpu& gpu : gpus_) ARD_RETURN_IF_ERROR(WaitInputs(gpu, tensor));
+  ARD_RETURN_IF_ERROR(Grouped("allreduce", [&](LocalGpu& gpu) {
+    char* buf = At(*view_.at(gpu.ranks[0]).arena, InputOf(tensor, gpu.ranks[0])->offset);
+    return gpu.comm->Allreduce(buf, buf, tensor.meta.count, tensor.meta.dtype, tensor.meta.op,
+                               options_.world_ranks, *gpu.stream);
+  }));
+  for (LocalGpu& gpu : gpus_) {
+    Rank& r = view_.at(gpu.ranks[0]);
+    ARD_RETURN_IF_ERROR(
+        device_.Record(*r.events[InputOf(tensor, gpu.ranks[0])->event], *gpu.stream));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GpuJob::ReduceHierarchical(const FusionLayout& layout) {
   // 1. Within the host: every local GPU holds the host's reduction.
   ARD_RETURN_IF_ERROR(AllreduceRuns(layout, /*host_local=*/true));
   // 2. Between hosts, from host memory, over the TCP data plane; Average divides here.
   LocalGpu& root = gpus_[0];
-  std::vector<char>& host = HostBuffer(kSumBuffer, layout.total_bytes);
+  ARD_ASSIGN_OR_RETURN(char* host, HostBuffer(kSumBuffer, layout.total_bytes));
   ARD_RETURN_IF_ERROR(
-      device_.CopyAsync(host.data(), root.fusion->data(), layout.total_bytes, *root.stream));
+      device_.CopyAsync(host, root.fusion->data(), layout.total_bytes, *root.stream));
   ARD_RETURN_IF_ERROR(AwaitStream(root, "hierarchical copy to the host"));
   for (const FusionRun& run : layout.runs) {
     ARD_RETURN_IF_ERROR(
-        options_.cross_host(host.data() + run.offset, run.count, run.dtype, LocalOp(run.op)));
+        options_.cross_host(host + run.offset, run.count, run.dtype, LocalOp(run.op)));
     if (run.op == wire::ReduceOp::kAverage) {
-      collectives::Scale(host.data() + run.offset, run.count, run.dtype,
-                         1.0 / options_.world_ranks);
+      collectives::Scale(host + run.offset, run.count, run.dtype, 1.0 / options_.world_ranks);
     }
   }
   ARD_RETURN_IF_ERROR(
-      device_.CopyAsync(root.fusion->data(), host.data(), layout.total_bytes, *root.stream));
+      device_.CopyAsync(root.fusion->data(), host, layout.total_bytes, *root.stream));
   ARD_RETURN_IF_ERROR(AwaitStream(root, "hierarchical copy from the host"));
   // 3. Back to every local GPU.
   if (gpus_.size() == 1) return absl::OkStatus();

@@ -88,6 +88,9 @@ TEST_CASE("two hosts: broadcast, allgather, reducescatter, scaled allreduce in e
     CHECK(hosts.Calls("allgather") == (native ? 4 : 0));
     CHECK(hosts.Calls("reducescatter") == (native ? 4 : 0));             // the even one only
     if (m.mode == GpuMode::kHierarchical) CHECK(exchange.calls() == 5);  // one per collective
+    // Item 8: the host-staged steps copy through page-locked memory, never pageable.
+    CHECK(hosts.da.pageable_copies() == 0);
+    CHECK(hosts.db.pageable_copies() == 0);
     CHECK(hosts.ja->CheckHealth().ok());
     CHECK(hosts.jb->CheckHealth().ok());
   }

@@ -244,11 +244,18 @@ class HostCommunicator : public Communicator {
     int rank = rank_;
     auto aborted = state_->aborted;
     auto ran = state_->ran;
-    std::function<absl::Status()> task = [group, rank, seq, spec, send, recv, aborted, ran] {
+    HostDevice* device = &device_;
+    const int gpu = gpu_;
+    std::function<absl::Status()> task = [group, rank, seq, spec, send, recv, aborted, ran, device,
+                                          gpu] {
       struct Ran {
         std::atomic<uint64_t>& n;
         ~Ran() { n.fetch_add(1); }
       } counted{*ran};
+      // The kernel reads and writes the buffers: a freed IPC mapping is an illegal address.
+      for (const void* p : {send, static_cast<const void*>(recv)}) {
+        if (absl::Status s = device->CheckMapped(p, 1, gpu); !s.ok()) return s;
+      }
       std::unique_lock<std::mutex> lock(group->mu);
       CollectiveSlot& slot = group->slots[seq];
       if (slot.sends.empty()) slot.sends.assign(group->size, nullptr);

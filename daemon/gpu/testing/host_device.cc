@@ -91,6 +91,28 @@ class HostMemory : public Memory {
   std::shared_ptr<MappingTable> table_;         // opened mappings only
 };
 
+// Page-locked host memory: ordinary heap memory that copies recognise (pageable_copies()).
+class PinnedMemory : public Memory {
+ public:
+  PinnedMemory(size_t size, std::shared_ptr<MappingTable> table)
+      : data_(new char[size]()), size_(size), table_(std::move(table)) {
+    std::lock_guard<std::mutex> lock(table_->mu);
+    table_->by_address[reinterpret_cast<uintptr_t>(data_.get())] = MappingTable::Entry{size_, 1};
+  }
+  ~PinnedMemory() override {
+    std::lock_guard<std::mutex> lock(table_->mu);
+    table_->by_address.erase(reinterpret_cast<uintptr_t>(data_.get()));
+  }
+  void* data() const override { return data_.get(); }
+  size_t size() const override { return size_; }
+  int device() const override { return kHostMemory; }
+
+ private:
+  std::unique_ptr<char[]> data_;
+  size_t size_;
+  std::shared_ptr<MappingTable> table_;
+};
+
 class HostEvent : public Event {
  public:
   explicit HostEvent(std::shared_ptr<EventState> state) : state_(std::move(state)) {}
@@ -187,7 +209,9 @@ HostDevice::HostDevice(HostWorld& world, std::string host, uint32_t pid, int dev
       host_(std::move(host)),
       pid_(pid),
       device_count_(device_count),
-      mappings_(std::make_shared<MappingTable>()) {}
+      mappings_(std::make_shared<MappingTable>()),
+      own_(std::make_shared<MappingTable>()),
+      pinned_(std::make_shared<MappingTable>()) {}
 HostDevice::~HostDevice() = default;
 
 std::string HostDevice::Describe() const {
@@ -231,7 +255,31 @@ absl::Status HostDevice::CheckDevice(int device) const {
     return absl::InvalidArgumentError(
         absl::StrCat("invalid device ordinal ", device, " (", device_count_, " GPUs)"));
   }
+  absl::MutexLock lock(&mu_);
+  if (contexts_.insert(device).second) ++lazy_contexts_;
   return absl::OkStatus();
+}
+
+absl::Status HostDevice::InitContexts() {
+  absl::MutexLock lock(&mu_);
+  for (int device = 0; device < device_count_; ++device) contexts_.insert(device);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Memory>> HostDevice::AllocateHost(size_t bytes) {
+  if (bytes == 0) return absl::InvalidArgumentError("cannot allocate 0 bytes");
+  return std::unique_ptr<Memory>(new PinnedMemory(bytes, pinned_));
+}
+
+void HostDevice::CountCopy(const void* dst, const void* src, size_t bytes) {
+  const bool dst_device = mappings_->Find(dst, bytes) != 0 || own_->Find(dst, bytes) != 0;
+  const bool src_device = mappings_->Find(src, bytes) != 0 || own_->Find(src, bytes) != 0;
+  if (dst_device && src_device) {
+    ++device_copies_;
+  } else if ((!dst_device && pinned_->Find(dst, bytes) == 0) ||
+             (!src_device && pinned_->Find(src, bytes) == 0)) {
+    ++pageable_copies_;
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Memory>> HostDevice::Allocate(int device, size_t bytes) {
@@ -256,7 +304,7 @@ absl::StatusOr<std::unique_ptr<Memory>> HostDevice::Allocate(int device, size_t 
     id = w->next_id++;
     w->regions[id] = HostWorld::State::Region{fd, bytes, device, pid_};
   }
-  return std::unique_ptr<Memory>(new HostMemory(data, bytes, device, id, fd, nullptr, w));
+  return std::unique_ptr<Memory>(new HostMemory(data, bytes, device, id, fd, nullptr, w, own_));
 }
 
 absl::StatusOr<IpcHandle> HostDevice::ExportMemory(const Memory& memory) {
@@ -381,6 +429,7 @@ absl::Status HostDevice::Wait(Stream& stream, Event& event) {
 
 absl::Status HostDevice::CopyAsync(void* dst, const void* src, size_t bytes, Stream& stream) {
   const int device = stream.device();
+  CountCopy(dst, src, bytes);
   return Issue(
       stream,
       [this, dst, src, bytes, device] {

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -75,7 +76,9 @@ class HostDevice : public Device {
     nccl_version_ = std::move(nccl);
   }
   absl::StatusOr<int> DeviceCount() override;
+  absl::Status InitContexts() override;
   absl::StatusOr<std::unique_ptr<Memory>> Allocate(int device, size_t bytes) override;
+  absl::StatusOr<std::unique_ptr<Memory>> AllocateHost(size_t bytes) override;
   absl::StatusOr<IpcHandle> ExportMemory(const Memory& memory) override;
   absl::StatusOr<std::unique_ptr<Memory>> OpenMemory(int device, const IpcHandle& handle) override;
   absl::StatusOr<std::unique_ptr<Event>> CreateEvent(int device, bool interprocess) override;
@@ -99,6 +102,15 @@ class HostDevice : public Device {
   int open_mappings() const { return open_mappings_->load(); }
   int group_ends() const { return group_ends_.load(); }
   int allocations() const { return allocations_.load(); }
+  // Contexts a call other than InitContexts had to create (CUDA creates one at a GPU's first use).
+  int lazy_contexts() const {
+    absl::MutexLock lock(&mu_);
+    return lazy_contexts_;
+  }
+  // Copies issued between two device ranges (own allocations or IPC mappings), and copies with a
+  // side in host memory that AllocateHost did not give (pageable: CUDA stages and blocks them).
+  int device_copies() const { return device_copies_.load(); }
+  int pageable_copies() const { return pageable_copies_.load(); }
   // The next collective call on one of this process's communicators returns `status` (what NCCL
   // answers for a call it refuses: ncclInvalidUsage, ncclInvalidArgument).
   void FailNextCall(absl::Status status) {
@@ -127,6 +139,9 @@ class HostDevice : public Device {
   uint32_t pid() const { return pid_; }
   HostWorld& world() { return world_; }
 
+  // A copy's or collective's task: an illegal address when [p, p + bytes) lies in a mapping whose
+  // allocation its exporter freed (the context of `device` is then poisoned).
+  absl::Status CheckMapped(const void* p, size_t bytes, int device);
   // Issues `task` on `stream`. Used by communicators and tests.
   absl::Status Issue(Stream& stream, std::function<absl::Status()> task, bool collective);
   bool InGroup() const;
@@ -134,10 +149,9 @@ class HostDevice : public Device {
   void Defer(Communicator* comm, Stream& stream, std::function<absl::Status()> task);
 
  private:
+  // An invalid ordinal's error; else notes the device's context (created here unless it was).
   absl::Status CheckDevice(int device) const;
-  // A copy's task: an illegal address when [p, p + bytes) lies in a mapping whose allocation its
-  // exporter freed (the context of `device` is then poisoned).
-  absl::Status CheckMapped(const void* p, size_t bytes, int device);
+  void CountCopy(const void* dst, const void* src, size_t bytes);
 
   HostWorld& world_;
   const std::string host_;
@@ -147,9 +161,13 @@ class HostDevice : public Device {
   std::shared_ptr<std::atomic<int>> open_mappings_ = std::make_shared<std::atomic<int>>(0);
   std::atomic<int> group_ends_{0};
   std::atomic<int> allocations_{0};
+  std::atomic<int> device_copies_{0};
+  std::atomic<int> pageable_copies_{0};
   std::string cuda_version_ = "none";
   std::string nccl_version_ = "host-double";
-  std::shared_ptr<MappingTable> mappings_;
+  std::shared_ptr<MappingTable> mappings_;  // opened IPC mappings
+  std::shared_ptr<MappingTable> own_;       // this process's device allocations
+  std::shared_ptr<MappingTable> pinned_;    // AllocateHost's
 
   struct Deferred {
     Communicator* comm;
@@ -162,6 +180,8 @@ class HostDevice : public Device {
   std::map<std::thread::id, int> group_depth_ ABSL_GUARDED_BY(mu_);
   std::map<std::thread::id, std::vector<Deferred>> deferred_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> calls_ ABSL_GUARDED_BY(mu_);
+  mutable std::set<int> contexts_ ABSL_GUARDED_BY(mu_);
+  mutable int lazy_contexts_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ard::gpu::testing
