@@ -4,7 +4,7 @@
 #include <cstring>
 
 #if defined(__x86_64__)
-#include <nmmintrin.h>
+#include <immintrin.h>
 #endif
 
 namespace ard::dataplane::tcp {
@@ -29,89 +29,77 @@ uint32_t TableCrc(uint32_t crc, const uint8_t* p, size_t n) {
 }
 
 #if defined(__x86_64__)
-// a * b mod the polynomial, both in the reflected representation (bit 31 is x^0).
-uint32_t MultiplyModPolynomial(uint32_t a, uint32_t b) {
-  uint32_t product = 0;
-  for (uint32_t bit = 0x80000000u; bit != 0;
-       bit >>= 1, b = (b & 1) ? (b >> 1) ^ kPolynomial : b >> 1) {
-    if (a & bit) product ^= b;
-  }
-  return product;
-}
-
-// x^(8 * bytes) mod the polynomial: multiplying a CRC register by it is the same as running it
-// over `bytes` zero bytes.
-uint32_t ZeroBytesOperator(size_t bytes) {
+// x^bits mod the polynomial, reflected (bit 31 is x^0), moved to the top half of a 64-bit
+// reflected operand of pclmulqdq (bit 63 is x^0).
+uint64_t XPowerOperand(size_t bits) {
   uint32_t x_power = 0x80000000u;  // x^0
-  for (size_t bit = 0; bit < 8 * bytes; ++bit) {
+  for (size_t i = 0; i < bits; ++i)
     x_power = (x_power & 1) ? (x_power >> 1) ^ kPolynomial : x_power >> 1;
-  }
-  return x_power;
+  return static_cast<uint64_t>(x_power) << 32;
 }
 
-// Runs a CRC register over a fixed number of zero bytes in four table lookups: that is linear in
-// the register, so it is the xor of what it does to each of the register's four bytes.
-class ZeroBytesShift {
- public:
-  explicit ZeroBytesShift(size_t bytes) {
-    const uint32_t op = ZeroBytesOperator(bytes);
-    for (uint32_t byte = 0; byte < 4; ++byte) {
-      for (uint32_t v = 0; v < 256; ++v) {
-        table_[byte][v] = MultiplyModPolynomial(v << (8 * byte), op);
-      }
-    }
-  }
-  uint32_t operator()(uint32_t c) const {
-    return table_[0][c & 0xff] ^ table_[1][(c >> 8) & 0xff] ^ table_[2][(c >> 16) & 0xff] ^
-           table_[3][c >> 24];
-  }
-
- private:
-  uint32_t table_[4][256];
-};
-
-inline uint64_t Load64(const uint8_t* p) {
-  uint64_t word;
-  std::memcpy(&word, p, 8);
-  return word;
+// The constants that move a 16-byte lane `distance` bits later in the message (see FoldedCrc).
+__m128i FoldConstants(size_t distance) {
+  // Bits 0-63 of a lane are its x^127..x^64, bits 64-127 its x^63..x^0; a carry-less product of
+  // reflected operands comes out one degree low, hence the -1.
+  return _mm_set_epi64x(static_cast<long long>(XPowerOperand(distance - 1)),
+                        static_cast<long long>(XPowerOperand(distance + 64 - 1)));
 }
 
-// The crc32 instruction takes 3 cycles and can start one per cycle: one chain over the bytes runs
-// at a third of the instruction's throughput. Three chains over three consecutive stripes run
-// side by side, and their registers join by the linearity of the CRC: the first one's register
-// moved past 2 stripes of zeros, the second's past one, and the third's, xor-ed.
-template <size_t kStripe>
-__attribute__((target("sse4.2"))) uint64_t ThreeStripes(uint64_t c, const uint8_t*& p, size_t& n) {
-  static_assert(kStripe % 8 == 0);
-  static const ZeroBytesShift past_one(kStripe);
-  static const ZeroBytesShift past_two(2 * kStripe);
-  for (; n >= 3 * kStripe; n -= 3 * kStripe, p += 3 * kStripe) {
-    uint64_t c1 = 0, c2 = 0;
-    for (size_t i = 0; i < kStripe; i += 8) {
-      c = _mm_crc32_u64(c, Load64(p + i));
-      c1 = _mm_crc32_u64(c1, Load64(p + kStripe + i));
-      c2 = _mm_crc32_u64(c2, Load64(p + 2 * kStripe + i));
-    }
-    c = past_two(static_cast<uint32_t>(c)) ^ past_one(static_cast<uint32_t>(c1)) ^
-        static_cast<uint32_t>(c2);
-  }
-  return c;
+__attribute__((target("pclmul,sse4.2"))) inline __m128i Fold(__m128i lane, __m128i constants) {
+  return _mm_xor_si128(_mm_clmulepi64_si128(lane, constants, 0x00),
+                       _mm_clmulepi64_si128(lane, constants, 0x11));
 }
 
-__attribute__((target("sse4.2"))) uint32_t HardwareCrc(uint32_t crc, const uint8_t* p, size_t n) {
-  uint64_t c = ThreeStripes<4096>(crc, p, n);
-  c = ThreeStripes<256>(c, p, n);
-  for (; n >= 8; n -= 8, p += 8) c = _mm_crc32_u64(c, Load64(p));
+inline __m128i LoadLane(const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+
+// CRC by folding (carry-less multiplication, as Intel's white paper on PCLMULQDQ describes): the
+// message is a polynomial, and the CRC depends on it only modulo the CRC polynomial, so a 16-byte
+// lane followed by D bits may be replaced by its product with x^D mod P, a 96-bit value added to
+// the lane D bits later. Four lanes fold 64 bytes ahead at a time, then into each other, then the
+// crc32 instruction reduces the last lane and takes the bytes left. The starting register goes
+// into the first four bytes (the same thing for a CRC). `n` >= 64; returns what is left in `p`/`n`.
+__attribute__((target("pclmul,sse4.2"))) uint32_t FoldedCrc(uint32_t crc, const uint8_t*& p,
+                                                            size_t& n) {
+  static const __m128i by_64_bytes = FoldConstants(512);
+  static const __m128i by_16_bytes = FoldConstants(128);
+  __m128i x0 = _mm_xor_si128(LoadLane(p), _mm_cvtsi32_si128(static_cast<int>(crc)));
+  __m128i x1 = LoadLane(p + 16), x2 = LoadLane(p + 32), x3 = LoadLane(p + 48);
+  for (p += 64, n -= 64; n >= 64; p += 64, n -= 64) {
+    x0 = _mm_xor_si128(Fold(x0, by_64_bytes), LoadLane(p));
+    x1 = _mm_xor_si128(Fold(x1, by_64_bytes), LoadLane(p + 16));
+    x2 = _mm_xor_si128(Fold(x2, by_64_bytes), LoadLane(p + 32));
+    x3 = _mm_xor_si128(Fold(x3, by_64_bytes), LoadLane(p + 48));
+  }
+  x1 = _mm_xor_si128(Fold(x0, by_16_bytes), x1);
+  x2 = _mm_xor_si128(Fold(x1, by_16_bytes), x2);
+  x3 = _mm_xor_si128(Fold(x2, by_16_bytes), x3);
+  for (; n >= 16; p += 16, n -= 16) x3 = _mm_xor_si128(Fold(x3, by_16_bytes), LoadLane(p));
+  uint64_t c = _mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(x3)));
+  return static_cast<uint32_t>(_mm_crc32_u64(c, static_cast<uint64_t>(_mm_extract_epi64(x3, 1))));
+}
+
+__attribute__((target("pclmul,sse4.2"))) uint32_t HardwareCrc(uint32_t crc, const uint8_t* p,
+                                                              size_t n) {
+  if (n >= 128) crc = FoldedCrc(crc, p, n);
+  uint64_t c = crc;
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    c = _mm_crc32_u64(c, word);
+  }
   uint32_t c32 = static_cast<uint32_t>(c);
   for (; n > 0; --n, ++p) c32 = _mm_crc32_u8(c32, *p);
   return c32;
 }
 
-bool HasSse42() {
+bool HasCrcInstructions() {
   // __builtin_cpu_init first: this may run before the runtime's own initialization of the flags.
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("sse4.2") != 0;
+    return __builtin_cpu_supports("sse4.2") != 0 && __builtin_cpu_supports("pclmul") != 0;
   }();
   return has;
 }
@@ -123,7 +111,7 @@ uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t bytes) {
   const uint8_t* p = static_cast<const uint8_t*>(data);
   crc = ~crc;
 #if defined(__x86_64__)
-  if (HasSse42()) return ~HardwareCrc(crc, p, bytes);
+  if (HasCrcInstructions()) return ~HardwareCrc(crc, p, bytes);
 #endif
   return ~TableCrc(crc, p, bytes);
 }

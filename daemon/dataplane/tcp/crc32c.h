@@ -1,8 +1,8 @@
 // CRC32C (Castagnoli), the checksum of every data-plane transfer (tcp_mesh.h): it catches a
 // corrupt, truncated or shifted stream, not a forger (the job secret authenticates the peer;
-// only encryption would stop a man in the middle). Uses the SSE4.2 crc32 instruction where the
-// CPU has it (checked once at run time; three chains side by side over long buffers), a table
-// otherwise; both give the same values.
+// only encryption would stop a man in the middle). Uses carry-less multiplication (pclmulqdq) over
+// long buffers and the SSE4.2 crc32 instruction where the CPU has both (checked once at run
+// time), a table otherwise; both give the same values.
 // Pure functions: any thread.
 #pragma once
 

@@ -29,20 +29,22 @@ TEST_CASE("Crc32cExtend over pieces equals the CRC of the whole, and sees one fl
 }
 
 TEST_CASE(
-    "Crc32cExtend over long buffers (three chains side by side) equals it over short pieces") {
-  // Pieces under 3 x 256 bytes take the one-chain path; the whole takes the striped ones. Lengths
-  // and offsets around the stripes' edges, unaligned starts included.
-  std::string data(3 * 3 * 4096 + 3 * 256 * 2 + 77, '\0');
+    "Crc32cExtend over long buffers (folded) equals it over short pieces (crc32 instruction)") {
+  // Pieces under 128 bytes take the crc32 instruction alone; a whole buffer is folded 64 and 16
+  // bytes at a time first, from a zero register and from another. Lengths around those edges,
+  // unaligned starts included.
+  std::string data(40000, '\0');
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 2654435761u) >> 13);
   for (size_t start : {0, 1, 5, 8}) {
-    for (size_t length : {size_t{767}, size_t{768}, size_t{769}, size_t{3 * 4096 - 1},
-                          size_t{3 * 4096}, size_t{3 * 4096 + 9}, data.size() - 8}) {
+    for (size_t length : {size_t{127}, size_t{128}, size_t{129}, size_t{191}, size_t{207},
+                          size_t{767}, size_t{12289}, data.size() - 8}) {
       const char* p = data.data() + start;
       uint32_t by_pieces = 0;
       for (size_t at = 0; at < length; at += 100) {
         by_pieces = Crc32cExtend(by_pieces, p + at, std::min<size_t>(100, length - at));
       }
       CHECK(Crc32cExtend(0, p, length) == by_pieces);
+      CHECK(Crc32cExtend(Crc32cExtend(0, p, 5), p + 5, length - 5) == by_pieces);
     }
   }
 }
