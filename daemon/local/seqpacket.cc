@@ -12,9 +12,12 @@ namespace ard::local {
 
 absl::StatusOr<ReceivedMessage> RecvMessage(int socket_fd, size_t max_bytes) {
   ReceivedMessage m;
-  m.bytes.resize(max_bytes + 1);  // one spare byte reveals an oversized message
+  // One buffer per thread, sized once, with a spare byte that reveals an oversized message: a
+  // fresh one per call would zero max_bytes (128 KiB) for every frame and every empty read.
+  thread_local std::string buffer;
+  if (buffer.size() < max_bytes + 1) buffer.resize(max_bytes + 1);
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-  iovec iov{m.bytes.data(), m.bytes.size()};
+  iovec iov{buffer.data(), max_bytes + 1};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -50,7 +53,7 @@ absl::StatusOr<ReceivedMessage> RecvMessage(int socket_fd, size_t max_bytes) {
   }
   m.truncated = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 ||
                 static_cast<size_t>(n) > max_bytes;
-  m.bytes.resize(static_cast<size_t>(n) > max_bytes ? max_bytes : n);
+  m.bytes.assign(buffer.data(), static_cast<size_t>(n) > max_bytes ? max_bytes : n);
   return m;
 }
 
