@@ -308,8 +308,11 @@ void LocalSocketServer::OnReadable(const std::shared_ptr<Session>& session, uint
   }
 }
 
-void LocalSocketServer::CloseSession(const std::shared_ptr<Session>& session,
+void LocalSocketServer::CloseSession(const std::shared_ptr<Session>& caller_session,
                                      const std::string& why, bool graceful) {
+  // The caller's reference may be the one sessions_ holds (Stop): keep the session alive past
+  // the erase below.
+  const std::shared_ptr<Session> session = caller_session;
   if (sessions_.erase(session->fd()) == 0) return;
   loop_.UnwatchFd(session->fd());
   session->Close();
