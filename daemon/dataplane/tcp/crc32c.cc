@@ -12,11 +12,14 @@ namespace {
 
 constexpr uint32_t kPolynomial = 0x82f63b78;  // CRC32C, reflected
 
+// c * x mod the polynomial, reflected (bit 31 is x^0): one bit of the CRC register's shift.
+constexpr uint32_t TimesX(uint32_t c) { return (c & 1) ? (c >> 1) ^ kPolynomial : c >> 1; }
+
 std::array<uint32_t, 256> MakeTable() {
   std::array<uint32_t, 256> table{};
   for (uint32_t i = 0; i < 256; ++i) {
     uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ kPolynomial : c >> 1;
+    for (int k = 0; k < 8; ++k) c = TimesX(c);
     table[i] = c;
   }
   return table;
@@ -33,8 +36,7 @@ uint32_t TableCrc(uint32_t crc, const uint8_t* p, size_t n) {
 // reflected operand of pclmulqdq (bit 63 is x^0).
 uint64_t XPowerOperand(size_t bits) {
   uint32_t x_power = 0x80000000u;  // x^0
-  for (size_t i = 0; i < bits; ++i)
-    x_power = (x_power & 1) ? (x_power >> 1) ^ kPolynomial : x_power >> 1;
+  for (size_t i = 0; i < bits; ++i) x_power = TimesX(x_power);
   return static_cast<uint64_t>(x_power) << 32;
 }
 
@@ -60,7 +62,8 @@ inline __m128i LoadLane(const uint8_t* p) {
 // lane followed by D bits may be replaced by its product with x^D mod P, a 96-bit value added to
 // the lane D bits later. Four lanes fold 64 bytes ahead at a time, then into each other, then the
 // crc32 instruction reduces the last lane and takes the bytes left. The starting register goes
-// into the first four bytes (the same thing for a CRC). `n` >= 64; returns what is left in `p`/`n`.
+// into the first four bytes (the same thing for a CRC). Needs `n` >= 64 (HardwareCrc folds from
+// 128, where it starts to pay); leaves what is left in `p`/`n`.
 __attribute__((target("pclmul,sse4.2"))) uint32_t FoldedCrc(uint32_t crc, const uint8_t*& p,
                                                             size_t& n) {
   static const __m128i by_64_bytes = FoldConstants(512);
