@@ -320,8 +320,11 @@ def test_max_pending_tensors(cluster):
 
 def test_client_that_never_reads_is_dropped(cluster):
     """A client that submits without reading its completions: the daemon queues at most
-    max_client_outbox_bytes for it, then drops it with a log line; other jobs are unaffected."""
-    d = cluster.add("host-r", extra_flags=["--max_client_outbox_bytes=65536"])
+    max_client_outbox_bytes for it, then drops it with a log line; other jobs are unaffected.
+    The limit is above everything the bystander can have queued (1000 tensors in flight, a
+    completion frame of about 150 bytes each), so a bystander slowed by a loaded machine is never
+    cut off."""
+    d = cluster.add("host-r", extra_flags=["--max_client_outbox_bytes=1048576"])
     bystander = Workers(d.socket, "bystander", 2, "many", seed=8)
     flood = register(d.socket, b"flood")
     assert flood.recv()[0] == WELCOME

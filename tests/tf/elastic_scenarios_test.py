@@ -162,8 +162,10 @@ def test_a_blacklisted_host_is_resurrected_after_its_cooldown(cluster, tmp_path)
     assert "started worker 4 on 127.0.0.1" in out, out
     expect(results, out, (0, 0, 4, "localhost", 1), (1, 0, 2, "localhost", 2),
            (2, 0, 4, "localhost", None), (3, 0, 4, "localhost", None))
-    # Horovod's count is 3. Ours may be 4: 127.0.0.1's daemon still holds the handoff of the
-    # generation it ran (dropped under the formation timeout ago) and forms its successor with the
-    # first new rank that arrives, so the second one joins at one more re-formation.
-    assert results[2]["rendezvous"] in (3, 4) and results[3] == dict(
+    # Horovod's count is 3 (its driver rendezvouses the host's new slots together). Ours is 3 to
+    # 5: 127.0.0.1's daemon does not know how many processes the launcher started there, so when a
+    # loaded machine starts them apart it forms with the first (or with the handoff of the
+    # generation it ran) and re-forms as each later one registers, an in-flight formation included
+    # (DESIGN.md "Elastic training"). What must hold: the job grows back to 4 and stays there.
+    assert results[2]["rendezvous"] in (3, 4, 5) and results[3] == dict(
         results[2], epoch=3), json.dumps(results) + out
