@@ -10,6 +10,7 @@ APT_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev catch2 libsystemd-dev
   libcpp-httplib-dev   # the metrics endpoint's HTTP server
+  libxxhash-dev   # the data plane's checksum (XXH3, header-only)
   libgloo-dev openmpi-bin libopenmpi-dev   # peers measured side by side in bench/
   python3 python3-pytest python3-venv python3-yaml   # python3-yaml: tests/deploy (k8s manifests)
   systemd

@@ -16,7 +16,8 @@ inline constexpr char kVersion[] = "0.1.0";
 // 0: daemons older than the field; 1: the first with it (JobEvent's compact response form,
 // JobLayout.JobHost.registered_local_ranks); 2: JobLayout.data_secret and the authenticated,
 // checksummed data plane (dataplane/tcp/handshake.h kDataVersion 2); 3: the data plane's
-// encryption byte and optional TLS (kDataVersion 3, data_plane_tls).
-inline constexpr uint32_t kProtocolVersion = 3;
+// encryption byte and optional TLS (kDataVersion 3, data_plane_tls); 4: the data plane's
+// transfers end with XXH3's 64 bits instead of a CRC32C (kDataVersion 4).
+inline constexpr uint32_t kProtocolVersion = 4;
 
 }  // namespace ard

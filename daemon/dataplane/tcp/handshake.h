@@ -30,8 +30,9 @@ namespace ard::dataplane::tcp {
 
 inline constexpr uint32_t kDataMagic = 0x54445241;  // "ARDT" in memory
 // 1: a 24-byte unauthenticated header; 2: this challenge-response and checksummed transfers;
-// 3: then one byte each way saying whether the connection runs TLS (secure_mesh.h).
-inline constexpr uint32_t kDataVersion = 3;
+// 3: then one byte each way saying whether the connection runs TLS (secure_mesh.h); 4: each
+// transfer's checksum is XXH3's 64 bits (stream_checksum.h), no longer a CRC32C.
+inline constexpr uint32_t kDataVersion = 4;
 // Largest host index a handshake may name (a sanity bound, far above any real job).
 inline constexpr uint32_t kMaxHosts = 1u << 16;
 inline constexpr size_t kNonceBytes = 16;

@@ -4,10 +4,10 @@
 // once. HostCollectives (host_collectives.h) builds the collectives on top, over those edges only.
 //
 // Streams carry the transfers' bytes, each transfer's bytes to one peer followed by their
-// CRC32C (crc32c.h, seeded with the count of earlier transfers in that direction; taken while
-// the bytes move, transfer_queue.h): every host runs the same collectives in the same order, so
-// both ends of a connection agree on the sizes, and what one host sends to a peer in one
-// transfer that peer receives in one transfer. A corrupt, shifted or truncated stream, or bytes
+// checksum (XXH3 64-bit, stream_checksum.h, seeded with the count of earlier transfers in that
+// direction; taken while the bytes move, transfer_queue.h): every host runs the same collectives
+// in the same order, so both ends of a connection agree on the sizes, and what one host sends to
+// a peer in one transfer that peer receives in one transfer. A corrupt, shifted or truncated stream, or bytes
 // past a transfer's end, fails the transfer that reads them with DataLoss naming the host. A
 // transfer that fails leaves the byte streams out of step, so after any error the mesh is
 // poisoned (every later call fails) and its sockets are shut down, which makes the peers'
@@ -59,7 +59,7 @@ struct TcpMeshOptions {
   // Keep retrying non-blocking sends/receives for this long after the last progress before
   // sleeping in poll(): trades CPU for the ~100 us cross-core wake-up on small transfers.
   absl::Duration busy_poll = absl::ZeroDuration();
-  // false: transfers carry no CRC32C. Only for mesh_bench's measurement of what the checksum
+  // false: transfers carry no checksum. Only for mesh_bench's measurement of what the checksum
   // costs; every host of a mesh must agree (the daemon always checksums).
   bool checksum = true;
 };
@@ -74,8 +74,8 @@ struct MeshJob {
 
 class TcpMesh {
  public:
-  // What each transfer adds to its bytes on each connection it moves bytes on: the CRC32C.
-  static constexpr size_t kChecksumBytes = sizeof(uint32_t);
+  // What each transfer adds to its bytes on each connection it moves bytes on: the checksum.
+  static constexpr size_t kChecksumBytes = sizeof(uint64_t);
 
   // One contiguous byte range to send to / receive from `peer` (a host index other than self).
   struct Send {

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "daemon/dataplane/tcp/crc32c.h"
-
 namespace ard::dataplane::tcp {
 
 void TransferQueue::Reset() {
@@ -19,7 +17,7 @@ void TransferQueue::Add(void* data, size_t bytes) {
 void TransferQueue::Seal(bool send) {
   data_iovs = iov.size();
   if (iov.empty() || !checksum) return;
-  crc = Crc32cExtend(0, &transfers, sizeof transfers);
+  sum.Reset(transfers);
   if (send) ++transfers;  // the receiver counts in Received()
   iov.push_back(iovec{&trailer, sizeof trailer});
 }
@@ -35,12 +33,12 @@ void TransferQueue::ChecksumAhead() {
       continue;
     }
     const size_t step = std::min(v.iov_len - skip, want);
-    crc = Crc32cExtend(crc, static_cast<const char*>(v.iov_base) + skip, step);
+    sum.Extend(static_cast<const char*>(v.iov_base) + skip, step);
     checked += step;
     want -= step;
     skip = 0;
   }
-  if (checked == data_bytes) trailer = crc;
+  if (checked == data_bytes) trailer = sum.Value();
 }
 
 size_t TransferQueue::SendLimit() const {
@@ -53,7 +51,7 @@ void TransferQueue::Advance(size_t n, bool send) {
   while (n > 0) {
     iovec& v = iov[next];
     const size_t step = std::min(n, v.iov_len);
-    if (!send && checksum && next < data_iovs) crc = Crc32cExtend(crc, v.iov_base, step);
+    if (!send && checksum && next < data_iovs) sum.Extend(v.iov_base, step);
     v.iov_base = static_cast<char*>(v.iov_base) + step;
     v.iov_len -= step;
     n -= step;
@@ -64,7 +62,7 @@ void TransferQueue::Advance(size_t n, bool send) {
 
 bool TransferQueue::Received() {
   ++transfers;
-  return crc == trailer;
+  return sum.Value() == trailer;
 }
 
 }  // namespace ard::dataplane::tcp

@@ -1,5 +1,5 @@
 // The byte ranges one TcpMesh transfer moves in one direction with one peer, followed by their
-// CRC32C (the "trailer", tcp_mesh.h), and the checksum's running state. The checksum is taken
+// checksum (the "trailer", tcp_mesh.h; stream_checksum.h), and the checksum's running state. The checksum is taken
 // while the bytes move, never in a pass of its own: the receiver extends it over each chunk a
 // recvmsg just wrote; the sender extends it over a window of kChecksumAheadBytes just ahead of
 // what it has sent, and sends no byte the checksum has not covered yet, so each byte is summed
@@ -18,6 +18,8 @@
 #include <limits>
 #include <vector>
 
+#include "daemon/dataplane/tcp/stream_checksum.h"
+
 namespace ard::dataplane::tcp {
 
 // How far ahead of the sent bytes the sender's checksum runs: small enough to stay in a core's
@@ -32,10 +34,10 @@ struct TransferQueue {
   size_t data_bytes = 0;   // bytes in the data ranges
   size_t moved = 0;        // bytes moved so far (data, then trailer)
   size_t checked = 0;      // sending: data bytes the checksum covers so far
-  uint32_t crc = 0;        // the CRC32C of the data bytes checked (sending) / arrived (receiving)
-  uint32_t trailer = 0;    // the checksum to send, or the one received
-  uint64_t transfers = 0;  // transfers with bytes in this direction so far (the CRC's seed)
-  bool checksum = true;    // false: no trailer, no CRC (mesh_bench's measurement only)
+  StreamChecksum sum;      // over the data bytes checked (sending) / arrived (receiving)
+  uint64_t trailer = 0;    // the checksum to send, or the one received
+  uint64_t transfers = 0;  // transfers with bytes in this direction so far (the checksum's seed)
+  bool checksum = true;    // false: no trailer, no checksum (mesh_bench's measurement only)
 
   bool done() const { return next == iov.size(); }
 
@@ -43,7 +45,7 @@ struct TransferQueue {
   void Reset();
   // Appends a range (bytes > 0).
   void Add(void* data, size_t bytes);
-  // Ends step 2: seeds the CRC with the transfer count and appends the trailer's range when the
+  // Ends step 2: seeds the checksum with the transfer count and appends the trailer's range when the
   // queue moves any bytes. `send`: this queue sends (the trailer is filled as the data goes).
   void Seal(bool send);
   // Sending: extends the checksum to kChecksumAheadBytes past the sent bytes (or the data's
@@ -52,7 +54,7 @@ struct TransferQueue {
   // Sending: how many bytes from iov[next] may go out now (the checksum covers them; the
   // trailer only once filled). The largest size_t when there is no cap.
   size_t SendLimit() const;
-  // Records n bytes moved: advances next/iov; receiving, extends the CRC over the data bytes.
+  // Records n bytes moved: advances next/iov; receiving, extends the checksum over the data bytes.
   void Advance(size_t n, bool send);
   // Receiving, once done(): whether the trailer matches the data; counts the transfer.
   bool Received();

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "catch2/catch.hpp"
-#include "daemon/dataplane/tcp/crc32c.h"
+#include "daemon/dataplane/tcp/stream_checksum.h"
 
 namespace ard::dataplane::tcp {
 namespace {
@@ -46,14 +46,14 @@ TEST_CASE("TransferQueue sums the sent bytes just ahead of the send, never in a 
   CHECK(q.SendLimit() == kChecksumAheadBytes);
   const size_t step = GENERATE(size_t{1000}, size_t{64 << 10}, size_t{4} << 20);
   std::vector<uint8_t> wire = Drain(q, step);
-  REQUIRE(wire.size() == a.size() + b.size() + sizeof(uint32_t));
-  const uint64_t seed = 5;
-  uint32_t crc = Crc32cExtend(0, &seed, sizeof seed);
-  crc = Crc32cExtend(crc, a.data(), a.size());
-  crc = Crc32cExtend(crc, b.data(), b.size());
-  uint32_t trailer;
+  REQUIRE(wire.size() == a.size() + b.size() + sizeof(uint64_t));
+  StreamChecksum sum;
+  sum.Reset(5);  // the transfer count
+  sum.Extend(a.data(), a.size());
+  sum.Extend(b.data(), b.size());
+  uint64_t trailer;
   std::memcpy(&trailer, wire.data() + a.size() + b.size(), sizeof trailer);
-  CHECK(trailer == crc);
+  CHECK(trailer == sum.Value());
   CHECK(std::equal(a.begin(), a.end(), wire.begin()));
   CHECK(q.transfers == 6);
 }
