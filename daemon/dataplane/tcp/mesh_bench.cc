@@ -6,8 +6,8 @@
 //       [--socket_buffer=BYTES (0 = kernel auto-tuning)] [--chunk=BYTES] [--seconds=S]
 //       [--mode=allreduce|ring] [--busy_poll_us=US] [--variants=plain,checksum,tls]
 // --variants runs each size once per variant in the same run, interleaved (so the machine's load
-// hits them alike): "checksum" is the daemon's plaintext data plane (authenticated, XXH3 checksum per
-// transfer; the default), "plain" the same without the checksum, "tls" the daemon with
+// hits them alike): "checksum" is the daemon's plaintext data plane (authenticated, XXH3 checksum
+// per transfer; the default), "plain" the same without the checksum, "tls" the daemon with
 // --data_plane_tls (TLS 1.3, certificates made with the openssl command: test_pki.h).
 // --mode=ring is the baseline of MEASUREMENTS.md's "raw TCP ring": every host sends `size` bytes
 // to the next host while receiving as much from the previous one (TcpMesh::Exchange, no

@@ -8,7 +8,15 @@
 namespace ard::dataplane::tcp {
 namespace {
 
-const bool kHasAvx2 = __builtin_cpu_supports("avx2");
+// Read during static initialisation, which may run before libgcc's own: initialise it first.
+const bool kHasAvx2 = [] {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") != 0;
+#else
+  return false;
+#endif
+}();
 
 }  // namespace
 
@@ -23,11 +31,10 @@ StreamChecksum::StreamChecksum() : state_(new State) { Reset(0); }
 void StreamChecksum::Reset(uint64_t seed) { XXH3_64bits_reset_withSeed(&state_->xxh, seed); }
 
 void StreamChecksum::Extend(const void* data, size_t bytes) {
-  if (kHasAvx2) {
-    internal::Xxh3ExtendAvx2(&state_->xxh, data, bytes);
-  } else {
-    XXH3_64bits_update(&state_->xxh, data, bytes);
-  }
+#if defined(__x86_64__)
+  if (kHasAvx2) return internal::Xxh3ExtendAvx2(&state_->xxh, data, bytes);
+#endif
+  XXH3_64bits_update(&state_->xxh, data, bytes);
 }
 
 uint64_t StreamChecksum::Value() const { return XXH3_64bits_digest(&state_->xxh); }

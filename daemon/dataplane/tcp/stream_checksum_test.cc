@@ -5,6 +5,9 @@
 
 #include "catch2/catch.hpp"
 
+#define XXH_INLINE_ALL  // this file's own XXH3, its default (SSE2) kernel
+#include <xxhash.h>
+
 namespace ard::dataplane::tcp {
 namespace {
 
@@ -54,6 +57,15 @@ TEST_CASE("StreamChecksum over pieces equals it over the whole, and sees one fli
       CHECK(Whole(7, flipped) != whole);
       CHECK(Whole(7, piece.substr(0, length - 1)) != whole);  // truncated
       CHECK(Whole(8, piece) != whole);                        // another transfer's seed
+    }
+  }
+}
+
+TEST_CASE("StreamChecksum (AVX2 where the CPU has it) agrees with XXH3's default kernel") {
+  const std::string data = Pattern(100000);
+  for (size_t length : {size_t{0}, size_t{100}, size_t{1000}, size_t{5000}, data.size()}) {
+    for (uint64_t seed : {uint64_t{0}, uint64_t{3}, ~uint64_t{0}}) {
+      CHECK(Whole(seed, data.substr(0, length)) == XXH3_64bits_withSeed(data.data(), length, seed));
     }
   }
 }

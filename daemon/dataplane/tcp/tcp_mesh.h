@@ -7,10 +7,10 @@
 // checksum (XXH3 64-bit, stream_checksum.h, seeded with the count of earlier transfers in that
 // direction; taken while the bytes move, transfer_queue.h): every host runs the same collectives
 // in the same order, so both ends of a connection agree on the sizes, and what one host sends to
-// a peer in one transfer that peer receives in one transfer. A corrupt, shifted or truncated stream, or bytes
-// past a transfer's end, fails the transfer that reads them with DataLoss naming the host. A
-// transfer that fails leaves the byte streams out of step, so after any error the mesh is
-// poisoned (every later call fails) and its sockets are shut down, which makes the peers'
+// a peer in one transfer that peer receives in one transfer. A corrupt, shifted or truncated
+// stream, or bytes past a transfer's end, fails the transfer that reads them with DataLoss naming
+// the host. A transfer that fails leaves the byte streams out of step, so after any error the mesh
+// is poisoned (every later call fails) and its sockets are shut down, which makes the peers'
 // pending transfers fail promptly too. With the listener's TLS context (--data_plane_tls) every
 // connection is TLS 1.3 (data_tls.h): a record that fails its MAC fails the transfer with
 // DataLoss naming the host, like a checksum mismatch.

@@ -1,10 +1,11 @@
 // The byte ranges one TcpMesh transfer moves in one direction with one peer, followed by their
-// checksum (the "trailer", tcp_mesh.h; stream_checksum.h), and the checksum's running state. The checksum is taken
-// while the bytes move, never in a pass of its own: the receiver extends it over each chunk a
-// recvmsg just wrote; the sender extends it over a window of kChecksumAheadBytes just ahead of
-// what it has sent, and sends no byte the checksum has not covered yet, so each byte is summed
-// right before the kernel copies it, while it is in cache. The trailer goes out, in the same
-// sendmsg as the last bytes where it fits, once the checksum covers the whole transfer.
+// checksum (the "trailer", tcp_mesh.h; stream_checksum.h), and the checksum's running state. The
+// checksum is taken while the bytes move, never in a pass of its own: the receiver extends it
+// over each chunk a recvmsg just wrote; the sender extends it over a window of
+// kChecksumAheadBytes just ahead of what it has sent, and sends no byte the checksum has not
+// covered yet, so each byte is summed right before the kernel copies it, while it is in cache.
+// The trailer goes out, in the same sendmsg as the last bytes where it fits, once the checksum
+// covers the whole transfer.
 // Owned by TcpMesh, op thread only.
 // Lifecycle (per transfer): 1. Reset(); 2. Add() each range; 3. Seal(); 4. until done():
 // ChecksumAhead() and SendLimit() before a send, Advance(n) after any move; a receiving queue
@@ -45,8 +46,8 @@ struct TransferQueue {
   void Reset();
   // Appends a range (bytes > 0).
   void Add(void* data, size_t bytes);
-  // Ends step 2: seeds the checksum with the transfer count and appends the trailer's range when the
-  // queue moves any bytes. `send`: this queue sends (the trailer is filled as the data goes).
+  // Ends step 2: seeds the checksum with the transfer count and appends the trailer's range when
+  // the queue moves any bytes. `send`: this queue sends (the trailer is filled as the data goes).
   void Seal(bool send);
   // Sending: extends the checksum to kChecksumAheadBytes past the sent bytes (or the data's
   // end) once less than half of that lies ahead; fills the trailer when it covers all the data.
