@@ -113,9 +113,9 @@ def check_rounds(hosts, tensors, steps):
     total = sum(r[0] + r[1] + a[0] + a[1] for r, a in zip(rounds, allreduce))
     assert report["data_messages_per_host_per_step"] == pytest.approx(total / hosts, rel=1e-5)
     # A vote: 6 header words and two bit words per 64 slots; the allreduce: 4 bytes per tensor;
-    # every message also carries the data plane's 4-byte checksum.
-    vote_bytes = (6 + 2 * ((tensors + 63) // 64)) * 8 + 4
-    sent_bytes = sum(r[0] * vote_bytes + a[0] * (4 * tensors + 4)
+    # every message also carries the data plane's 8-byte checksum.
+    vote_bytes = (6 + 2 * ((tensors + 63) // 64)) * 8 + 8
+    sent_bytes = sum(r[0] * vote_bytes + a[0] * (4 * tensors + 8)
                      for r, a in zip(rounds, allreduce))
     assert report["data_bytes_sent_per_host_per_step"] == pytest.approx(
         sent_bytes / hosts, rel=1e-5)

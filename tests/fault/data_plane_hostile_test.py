@@ -13,7 +13,7 @@ from fault_util import data_port, fd_count, make_cluster, run_job, wait_until
 from loopback_capture import LoopbackCapture, can_capture
 
 NAMES = ["h-a", "h-b"]
-MAGIC, VERSION = 0x54445241, 3
+MAGIC, VERSION = 0x54445241, 4  # handshake.h kDataMagic, kDataVersion
 HELLO = struct.Struct("<IIQQII16s")  # dataplane/tcp/handshake.h DataHello
 PROOF_BYTES, NONCE_BYTES = 32, 16
 HANDSHAKE_TIMEOUT_S = 10  # DataListenerOptions.handshake_timeout
