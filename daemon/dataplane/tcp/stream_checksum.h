@@ -2,11 +2,8 @@
 // over a transfer's bytes as they move (transfer_queue.h). It catches a corrupt, truncated or
 // shifted stream, not a forger (the job secret authenticates the peer; only encryption would stop
 // a man in the middle). Debian's xxhash (libxxhash-dev) is used header-only: nothing more is
-// linked. Its AVX2 kernel runs where the CPU has AVX2 (checked once at run time), its SSE2 one
-// otherwise; both give the same values. XXH3 rather than CRC32C: in cache, where the data plane
-// sums each chunk, it runs at 2.4x CRC32C's rate on this machine's cores (18 against 7.5 GB/s with
-// pclmulqdq folding), and the checksum was the largest share of the daemon's own CPU in a large
-// allreduce (bench/RESULTS_WHY.md).
+// linked. Its AVX2 kernel runs where the CPU has AVX2 (checked once at run time), its default one
+// otherwise; both give the same values. Why XXH3 and not CRC32C: DESIGN.md "Data plane".
 // Movable value; one thread at a time.
 #pragma once
 

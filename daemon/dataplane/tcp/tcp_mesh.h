@@ -57,7 +57,8 @@ struct TcpMeshOptions {
   absl::Duration progress_timeout = absl::Seconds(30);
   int socket_buffer_bytes = kDefaultSocketBufferBytes;  // SO_SNDBUF/SO_RCVBUF of dialed sockets
   // Keep retrying non-blocking sends/receives for this long after the last progress before
-  // sleeping in poll(): trades CPU for the ~100 us cross-core wake-up on small transfers.
+  // sleeping in poll(): trades CPU for the ~100 us cross-core wake-up on small transfers
+  // (mesh_bench only: in the daemon on 2 vCPUs it measured slower, bench/RESULTS_WHY.md).
   absl::Duration busy_poll = absl::ZeroDuration();
   // false: transfers carry no checksum. Only for mesh_bench's measurement of what the checksum
   // costs; every host of a mesh must agree (the daemon always checksums).
