@@ -32,6 +32,8 @@ void JobChannel::RegisterAsync(const HostRegistration& registration,
   request.set_host(options_.host);
   request.set_size(registration.size);
   request.set_elastic_min_np(registration.elastic_min_np);
+  request.set_formation(registration.formation);
+  request.set_amendment(registration.amendment);
   request.set_data_address(options_.data_address);
   request.set_timeout_ms(absl::ToInt64Milliseconds(options_.form_timeout));
   for (const auto& r : registration.ranks) {

@@ -38,6 +38,10 @@ struct HostRegistration {
   std::string job;
   int size = 0;            // the job's world size (elastic: its max_np, 0 for none)
   int elastic_min_np = 0;  // an elastic job: the coordinator forms it from the ranks present
+  // Elastic: the host's forming generation and which registration of it this is (0 first, then
+  // each amendment: RegisterRanksRequest.formation).
+  uint64_t formation = 0;
+  uint32_t amendment = 0;
   struct Rank {
     int local_rank = 0;
     int rank = -1;  // from the launcher, or -1

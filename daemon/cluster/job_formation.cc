@@ -63,6 +63,7 @@ void JobFormation::Register(const RegisterRanksRequest& request, Done<RegisterRa
                                                  " ranks for size ", request.size())));
     return;
   }
+  if (absl::Status stale = CheckAmendment(request); !stale.ok()) return done(stale);
   auto& forming = forming_[request.job()];
   if (forming == nullptr) {
     forming = std::make_unique<Forming>();
@@ -92,8 +93,36 @@ void JobFormation::Register(const RegisterRanksRequest& request, Done<RegisterRa
   }
   entry = {request, std::move(done)};
   forming->last_change = absl::Now();
+  Logger("negotiation")
+      ->info("registration held job={} host={} ranks={} formation={} amendment={}", request.job(),
+             request.host(), request.ranks_size(), request.formation(), request.amendment());
   if (elastic) ScheduleSettled(request.job());
   TryForm(request.job());
+}
+
+absl::Status JobFormation::CheckAmendment(const RegisterRanksRequest& request) const {
+  if (request.formation() == 0) return absl::OkStatus();
+  auto e = elastic_.find(request.job());
+  if (e != elastic_.end()) {
+    auto from = e->second.formed_from.find(request.host());
+    if (from != e->second.formed_from.end() && from->second == request.formation()) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "job ", request.job(), ": host ", request.host(), "'s formation ", request.formation(),
+          " already formed (generation ", e->second.generation, ", answered); its amendment ",
+          request.amendment(), " with ", request.ranks_size(), " rank(s) comes too late"));
+    }
+  }
+  auto f = forming_.find(request.job());
+  if (f == forming_.end()) return absl::OkStatus();
+  auto held = f->second->hosts.find(request.host());
+  if (held != f->second->hosts.end() && held->second.first.formation() == request.formation() &&
+      held->second.first.amendment() > request.amendment()) {
+    return absl::AbortedError(absl::StrCat("job ", request.job(), ": host ", request.host(),
+                                           "'s amendment ", held->second.first.amendment(),
+                                           " is held; this registration (amendment ",
+                                           request.amendment(), ") is superseded"));
+  }
+  return absl::OkStatus();
 }
 
 void JobFormation::ScheduleSettled(const std::string& name) {
@@ -181,6 +210,7 @@ void JobFormation::TryForm(const std::string& name) {
       Elastic& e = elastic_[name];
       e.hosts = in_layout;
       e.bounds = {done->elastic_min_np, done->size};
+      for (const auto& [host, reg] : done->hosts) e.formed_from[host] = reg.first.formation();
     } else {
       elastic_.erase(name);  // the name now runs a fixed-size job
     }

@@ -14,7 +14,10 @@
 // left out (a host with none in is answered ResourceExhausted; one with some gets the layout,
 // whose `registered_local_ranks` say which), and each formation is a generation. Holding a new
 // host's registration while a generation runs is what lets the running ranks re-form with it
-// rather than it forming a second job of the same name.
+// rather than it forming a second job of the same name. A host that registers again replaces its
+// held registration (answered ABORTED): an elastic host does so when a process arrives while its
+// generation's registration is held, amending it (CheckAmendment decides, by what was formed, not
+// by timing, whether the amendment still can).
 //
 // Thread: the control loop only.
 // Lifecycle: 1. constructed by the JobCoordinator; 2. Register holds each call until its job
@@ -70,6 +73,9 @@ class JobFormation {
  private:
   struct Forming;
 
+  // Elastic: a registration of a formation this host amended since (ABORTED), or of one that
+  // already formed (ALREADY_EXISTS: its answer is on the way), is refused; OK otherwise.
+  absl::Status CheckAmendment(const RegisterRanksRequest& request) const;
   void TryForm(const std::string& name);
   // Elastic: TryForm once each of the two settle windows (kElasticSettle, kElasticSettleNoneBack)
   // has passed.
@@ -88,11 +94,13 @@ class JobFormation {
   uint64_t next_token_ = 1;  // tells a formation's timeout from a later one of the same name
   std::map<std::string, std::unique_ptr<Forming>> forming_;  // by job name
   // Elastic jobs by name: the hosts of the latest generation (minus those gone DOWN since), the
-  // latest generation's number and bounds.
+  // latest generation's number and bounds, and by host the formation (RegisterRanksRequest.
+  // formation) its latest answered registration had.
   struct Elastic {
     std::set<std::string> hosts;
     uint64_t generation = 0;
     ElasticBounds bounds;
+    std::map<std::string, uint64_t> formed_from;
   };
   std::map<std::string, Elastic> elastic_;
 };

@@ -2,8 +2,11 @@
 // then local rank (the launcher's kept), the same layout to every host; bad registrations and
 // timeouts fail every host that registered. Elastic jobs: max_np forms at once; the next
 // generation forms once the last one's surviving hosts are back, ranks dense in their order; at
-// most max_np ranks, the ones after them refused.
+// most max_np ranks, the ones after them refused; a host's amended registration replaces its
+// held one, and one that comes after its formation formed is refused.
 #include "daemon/cluster/job_formation.h"
+
+#include <deque>
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
@@ -221,6 +224,53 @@ TEST_CASE("an elastic formation takes at most max_np ranks, in rank order; the r
   CHECK(other.size() == 3);
   CHECK(RanksOf(other, 0) == std::vector<int>{2, 0, 1});
   CHECK(LocalRanksOf(other, 0) == std::vector<int>{0, 1, 3});
+}
+
+RegisterRanksRequest Amendment(std::vector<int> hints, uint64_t formation, uint32_t amendment) {
+  RegisterRanksRequest r = Elastic("a", std::move(hints), 2);
+  r.set_formation(formation);
+  r.set_amendment(amendment);
+  return r;
+}
+
+TEST_CASE("an elastic host amends its held registration; a stale or too late one is refused") {
+  Formation f;
+  std::deque<absl::Status> statuses;  // a held registration is answered later, if at all
+  auto answer = [&](const RegisterRanksRequest& r) {
+    absl::Status& status = statuses.emplace_back(absl::UnknownError("unanswered"));
+    f.formation.Register(r, [&status](auto response) { status = response.status(); });
+    return status;
+  };
+  // A process registered while host a's one-rank registration was held (1 < min_np 2): the
+  // amendment with both replaces it, and the job forms.
+  f.Register(Amendment({0}, 5, 0));
+  CHECK_FALSE(f.answered("a"));
+  f.Register(Amendment({0, 1}, 5, 1));
+  REQUIRE(f.answers.at("a").ok());
+  CHECK(f.answers.at("a")->layout().size() == 2);
+  CHECK(f.answers.at("a")->layout().generation() == 1);
+  CHECK(f.formation.forming_count() == 0);
+  // Too late: the coordinator formed formation 5 (that answer is on its way): an amendment, or
+  // the earlier registration retried after a failover, starts nothing.
+  absl::Status late = answer(Amendment({0, 1, 2}, 5, 2));
+  CHECK(late.code() == absl::StatusCode::kAlreadyExists);
+  CHECK(late.message() ==
+        "job train: host a's formation 5 already formed (generation 1, answered); its amendment "
+        "2 with 3 rank(s) comes too late");
+  CHECK(answer(Amendment({0}, 5, 0)).code() == absl::StatusCode::kAlreadyExists);
+  CHECK(f.formation.forming_count() == 0);
+  // An amendment arriving before the registration it replaces: the older one is stale.
+  CHECK(answer(Amendment({0}, 6, 1)).code() == absl::StatusCode::kUnknown);  // held
+  const absl::Status stale = answer(Amendment({0}, 6, 0));
+  CHECK(stale.code() == absl::StatusCode::kAborted);
+  CHECK(stale.message() ==
+        "job train: host a's amendment 1 is held; this registration (amendment 0) is superseded");
+  CHECK(f.formation.forming_count() == 1);
+  // A coordinator that never saw formation 7 (it took over): an amendment is a registration.
+  RegisterRanksRequest other = Amendment({0}, 7, 3);
+  other.set_job("other");
+  CHECK(answer(other).code() == absl::StatusCode::kUnknown);
+  CHECK(f.formation.forming_count() == 2);
 }
 
 TEST_CASE("an elastic job below min_np fails at its timeout, saying so") {

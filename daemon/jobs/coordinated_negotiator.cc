@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/gpu/device.h"
 #include "daemon/metrics/daemon_metrics.h"
@@ -50,65 +52,87 @@ void CoordinatedNegotiator::FormAsync(const std::vector<MemberInfo>& members,
   for (size_t i = 0; i < members.size(); ++i) {
     registration.ranks.push_back({local_ranks[i], members[i].rank, members[i].pid});
   }
-  channel_.RegisterAsync(registration, [this, local_ranks = std::move(local_ranks),
-                                        done = std::move(done)](absl::StatusOr<JobLayout> layout) {
-    if (!layout.ok()) return done(layout.status());
-    if (elastic_.min_np > 0) size_ = layout->size();
-    int me = -1;
-    for (int h = 0; h < layout->hosts_size(); ++h) {
-      if (layout->hosts(h).name() == options_.host_name) me = h;
-    }
-    if (me < 0) {
-      return done(absl::InternalError(absl::StrCat("coordinator's layout of job ", job_,
-                                                   " does not include host ", options_.host_name)));
-    }
-    cross_rank_ = me;
-    const JobLayout::JobHost& mine = layout->hosts(me);
-    here_.assign(size_, false);
-    for (int r : mine.ranks()) {
-      if (r >= 0 && r < size_) here_[r] = true;
-    }
-    Formation f;
-    f.job_id = layout->job_id();
-    f.generation = layout->generation();
-    f.data_secret = layout->data_secret();
-    // Each member's place in the layout's list for this host, found by the local rank it
-    // registered with; one not listed was left out (elastic: more than max_np registered).
-    for (int l : local_ranks) {
-      int index = l;
-      if (mine.registered_local_ranks_size() > 0) {
-        const auto& listed = mine.registered_local_ranks();
-        auto at = std::find(listed.begin(), listed.end(), l);
-        index = at == listed.end() ? -1 : static_cast<int>(at - listed.begin());
-      }
-      if (index >= mine.ranks_size()) {
-        return done(absl::InternalError(absl::StrCat("coordinator's layout of job ", job_,
-                                                     " lists ", mine.ranks_size(),
-                                                     " ranks for host ", options_.host_name)));
-      }
-      f.local_ranks.push_back(index);
-      f.ranks.push_back(index < 0 ? -1 : mine.ranks(index));
-    }
-    local_size_ = mine.ranks_size();
-    f.local_size = local_size_;
-    dataplane::HostLayout& hosts = f.hosts;
-    hosts.job = job_;
-    hosts.size = size_;
-    hosts.cross_rank = me;
-    hosts.cross_size = layout->hosts_size();
-    hosts.host_of_rank.assign(size_, -1);
-    hosts.ranks_of_host.resize(layout->hosts_size());
-    for (int h = 0; h < layout->hosts_size(); ++h) {
-      f.data_addresses.push_back(layout->hosts(h).data_address());
-      hosts.host_names.push_back(layout->hosts(h).name());
-      for (int r : layout->hosts(h).ranks()) {
-        hosts.host_of_rank[r] = h;
-        hosts.ranks_of_host[h].push_back(r);
-      }
-      std::sort(hosts.ranks_of_host[h].begin(), hosts.ranks_of_host[h].end());
-    }
-    done(std::move(f));
+  if (elastic) {
+    if (formation_ == 0) formation_ = absl::Uniform<uint64_t>(absl::BitGen(), 1, UINT64_MAX);
+    registration.formation = formation_;
+    registration.amendment = amendments_++;
+  }
+  form_done_ = std::move(done);  // a registration still held is amended: one answer decides
+  channel_.RegisterAsync(registration, [this, amendment = registration.amendment,
+                                        local_ranks = std::move(local_ranks)](auto layout) {
+    OnRegistered(amendment, local_ranks, std::move(layout));
   });
+}
+
+void CoordinatedNegotiator::OnRegistered(uint32_t amendment, const std::vector<int>& local_ranks,
+                                         absl::StatusOr<JobLayout> layout) {
+  if (!form_done_) return;  // an earlier registration's answer decided
+  // Replaced by a later amendment of ours; or an amendment too late: the coordinator formed from
+  // an earlier registration, whose answer decides (the members after it join the next generation).
+  if (absl::IsAborted(layout.status()) && amendment + 1 < amendments_) return;
+  if (absl::IsAlreadyExists(layout.status()) && amendment > 0) return;
+  auto done = std::exchange(form_done_, nullptr);
+  if (!layout.ok()) return done(layout.status());
+  done(FormationOf(*layout, local_ranks));
+}
+
+absl::StatusOr<Formation> CoordinatedNegotiator::FormationOf(const JobLayout& layout,
+                                                             const std::vector<int>& local_ranks) {
+  if (elastic_.min_np > 0) size_ = layout.size();
+  int me = -1;
+  for (int h = 0; h < layout.hosts_size(); ++h) {
+    if (layout.hosts(h).name() == options_.host_name) me = h;
+  }
+  if (me < 0) {
+    return absl::InternalError(absl::StrCat("coordinator's layout of job ", job_,
+                                            " does not include host ", options_.host_name));
+  }
+  cross_rank_ = me;
+  const JobLayout::JobHost& mine = layout.hosts(me);
+  here_.assign(size_, false);
+  for (int r : mine.ranks()) {
+    if (r >= 0 && r < size_) here_[r] = true;
+  }
+  Formation f;
+  f.job_id = layout.job_id();
+  f.generation = layout.generation();
+  f.data_secret = layout.data_secret();
+  // Each member's place in the layout's list for this host, found by the local rank it
+  // registered with; one not listed was left out (elastic: more than max_np registered).
+  for (int l : local_ranks) {
+    int index = l;
+    if (mine.registered_local_ranks_size() > 0) {
+      const auto& listed = mine.registered_local_ranks();
+      auto at = std::find(listed.begin(), listed.end(), l);
+      index = at == listed.end() ? -1 : static_cast<int>(at - listed.begin());
+    }
+    if (index >= mine.ranks_size()) {
+      return absl::InternalError(absl::StrCat("coordinator's layout of job ", job_, " lists ",
+                                              mine.ranks_size(), " ranks for host ",
+                                              options_.host_name));
+    }
+    f.local_ranks.push_back(index);
+    f.ranks.push_back(index < 0 ? -1 : mine.ranks(index));
+  }
+  local_size_ = mine.ranks_size();
+  f.local_size = local_size_;
+  dataplane::HostLayout& hosts = f.hosts;
+  hosts.job = job_;
+  hosts.size = size_;
+  hosts.cross_rank = me;
+  hosts.cross_size = layout.hosts_size();
+  hosts.host_of_rank.assign(size_, -1);
+  hosts.ranks_of_host.resize(layout.hosts_size());
+  for (int h = 0; h < layout.hosts_size(); ++h) {
+    f.data_addresses.push_back(layout.hosts(h).data_address());
+    hosts.host_names.push_back(layout.hosts(h).name());
+    for (int r : layout.hosts(h).ranks()) {
+      hosts.host_of_rank[r] = h;
+      hosts.ranks_of_host[h].push_back(r);
+    }
+    std::sort(hosts.ranks_of_host[h].begin(), hosts.ranks_of_host[h].end());
+  }
+  return f;
 }
 
 void CoordinatedNegotiator::Start(NegotiationSink* sink) {

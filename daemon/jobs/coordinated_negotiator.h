@@ -38,6 +38,14 @@ class CoordinatedNegotiator : public Negotiator, private cluster::JobChannelSink
   std::vector<negotiation::TensorRequest> TakeUncommitted() override;
 
  private:
+  // The coordinator answered registration `amendment` (of the members with `local_ranks`):
+  // FormAsync's `done` runs unless the answer is not the one that decides.
+  void OnRegistered(uint32_t amendment, const std::vector<int>& local_ranks,
+                    absl::StatusOr<JobLayout> layout);
+  // The coordinator's layout, as this host's formation (the members of the registration with
+  // `local_ranks`).
+  absl::StatusOr<Formation> FormationOf(const JobLayout& layout,
+                                        const std::vector<int>& local_ranks);
   // cluster::JobChannelSink
   void OnCommitted(negotiation::CommittedList list) override;
   // Adds this host's inputs to a committed response (false: the job failed).
@@ -61,6 +69,11 @@ class CoordinatedNegotiator : public Negotiator, private cluster::JobChannelSink
   std::vector<bool> here_;  // by rank: runs on this host (from formation)
   // Host-ready tensors waiting for the coordinator's response, with this host's inputs.
   std::map<std::string, negotiation::ReadyTensor> awaiting_;
+  // FormAsync's `done` until the coordinator's answer decided; elastic: this generation's
+  // formation (RegisterRanksRequest.formation) and its registrations so far.
+  std::function<void(absl::StatusOr<Formation>)> form_done_;
+  uint64_t formation_ = 0;
+  uint32_t amendments_ = 0;
   std::function<void(absl::StatusOr<gpu::CrossHostGpuPlan>)> gpu_done_;  // GPUs offered
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -90,6 +90,7 @@ void Job::Form() {
     infos.push_back({m->rank, m->local_rank, static_cast<uint32_t>(m->creds().pid)});
   }
   formation_in_flight_ = true;
+  registered_ = members_.size();
   negotiator_->FormAsync(
       infos, [this, alive = std::weak_ptr<bool>(alive_)](absl::StatusOr<Formation> formation) {
         if (alive.expired()) return;
@@ -113,6 +114,12 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
     return AbandonForming(arena.status());
   }
   cluster_job_id_ = formation->job_id;
+  std::vector<std::shared_ptr<Session>> late;  // after the registration it formed from
+  if (formation->ranks.size() < members_.size()) {
+    late.assign(members_.begin() + static_cast<std::ptrdiff_t>(formation->ranks.size()),
+                members_.end());
+    members_.resize(formation->ranks.size());
+  }
   AdoptFormation(*formation);
   std::vector<std::shared_ptr<Session>> by_rank(size_);
   local_order_.assign(local_size_, -1);
@@ -179,6 +186,11 @@ void Job::OnFormed(absl::StatusOr<Formation> formation) {
   Logger("local")->info("job formed job={} id={} size={} hosts={} cross_rank={} generation={}",
                         name_, cross_host() ? cluster_job_id_ : id_, size_, hosts.cross_size,
                         hosts.cross_rank, lifecycle_.generation());
+  if (late.empty()) return;
+  if (rejoin_) return rejoin_(std::move(late));  // last: it may retire this generation
+  for (auto& m : late) {
+    m->Reject(0, absl::AbortedError(absl::StrCat("job ", name_, " formed without this process")));
+  }
 }
 
 void Job::FormTimeout() {

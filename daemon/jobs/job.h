@@ -74,13 +74,20 @@ class Job : private NegotiationSink {
   bool attached() const { return connected() > 0; }
   bool formation_in_flight() const { return formation_in_flight_; }
 
+  // Members that registered after the formation the coordinator formed from (an amendment came
+  // too late): they join the next generation.
+  using Rejoin = std::function<void(std::vector<std::shared_ptr<local::Session>>)>;
   // Elastic succession (job_elastic.cc; DESIGN.md "Elastic training"). Makes this (forming,
   // memberless) job elastic: it forms from the ranks present rather than a fixed size, succeeds
   // generation `previous_generation`, and a lost member re-forms it (reforming) instead of
   // failing it. Call once, before AddMember.
-  void MakeElastic(ElasticSpec spec, uint64_t previous_generation);
-  // Elastic, forming: forms now if ElasticGeneration::FormsNow says so.
+  void MakeElastic(ElasticSpec spec, uint64_t previous_generation, Rejoin rejoin);
+  // Elastic, forming: forms now if ElasticGeneration::FormsNow says so; while the coordinator
+  // holds its registration, amends it with the members that joined since.
   void MaybeFormElastic(const Predecessors& before);
+  // Elastic, several hosts: a process may join this generation while its formation is in flight
+  // (the registration is amended); on one host the formation answers at once.
+  bool amends_formation() const { return elastic() && succession_.spec().coordinated; }
   // Elastic: the pids of the processes that will register for the next generation.
   std::set<uint32_t> ReturningPids() const;
   // Elastic: this generation ended to re-form (lost member, or ranks waiting to join).
@@ -174,6 +181,8 @@ class Job : private NegotiationSink {
   absl::Status departed_;             // a rank left cleanly: the job fails at the next submit
   bool pending_cap_logged_ = false;   // max_pending_tensors was hit (logged once)
   bool formation_in_flight_ = false;  // FormAsync was called and has not answered
+  size_t registered_ = 0;             // the members the last FormAsync was given
+  Rejoin rejoin_;                     // elastic
   negotiation::StallInspector stall_inspector_;
 
   std::shared_ptr<dataplane::JobContext> context_;      // from formation on

@@ -22,13 +22,20 @@ std::vector<uint32_t> Job::MemberPids(bool attached_only) const {
   return out;
 }
 
-void Job::MakeElastic(ElasticSpec spec, uint64_t previous_generation) {
+void Job::MakeElastic(ElasticSpec spec, uint64_t previous_generation, Rejoin rejoin) {
   succession_ = ElasticGeneration(spec);
   lifecycle_ = JobLifecycle(previous_generation);
+  rejoin_ = std::move(rejoin);
 }
 
 void Job::MaybeFormElastic(const Predecessors& before) {
-  if (state() != JobState::kForming || formation_in_flight_) return;
+  if (state() != JobState::kForming) return;
+  if (formation_in_flight_) {
+    // Processes joined while the coordinator holds this generation's registration: amending it
+    // lets them in (forming a generation of their own would strand both halves below min_np).
+    if (amends_formation() && members_.size() > registered_) Form();
+    return;
+  }
   if (!succession_.FormsNow(MemberPids(false), lifecycle_.generation(), before, absl::Now())) {
     return;
   }

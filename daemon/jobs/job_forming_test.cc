@@ -225,7 +225,9 @@ TEST_CASE("CheckHello admits only matching processes to a forming job") {
 TEST_CASE("An elastic job the coordinator formed runs its generation and hears of joining hosts") {
   JobHarness h(2);
   // A host new to the job: its first generation here is the coordinator's generation 4.
-  h.OnLoop([&] { h.job().MakeElastic({/*min_np=*/2, /*max_np=*/0, /*coordinated=*/true, 2}, 0); });
+  h.OnLoop([&] {
+    h.job().MakeElastic({/*min_np=*/2, /*max_np=*/0, /*coordinated=*/true, 2}, 0, nullptr);
+  });
   TestClient& a = h.Add(/*rank=*/2);
   TestClient& b = h.Add(/*rank=*/3);
   h.OnLoop([&] {
@@ -260,7 +262,7 @@ TEST_CASE("An elastic job the coordinator formed runs its generation and hears o
 
 TEST_CASE("An elastic generation takes at most max_np members; the ones after them are refused") {
   JobHarness h(0, /*local_negotiator=*/true, TestJobOptions(), /*elastic_max_np=*/2);
-  h.OnLoop([&] { h.job().MakeElastic({/*min_np=*/1, /*max_np=*/2, false, 0}, 1); });
+  h.OnLoop([&] { h.job().MakeElastic({/*min_np=*/1, /*max_np=*/2, false, 0}, 1, nullptr); });
   // Three processes registered while the last generation's were still attached; their places in
   // rank order: 1, none, 0. The two first in that order form generation 2; b is left out.
   TestClient& a = h.Add(/*rank=*/1);
@@ -295,6 +297,44 @@ TEST_CASE("An elastic generation takes at most max_np members; the ones after th
   });
   CHECK(a.Quiet());
   CHECK(c.Quiet());
+}
+
+TEST_CASE("A process that registers while the coordinator forms its generation amends it") {
+  JobHarness h(2);
+  std::vector<std::shared_ptr<local::Session>> rejoined;
+  h.OnLoop([&] {
+    h.job().MakeElastic({/*min_np=*/2, /*max_np=*/0, /*coordinated=*/true, 0}, 1,
+                        [&](auto late) { rejoined = std::move(late); });
+  });
+  const Predecessors settled{false, absl::InfinitePast(), {}, absl::ZeroDuration()};
+  TestClient& a = h.Add(/*rank=*/0);
+  h.OnLoop([&] { h.job().MaybeFormElastic(settled); });
+  FakeNegotiator& n = h.negotiator();
+  REQUIRE(n.forms.size() == 1);  // a alone: below min_np 2, the coordinator holds it
+  TestClient& b = h.Add(/*rank=*/1);
+  h.OnLoop([&] {
+    CHECK(h.job().formation_in_flight());
+    h.job().MaybeFormElastic(settled);  // b joined: the registration is amended
+    h.job().MaybeFormElastic(settled);  // nothing new: nothing sent
+  });
+  REQUIRE(n.forms.size() == 2);
+  CHECK(n.forms[1].size() == 2);
+  SECTION("the amendment forms the generation with both") {
+    h.OnLoop([&] { n.CompleteForm(1, OneHostFormation({0, 1}, "h-test")); });
+    CHECK(h.state() == JobState::kRunning);
+    for (TestClient* c : {&a, &b}) REQUIRE(c->Next().type == wire::MsgType::kWelcome);
+    CHECK(rejoined.empty());
+  }
+  SECTION("it came too late: the generation forms from the first, b goes to the next one") {
+    Formation first = OneHostFormation({0}, "h-test");
+    h.OnLoop([&] { n.CompleteForm(1, first); });
+    CHECK(h.state() == JobState::kRunning);
+    CHECK(a.Next().type == wire::MsgType::kWelcome);
+    REQUIRE(rejoined.size() == 1);
+    CHECK(rejoined[0] == b.session());
+    CHECK(b.Quiet());  // not refused: the registry makes it a member of the next generation
+    h.OnLoop([&] { CHECK(h.job().Summary(absl::Now()).size() == 1u); });
+  }
 }
 
 }  // namespace

@@ -144,16 +144,14 @@ void JobRegistry::HandleHello(const std::shared_ptr<Session>& s, const wire::Hel
   if (auto st = s->input.AddSegment(0, fd, hello.segment_bytes); !st.ok()) {
     return s->Reject(0, st);
   }
-  const bool elastic = hello.elastic_min_np > 0;
+  if (hello.elastic_min_np > 0) {
+    s->job = name;
+    s->rank = hello.rank;  // the process's place in rank order (renumbered at formation)
+    s->local_rank = -1;
+    return JoinElastic(s, ElasticSpecOf(hello, coordinator_ != nullptr));
+  }
   Job* job = nullptr;
-  if (elastic) {
-    const ElasticSpec spec = ElasticSpecOf(hello, coordinator_ != nullptr);
-    job = succession_.Join(jobs_, name, [&](uint64_t previous) {
-      Job* next = NewJob(name, 0, 0, s->creds().uid, spec);
-      next->MakeElastic(spec, previous);
-      return next;
-    });
-  } else if (it != jobs_.end()) {
+  if (it != jobs_.end()) {
     if (absl::Status st = it->second->CheckHello(hello, ShapeOf(hello).size); !st.ok()) {
       return s->Reject(0, st);
     }
@@ -164,10 +162,28 @@ void JobRegistry::HandleHello(const std::shared_ptr<Session>& s, const wire::Hel
   }
   s->job = name;
   s->job_id = job->id();
-  s->rank = hello.rank;  // elastic: the process's place in rank order (renumbered at formation)
-  s->local_rank = elastic ? -1 : hello.local_rank;
+  s->rank = hello.rank;
+  s->local_rank = hello.local_rank;
   job->AddMember(s);
-  if (!elastic) return;
+}
+
+void JobRegistry::JoinElastic(const std::shared_ptr<Session>& s, const ElasticSpec& spec) {
+  const std::string name = s->job;
+  Job* job = succession_.Join(jobs_, name, [&](uint64_t previous) {
+    Job* next = NewJob(name, 0, 0, s->creds().uid, spec);
+    next->MakeElastic(spec, previous, [this, spec](std::vector<std::shared_ptr<Session>> late) {
+      for (const auto& m : late) {
+        if (m->closed()) {
+          m->job.clear();
+        } else {
+          JoinElastic(m, spec);
+        }
+      }
+    });
+    return next;
+  });
+  s->job_id = job->id();
+  job->AddMember(s);
   succession_.TryForm(job);
   TryFormSettled(name);
 }

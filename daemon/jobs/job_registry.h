@@ -87,6 +87,9 @@ class JobRegistry : public local::SessionHandler {
   // Forms `name`'s forming elastic generation once the settle window passed, polling (once per
   // name) while it still waits.
   void TryFormSettled(const std::string& name);
+  // Elastic: process `s` (its `job` set) joins the forming generation of its job, or a new one
+  // (Succession::Join); also for members an amended formation formed without (Job::Rejoin).
+  void JoinElastic(const std::shared_ptr<local::Session>& s, const ElasticSpec& spec);
   void TryFormPolling(const std::string& name, bool polled);
   void ScheduleStallInspection();
   // The GPU device's sticky error, once: fails every job and calls on_gpu_lost_.

@@ -42,7 +42,8 @@ struct Formation {
   uint64_t job_id = 0;      // the cluster's id of a cross-host job; 0 on one host
   uint64_t generation = 0;  // the coordinator's generation of the job (JobLayout); 0 on one host
   // Per member, in the order given to FormAsync. -1: left out of an elastic generation (more
-  // than max_np ranks registered; the job refuses the member).
+  // than max_np ranks registered; the job refuses the member). Fewer entries than the members
+  // given: an amended formation formed from an earlier call's members (see FormAsync).
   std::vector<int> ranks;
   std::vector<int> local_ranks;  // per member (-1: left out)
   int local_size = 0;            // the members not left out
@@ -78,7 +79,10 @@ class Negotiator {
  public:
   virtual ~Negotiator() = default;
 
-  // Every local rank registered: numbers them (`done` may run before this returns).
+  // Every local rank registered: numbers them (`done` may run before this returns). Elastic,
+  // several hosts: called again before `done` ran (a process joined the forming generation), it
+  // amends the formation, and only the last call's `done` runs, once, with the formation of the
+  // members of whichever call the coordinator formed from (a prefix of the last call's members).
   virtual void FormAsync(const std::vector<MemberInfo>& members,
                          std::function<void(absl::StatusOr<Formation>)> done) = 0;
   // Formed: from now on the sink hears the job's decisions.

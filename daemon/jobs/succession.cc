@@ -9,9 +9,10 @@ Job* Succession::Join(std::map<std::string, std::unique_ptr<Job>>& jobs, const s
   auto it = jobs.find(name);
   uint64_t previous = 0;
   if (it != jobs.end() &&
-      (it->second->state() != JobState::kForming || it->second->formation_in_flight())) {
+      (it->second->state() != JobState::kForming ||
+       (it->second->formation_in_flight() && !it->second->amends_formation()))) {
     // The generation that runs (or re-forms) stays until its processes detach; the new one
-    // forms after that.
+    // forms after that. One being formed by the coordinator is joined (its registration amended).
     previous = Retire(std::move(it->second));
     jobs.erase(it);
     it = jobs.end();

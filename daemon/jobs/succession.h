@@ -31,8 +31,9 @@ class Succession {
       : form_timeout_(form_timeout), settle_(settle), alive_(std::move(alive)) {}
 
   // The generation of elastic job `name` that a registering process joins: the forming one in
-  // `jobs` (the registry's current jobs), else a new one from `start` (given the generation it
-  // succeeds); a generation that runs, re-forms or is being formed retires first.
+  // `jobs` (the registry's current jobs), even while the coordinator forms it (Job::
+  // amends_formation), else a new one from `start` (given the generation it succeeds); a
+  // generation that runs or re-forms retires first.
   Job* Join(std::map<std::string, std::unique_ptr<Job>>& jobs, const std::string& name,
             const std::function<Job*(uint64_t previous)>& start);
   // Forms `job` (a forming elastic generation; null or fixed: nothing) if it may now.

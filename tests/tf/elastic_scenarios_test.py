@@ -165,7 +165,8 @@ def test_a_blacklisted_host_is_resurrected_after_its_cooldown(cluster, tmp_path)
     # Horovod's count is 3 (its driver rendezvouses the host's new slots together). Ours is 3 to
     # 5: 127.0.0.1's daemon does not know how many processes the launcher started there, so when a
     # loaded machine starts them apart it forms with the first (or with the handoff of the
-    # generation it ran) and re-forms as each later one registers, an in-flight formation included
-    # (DESIGN.md "Elastic training"). What must hold: the job grows back to 4 and stays there.
+    # generation it ran) and re-forms for one that registers after the coordinator formed that
+    # generation (one registering while it is being formed joins it: DESIGN.md "Elastic
+    # training"). What must hold: the job grows back to 4 and stays there.
     assert results[2]["rendezvous"] in (3, 4, 5) and results[3] == dict(
         results[2], epoch=3), json.dumps(results) + out
